@@ -1,0 +1,126 @@
+"""The embedded tiny text-to-image model: build, save and load.
+
+Pixel space (3 x 32 x 32, values in [-1, 1]), no VAE. The denoiser is diffusers' SD3-style MMDiT
+(`SD3Transformer2DModel`) with a tiny config, so the sampler, log-probs and trainer that run on it are
+the ones that run on real SD3 models. The text encoder is `TinyTextEncoder`. Weights ship in
+`workbench/weights/embedded/` (made by `python -m workbench.pretrain`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from workbench.errors import WorkbenchError
+from workbench.text_encoder import TextEncoderConfig, TinyTextEncoder, WordTokenizer
+
+DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "embedded"
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+@dataclass
+class TransformerConfig:
+    """Tiny `SD3Transformer2DModel` config (sized so a G=8 x T=16 group samples in well under 1 s)."""
+
+    sample_size: int = 32  # pixels; pixel space, so also the image size
+    patch_size: int = 4  # 4x4 patches -> 64 image tokens
+    in_channels: int = 3  # RGB
+    out_channels: int = 3
+    num_layers: int = 4  # joint (MMDiT) blocks
+    attention_head_dim: int = 24
+    num_attention_heads: int = 4  # inner width 96
+    joint_attention_dim: int = 64  # = TextEncoderConfig.width
+    caption_projection_dim: int = 96  # must equal heads * head_dim in SD3
+    pooled_projection_dim: int = 64  # = TextEncoderConfig.pooled_dim
+    pos_embed_max_size: int = 8  # 32 / patch_size
+
+
+@dataclass
+class EmbeddedConfig:
+    """Everything needed to rebuild the embedded model, plus how it was trained."""
+
+    transformer: TransformerConfig = field(default_factory=TransformerConfig)
+    text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    default_shift: float = 3.0  # SD3-style schedule shift used for sampling (METHODS 4: 17 steps, shift 3)
+    training: dict = field(default_factory=dict)  # pretraining settings and results, for the model card
+
+    def __post_init__(self):
+        if isinstance(self.transformer, dict):
+            self.transformer = TransformerConfig(**self.transformer)
+        if isinstance(self.text, dict):
+            self.text = TextEncoderConfig(**self.text)
+        if self.transformer.joint_attention_dim != self.text.width:
+            raise ValueError("transformer.joint_attention_dim must equal text.width")
+        if self.transformer.pooled_projection_dim != self.text.pooled_dim:
+            raise ValueError("transformer.pooled_projection_dim must equal text.pooled_dim")
+
+
+@dataclass
+class EmbeddedModel:
+    """The three parts of the embedded model, on one device, float32."""
+
+    config: EmbeddedConfig
+    tokenizer: WordTokenizer
+    text_encoder: TinyTextEncoder
+    transformer: torch.nn.Module
+
+
+def build_embedded(config: EmbeddedConfig | None = None, seed: int = 0) -> EmbeddedModel:
+    """A freshly initialised embedded model (random weights, reproducible from `seed`)."""
+    from diffusers import SD3Transformer2DModel
+
+    config = config or EmbeddedConfig()
+    torch.manual_seed(seed)
+    text_encoder = TinyTextEncoder(config.text)
+    transformer = SD3Transformer2DModel(**asdict(config.transformer))
+    return EmbeddedModel(config, WordTokenizer(config.text.max_length), text_encoder, transformer)
+
+
+def save_embedded(model: EmbeddedModel, directory: str | Path) -> Path:
+    """Write `config.json` and `model.safetensors` (text encoder and transformer) to `directory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {f"text_encoder.{k}": v.detach().cpu().contiguous()
+               for k, v in model.text_encoder.state_dict().items()}
+    tensors |= {f"transformer.{k}": v.detach().cpu().contiguous()
+                for k, v in model.transformer.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE))
+    (directory / CONFIG_FILE).write_text(json.dumps(asdict(model.config), indent=2))
+    return directory
+
+
+def load_embedded(directory: str | Path | None = None, device: str | torch.device = "cpu") -> EmbeddedModel:
+    """Load the embedded model from `directory` (default: the weights shipped with the package).
+
+    Raises WorkbenchError naming the missing or corrupted file and the command that remakes it.
+    """
+    directory = Path(directory) if directory is not None else DEFAULT_WEIGHTS
+    remake = "run `python -m workbench.pretrain` to make it, or restore it with `git checkout`"
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    for path in (config_path, weights_path):
+        if not path.is_file():
+            raise WorkbenchError(f"model file {path} is missing; {remake}")
+    try:
+        config = EmbeddedConfig(**json.loads(config_path.read_text()))
+    except (json.JSONDecodeError, TypeError, ValueError) as err:
+        raise WorkbenchError(f"model config {config_path} is corrupted ({err}); {remake}") from None
+    try:
+        tensors = load_file(str(weights_path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise WorkbenchError(f"model weights {weights_path} are corrupted ({err}); {remake}") from None
+    model = build_embedded(config)
+    for prefix, module in (("text_encoder.", model.text_encoder), ("transformer.", model.transformer)):
+        part = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        try:
+            module.load_state_dict(part)
+        except RuntimeError as err:
+            first = str(err).splitlines()[0]
+            raise WorkbenchError(f"model weights {weights_path} do not match {config_path} ({first}); {remake}") from None
+    model.text_encoder.to(device).eval().requires_grad_(False)
+    model.transformer.to(device).eval()
+    return model

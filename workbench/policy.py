@@ -1,0 +1,113 @@
+"""Flow policies: the one interface the sampler, the credit estimator and the trainer talk to.
+
+A policy turns prompts into conditioning, predicts the rectified-flow velocity v(x_t, t, c) with optional
+classifier-free guidance, and decodes latents to RGB images in [0, 1]. `EmbeddedPolicy` wraps the
+embedded pixel-space model; `workbench.adapters` wraps diffusers' SD3 and FLUX pipelines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from workbench.embedded import EmbeddedModel, load_embedded
+from workbench.world import parse_prompt
+
+
+@dataclass
+class Conditioning:
+    """Encoded prompts: what the denoiser consumes besides x_t and t. Tensors are (B, ...)."""
+
+    embeds: torch.Tensor  # (B, L, D) token embeddings
+    pooled: torch.Tensor | None  # (B, P) pooled embedding
+    uncond_embeds: torch.Tensor | None = None  # same for the empty prompt, used by CFG
+    uncond_pooled: torch.Tensor | None = None
+
+    def repeat(self, n: int) -> Conditioning:
+        """Each row repeated n times in place: (B, ...) -> (B * n, ...), row i*n+k is prompt i."""
+        def rep(t):
+            return None if t is None else t.repeat_interleave(n, dim=0)
+        return Conditioning(rep(self.embeds), rep(self.pooled), rep(self.uncond_embeds), rep(self.uncond_pooled))
+
+    def index(self, idx) -> Conditioning:
+        def sel(t):
+            return None if t is None else t[idx]
+        return Conditioning(sel(self.embeds), sel(self.pooled), sel(self.uncond_embeds), sel(self.uncond_pooled))
+
+
+class FlowPolicy:
+    """Base class: subclasses set `transformer`, `latent_shape`, `default_shift` and implement the
+    three hooks below; `velocity` (with CFG) is shared."""
+
+    transformer: torch.nn.Module  # the part RL fine-tuning updates
+    latent_shape: tuple[int, int, int]  # (C, H, W) of x_t
+    default_shift: float = 3.0
+    name: str = "policy"
+    supports_cfg: bool = True
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.transformer.parameters()).device
+
+    def check_prompt(self, prompt: str) -> None:
+        """Raise WorkbenchError if the model cannot take this prompt (default: any text goes)."""
+
+    def encode(self, prompts: list[str], cfg: bool = False) -> Conditioning:
+        raise NotImplementedError
+
+    def denoise(self, x: torch.Tensor, sigma: torch.Tensor, embeds, pooled) -> torch.Tensor:
+        """Raw velocity prediction for x (B, C, H, W) at noise level sigma (B,) in [0, 1]."""
+        raise NotImplementedError
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents (B, C, H, W) -> RGB images (B, 3, H', W') in [0, 1]."""
+        raise NotImplementedError
+
+    def velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: Conditioning,
+                 guidance_scale: float = 1.0) -> torch.Tensor:
+        """v_theta(x_t, t, c), with classifier-free guidance when guidance_scale != 1. x: (B, C, H, W)."""
+        sigma = sigma.expand(x.shape[0]) if sigma.dim() == 0 or sigma.numel() == 1 else sigma  # (B,)
+        if guidance_scale == 1.0 or cond.uncond_embeds is None:
+            return self.denoise(x, sigma, cond.embeds, cond.pooled)
+        embeds = torch.cat([cond.uncond_embeds, cond.embeds])  # (2B, L, D)
+        pooled = None if cond.pooled is None else torch.cat([cond.uncond_pooled, cond.pooled])
+        v_uncond, v_cond = self.denoise(torch.cat([x, x]), torch.cat([sigma, sigma]), embeds, pooled).chunk(2)
+        return v_uncond + guidance_scale * (v_cond - v_uncond)
+
+
+class EmbeddedPolicy(FlowPolicy):
+    """The embedded tiny model: pixel space, so latents are images in [-1, 1]."""
+
+    name = "embedded"
+
+    def __init__(self, model: EmbeddedModel):
+        self.model = model
+        self.transformer = model.transformer
+        cfg = model.config.transformer
+        self.latent_shape = (cfg.in_channels, cfg.sample_size, cfg.sample_size)
+        self.default_shift = model.config.default_shift
+
+    @classmethod
+    def load(cls, directory: str | Path | None = None, device: str | torch.device = "cpu") -> EmbeddedPolicy:
+        return cls(load_embedded(directory, device))
+
+    def check_prompt(self, prompt: str) -> None:
+        parse_prompt(prompt)
+
+    @torch.no_grad()
+    def encode(self, prompts: list[str], cfg: bool = False) -> Conditioning:
+        ids = self.model.tokenizer(prompts).to(self.device)  # (B, L)
+        embeds, pooled = self.model.text_encoder(ids)
+        if not cfg:
+            return Conditioning(embeds, pooled)
+        u_embeds, u_pooled = self.model.text_encoder(self.model.tokenizer([""] * len(prompts)).to(self.device))
+        return Conditioning(embeds, pooled, u_embeds, u_pooled)
+
+    def denoise(self, x, sigma, embeds, pooled):
+        return self.transformer(hidden_states=x, encoder_hidden_states=embeds, pooled_projections=pooled,
+                                timestep=sigma * 1000.0, return_dict=False)[0]
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return ((latents.float() + 1) / 2).clamp(0, 1)
