@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from workbench.embedded import EmbeddedModel, load_embedded
+from workbench.schedule import sd3_sigmas
 from workbench.world import parse_prompt
 
 
@@ -53,6 +54,10 @@ class FlowPolicy:
 
     def check_prompt(self, prompt: str) -> None:
         """Raise WorkbenchError if the model cannot take this prompt (default: any text goes)."""
+
+    def schedule(self, steps: int, shift: float | None = None) -> torch.Tensor:
+        """Sigmas (T + 1,) from 1 to 0 on this policy's device (default: SD3-style shifted schedule)."""
+        return sd3_sigmas(steps, self.default_shift if shift is None else shift).to(self.device)
 
     def encode(self, prompts: list[str], cfg: bool = False) -> Conditioning:
         raise NotImplementedError

@@ -34,31 +34,32 @@ class StepOutput:
 
 
 def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
-                  noise_level: float, kind: str = "flow_grpo", sigma_max: torch.Tensor | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                  noise_level: float | torch.Tensor, kind: str = "flow_grpo",
+                  sigma_max: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean (B, C, H, W) and std (B,) of p(x_next | x_t) for one SDE step.
 
-    sigma, sigma_next: (B,) current and next noise level (t and t_next). noise_level is `a` for
-    flow_grpo and cps, `eta` for dance_grpo; 0 gives the deterministic Euler step for every kind.
+    sigma, sigma_next: (B,) current and next noise level (t and t_next). noise_level (float or (B,)) is
+    `a` for flow_grpo and cps, `eta` for dance_grpo; 0 gives the deterministic Euler step for every kind.
     sigma_max replaces t in sigma_t where t = 1 (the released code uses sigmas[1]; no division by 0).
     """
     x, v = x.float(), v.float()
     t = sigma.float().view(-1, 1, 1, 1)  # (B, 1, 1, 1)
     t_next = sigma_next.float().view(-1, 1, 1, 1)
     dt = t_next - t  # < 0
+    a = torch.as_tensor(noise_level, dtype=torch.float32, device=x.device).reshape(-1, 1, 1, 1)  # (B or 1, 1, 1, 1)
     if kind == "flow_grpo":
         t_safe = torch.where(t >= 1, sigma_max.float().view(-1, 1, 1, 1) if sigma_max is not None else t, t)
-        std_t = noise_level * torch.sqrt(t / (1 - t_safe))  # sigma_t = a sqrt(t / (1 - t))
+        std_t = a * torch.sqrt(t / (1 - t_safe))  # sigma_t = a sqrt(t / (1 - t))
         mean = (x * (1 + std_t**2 / (2 * t) * dt)
                 + v * (1 + std_t**2 * (1 - t) / (2 * t)) * dt)
         std = std_t * torch.sqrt(-dt)
     elif kind == "dance_grpo":  # DanceGRPO flux_step with sde_solver: std = eta sqrt(sigma - sigma_next)
-        std = noise_level * torch.sqrt(-dt)
+        std = a * torch.sqrt(-dt)
         x0_hat = x - t * v
         # Euler mean plus the score correction: score = -(x - (1 - t) x0_hat) / t^2
-        mean = x + dt * (v + 0.5 * noise_level**2 * (x - (1 - t) * x0_hat) / t**2)
+        mean = x + dt * (v + 0.5 * a**2 * (x - (1 - t) * x0_hat) / t**2)
     elif kind == "cps":  # Coefficients-Preserving Sampling (arXiv 2509.05952)
-        std = t_next * math.sin(noise_level * math.pi / 2)
+        std = t_next * torch.sin(a * math.pi / 2)
         x0_hat = x - t * v
         x1_hat = x + (1 - t) * v
         mean = (1 - t_next) * x0_hat + torch.sqrt((t_next**2 - std**2).clamp_min(0)) * x1_hat
@@ -75,7 +76,7 @@ def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tenso
 
 
 def sde_step_with_logprob(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
-                          noise_level: float = 0.7, kind: str = "flow_grpo",
+                          noise_level: float | torch.Tensor = 0.7, kind: str = "flow_grpo",
                           noise: torch.Tensor | None = None, x_next: torch.Tensor | None = None,
                           sigma_max: torch.Tensor | None = None) -> StepOutput:
     """Sample x_next ~ N(mean, std^2) (or score a given x_next) and return its log-prob.

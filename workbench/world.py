@@ -69,7 +69,7 @@ class Scene:
 
     def prompt(self) -> str:
         """The canonical prompt, e.g. "a large red circle in the top left on a white background"."""
-        text = " ".join(w for w in ("a", self.size, self.color, self.shape or "object") if w)
+        text = " ".join(w for w in ("a", self.size, self.color, self.shape) if w)
         if self.position:
             text += f" in the {self.position}"
         if self.background:
@@ -98,7 +98,7 @@ def parse_prompt(prompt: str) -> Scene:
     Raises WorkbenchError for an empty prompt, a word outside the vocabulary, or two values of one
     attribute ("a red blue circle").
     """
-    words = re.findall(r"[a-z]+|[^a-z\s]", prompt.lower())
+    words = re.findall(r"[a-z]+|[^a-z\s,.;:!?'\"-]+", prompt.lower())  # punctuation is ignored
     if not words:
         raise WorkbenchError("the prompt is empty: describe an object, e.g. 'a red circle in the center'")
     found: dict[str, str] = {}
@@ -113,7 +113,7 @@ def parse_prompt(prompt: str) -> Scene:
             raise WorkbenchError(f"'{pending_row}' must be followed by left, middle or right in: {prompt!r}")
         if word == "":
             break
-        if word in FILLER_WORDS or word == "object":
+        if word in FILLER_WORDS:
             continue
         if word in ROWS:
             pending_row = word

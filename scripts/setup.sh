@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create .venv at the repository root and install the workbench into it (editable).
+#   scripts/setup.sh        the app and library
+#   scripts/setup.sh --dev  plus the test tools, and Debian's chromium for the browser tests (when root)
+# torch is installed first at a pinned version: on a machine without CUDA set
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu to get the small CPU build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0; [ "${1:-}" = "--dev" ] && dev=1
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "setup: installing torch"
+  if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    .venv/bin/pip install -q "torch==2.13.0" --index-url "$TORCH_INDEX_URL"
+  else
+    .venv/bin/pip install -q "torch==2.13.0"
+  fi
+fi
+stamp=.venv/.installed-$dev
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing the workbench into .venv"
+  if [ "$dev" = 1 ]; then .venv/bin/pip install -q -e ".[dev]"; else .venv/bin/pip install -q -e .; fi
+  touch "$stamp"
+fi
+if [ "$dev" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing Debian chromium for the browser tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: /usr/bin/chromium not found and not root: the browser tests will be skipped"
+  fi
+fi
+echo "setup: .venv ready"

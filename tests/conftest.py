@@ -1,0 +1,32 @@
+"""Shared fixtures: tiny real parts on CPU with fixed seeds (STYLE.md point 10)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(scope="session")
+def random_policy():
+    """The embedded architecture with random weights (seed 0): fast, and independent of the shipped file."""
+    from workbench.embedded import build_embedded
+    from workbench.policy import EmbeddedPolicy
+
+    model = build_embedded(seed=0)
+    model.text_encoder.eval().requires_grad_(False)
+    model.transformer.eval()
+    return EmbeddedPolicy(model)
+
+
+@pytest.fixture(scope="session")
+def shipped_policy():
+    """The shipped embedded weights."""
+    from workbench.policy import EmbeddedPolicy
+
+    return EmbeddedPolicy.load()

@@ -1,0 +1,162 @@
+"""Advantage estimators (METHODS.md section 2) on small hand-computed groups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from workbench.advantages import ADVANTAGES, dynamic_sampling_mask, gfpo_keep_mask
+from workbench.errors import WorkbenchError
+
+EPS = 1e-4
+
+
+def close(a: torch.Tensor, b, atol: float = 1e-6) -> bool:
+    return torch.allclose(a.double(), torch.as_tensor(b, dtype=torch.float64), atol=atol)
+
+
+def test_grpo_population_std_and_zero_variance_group():
+    adv = ADVANTAGES.get("grpo")(torch.tensor([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]]))
+    std = math.sqrt(2 / 3)  # population std of 1, 2, 3 (the unbiased one would be 1)
+    assert close(adv.values[0], [-1 / (std + EPS), 0.0, 1 / (std + EPS)])
+    assert adv.values[1].eq(0).all()
+    assert close(adv.group_mean, [2.0, 5.0]) and close(adv.group_std, [std, 0.0])
+    assert adv.zero_std.tolist() == [False, True]
+    assert adv.kept.all() and adv.alpha == 1.0 and not adv.needs_resample
+    assert adv.valid_fraction == pytest.approx(0.5)
+
+
+def test_grpo_clip_engages_at_five():
+    rewards = torch.zeros(1, 30)
+    rewards[0, 7] = 1.0  # mean 1/30, std sqrt(29)/30: the lone winner gets (29/30) / 0.1795 = 5.38
+    adv = ADVANTAGES.get("grpo")(rewards)
+    std = math.sqrt(29) / 30
+    assert (29 / 30) / (std + EPS) > 5
+    assert adv.values[0, 7].item() == pytest.approx(5.0)
+    assert close(adv.values[0, :7], [-(1 / 30) / (std + EPS)] * 7)
+    assert adv.clipped.sum().item() == 1
+    assert adv.stats()["adv/clip_frac"] == pytest.approx(1 / 30)
+    unclipped = ADVANTAGES.get("grpo")(rewards, clip=None)
+    assert unclipped.values[0, 7].item() == pytest.approx((29 / 30) / (std + EPS), rel=1e-5)
+
+
+def test_grpo_global_std_uses_whole_batch():
+    adv = ADVANTAGES.get("grpo")(torch.tensor([[0.0, 2.0], [0.0, 4.0]]), global_std=True)
+    std = math.sqrt(2.75)  # population std of 0, 2, 0, 4
+    assert close(adv.values, [[-1 / (std + EPS), 1 / (std + EPS)], [-2 / (std + EPS), 2 / (std + EPS)]])
+    per_group = ADVANTAGES.get("grpo")(torch.tensor([[0.0, 2.0], [0.0, 4.0]]))
+    assert close(per_group.values, [[-1 / (1 + EPS), 1 / (1 + EPS)], [-2 / (2 + EPS), 2 / (2 + EPS)]])
+
+
+def test_grpo_accepts_integer_rewards():
+    adv = ADVANTAGES.get("grpo")(torch.tensor([[1, 0], [0, 0]]))
+    assert adv.values.dtype == torch.float32
+    assert close(adv.values, [[0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS)], [0.0, 0.0]])
+
+
+def test_dr_grpo_is_centered_reward():
+    adv = ADVANTAGES.get("dr_grpo")(torch.tensor([[1.0, 2.0, 6.0], [3.0, 3.0, 3.0]]))
+    assert close(adv.values, [[-2.0, -1.0, 3.0], [0.0, 0.0, 0.0]])
+    assert adv.zero_std.tolist() == [False, True]
+    assert not adv.clipped.any()
+
+
+def test_gpg_alpha_rescales_by_valid_fraction():
+    rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [2.0, 0.0]])  # B = 8, M = 4
+    adv = ADVANTAGES.get("gpg")(rewards)
+    assert adv.alpha == pytest.approx(2.0)
+    assert close(adv.values, [[1.0, -1.0], [0.0, 0.0], [0.0, 0.0], [2.0, -2.0]])
+    assert adv.valid_fraction == pytest.approx(0.5)
+    assert not adv.needs_resample  # 0.5 is not below the default threshold 0.5
+    assert ADVANTAGES.get("gpg")(rewards, threshold=0.6).needs_resample
+
+
+def test_gpg_without_flat_groups_has_alpha_one():
+    adv = ADVANTAGES.get("gpg")(torch.tensor([[1.0, 3.0], [0.0, 1.0]]))
+    assert adv.alpha == 1.0 and adv.valid_fraction == 1.0
+    assert close(adv.values, [[-1.0, 1.0], [-0.5, 0.5]])
+
+
+def test_gpg_all_flat_groups_do_not_divide_by_zero():
+    adv = ADVANTAGES.get("gpg")(torch.ones(3, 4), threshold=0.0)
+    assert torch.isfinite(adv.values).all() and adv.values.eq(0).all()
+    assert adv.needs_resample and adv.valid_fraction == 0.0 and math.isfinite(adv.alpha)
+
+
+def test_gfpo_keeps_top_k_and_normalises_over_kept():
+    rewards = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    adv = ADVANTAGES.get("gfpo")(rewards, metric=torch.tensor([[4.0, 3.0, 2.0, 1.0]]), keep=2)
+    assert adv.kept.tolist() == [[True, True, False, False]]
+    assert close(adv.group_mean, [1.5]) and close(adv.group_std, [0.5])
+    assert close(adv.values, [[-0.5 / (0.5 + EPS), 0.5 / (0.5 + EPS), 0.0, 0.0]])
+    stats = adv.stats()  # over the kept samples only
+    assert stats["adv/mean"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["adv/abs_max"] == pytest.approx(0.5 / (0.5 + EPS))
+
+
+def test_gfpo_default_keep_is_half_and_ties_go_to_lower_index():
+    rewards = torch.tensor([[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]])
+    adv = ADVANTAGES.get("gfpo")(rewards, metric=torch.zeros(1, 6))
+    assert adv.kept.tolist() == [[True, True, True, False, False, False]]
+    assert gfpo_keep_mask(torch.tensor([[1.0, 2.0, 2.0, 0.0]]), 2).tolist() == [[False, True, True, False]]
+
+
+def test_gfpo_single_kept_sample_is_zero_variance():
+    adv = ADVANTAGES.get("gfpo")(torch.tensor([[1.0, 9.0]]), metric=torch.tensor([[0.0, 1.0]]), keep=1)
+    assert adv.zero_std.tolist() == [True] and adv.values.eq(0).all()
+
+
+def test_gfpo_bad_options():
+    rewards = torch.rand(2, 4)
+    with pytest.raises(WorkbenchError, match="metric"):
+        ADVANTAGES.get("gfpo")(rewards)
+    for keep in (0, 5):
+        with pytest.raises(WorkbenchError, match="keep must be an integer in 1..G=4"):
+            ADVANTAGES.get("gfpo")(rewards, metric=torch.rand(2, 4), keep=keep)
+    with pytest.raises(WorkbenchError, match=r"shape \(2, 4\)"):
+        ADVANTAGES.get("gfpo")(rewards, metric=torch.rand(2, 3))
+
+
+def test_stats_are_namespaced_and_correct():
+    stats = ADVANTAGES.get("grpo")(torch.tensor([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]])).stats()
+    assert {"adv/mean", "adv/std", "adv/abs_max", "adv/zero_std_frac", "adv/clip_frac"} <= set(stats)
+    a = 1 / (math.sqrt(2 / 3) + EPS)
+    assert stats["adv/mean"] == pytest.approx(0.0, abs=1e-6)
+    assert stats["adv/std"] == pytest.approx(math.sqrt(2 * a * a / 6), rel=1e-5)
+    assert stats["adv/abs_max"] == pytest.approx(a, rel=1e-5)
+    assert stats["adv/zero_std_frac"] == pytest.approx(0.5)
+    assert stats["adv/clip_frac"] == 0.0
+
+
+def test_dynamic_sampling_mask_drops_flat_groups():
+    rewards = torch.tensor([[1.0, 1.0], [0.0, 1.0], [2.0, 2.0 + 1e-9]])
+    assert dynamic_sampling_mask(rewards).tolist() == [False, True, False]
+    assert dynamic_sampling_mask(rewards, tol=0.0).tolist() == [True, True, True]
+
+
+def test_tolerance_option_marks_near_flat_groups():
+    rewards = torch.tensor([[1.0, 1.001], [0.0, 1.0]])
+    assert ADVANTAGES.get("grpo")(rewards, tol=0.01).zero_std.tolist() == [True, False]
+    assert ADVANTAGES.get("grpo")(rewards).zero_std.tolist() == [False, False]
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "gpg"])
+@pytest.mark.parametrize("rewards, message", [
+    (torch.tensor([1.0, 2.0]), "2-D"),
+    (torch.tensor([[1.0], [2.0]]), "G >= 2"),
+    (torch.tensor([[1.0, float("nan")]]), "NaN or inf"),
+    (torch.tensor([[1.0, float("inf")]]), "NaN or inf"),
+])
+def test_bad_rewards_raise_clear_errors(name, rewards, message):
+    with pytest.raises(WorkbenchError, match=message):
+        ADVANTAGES.get(name)(rewards)
+
+
+def test_unknown_estimator_lists_valid_names():
+    with pytest.raises(WorkbenchError) as info:
+        ADVANTAGES.get("ppo")
+    for name in ("dr_grpo", "gfpo", "gpg", "grpo"):
+        assert name in str(info.value)
+    assert ADVANTAGES.names() == ["dr_grpo", "gfpo", "gpg", "grpo"]

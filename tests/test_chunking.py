@@ -1,0 +1,201 @@
+"""Chunk schedules, chunk reductions, chunkers and weighted chunk sampling (GCPO, METHODS.md section 4)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench.chunking import (CHUNKERS, chunk_boundaries, chunk_ids, chunk_mean, chunk_sampling_weights,
+                                chunk_sum, parse_chunk_spec, sample_chunks, step_mask_from_chunks)
+from workbench.errors import WorkbenchError
+
+
+# Parsing
+
+def test_parse_sizes_and_boundaries():
+    assert parse_chunk_spec("2,3,4,7", 16) == [2, 3, 4, 7]
+    assert parse_chunk_spec(" 2, 3 ,4,7 ", 16) == [2, 3, 4, 7]
+    assert parse_chunk_spec("[2,3,4,7]", 16) == [2, 3, 4, 7]
+    assert parse_chunk_spec([8, 8], 16) == [8, 8]
+    assert parse_chunk_spec("2,5,9", 16, as_boundaries=True) == [2, 3, 4, 7]
+    assert parse_chunk_spec([1], 3, as_boundaries=True) == [1, 2]
+
+
+@pytest.mark.parametrize("spec, steps, bounds, message", [
+    ("2,a", 16, False, r"'a' is not an integer.*'2,3,4,7'"),
+    ("2,,14", 16, False, "not an integer"),
+    ([2, 2.5], 16, False, "only integers"),
+    ("2,0,14", 16, False, ">= 1"),
+    ("4,-1,13", 16, False, ">= 1"),
+    ("2,3", 16, False, r"sum to 5 but there are 16 trained steps.*sum to 16"),
+    ("", 16, False, "empty"),
+    ([], 16, True, "empty"),
+    ("0,5", 16, True, r"1\.\.15"),
+    ("5,16", 16, True, r"1\.\.15"),
+    ("5,2", 16, True, "strictly increasing"),
+    ("5,5", 16, True, "strictly increasing"),
+    ("2,3,4,7", 0, False, "positive integer"),
+])
+def test_bad_specs_say_what_is_wrong(spec, steps, bounds, message):
+    with pytest.raises(WorkbenchError, match=message):
+        parse_chunk_spec(spec, steps, as_boundaries=bounds)
+
+
+def test_chunk_ids_and_boundaries():
+    assert chunk_ids([2, 3]).tolist() == [0, 0, 1, 1, 1]
+    assert chunk_ids([2, 3]).dtype == torch.long
+    assert chunk_boundaries([2, 3, 4, 7]) == [2, 5, 9]
+    assert chunk_boundaries([16]) == []
+    sizes = [3, 1, 5]
+    assert parse_chunk_spec(chunk_boundaries(sizes), 9, as_boundaries=True) == sizes
+
+
+# Reductions
+
+def _loop_reference(x: torch.Tensor, sizes: list[int], reduce) -> torch.Tensor:
+    out, start = [], 0
+    for s in sizes:
+        out.append(torch.stack([reduce(row[start:start + s]) for row in x]))
+        start += s
+    return torch.stack(out, dim=1)
+
+
+@pytest.mark.parametrize("sizes", [[2, 3, 4, 7], [1] * 16, [16], [5, 1, 10]])
+def test_chunk_sum_and_mean_match_loop(sizes):
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.allclose(chunk_sum(x, sizes), _loop_reference(x, sizes, torch.sum))
+    assert torch.allclose(chunk_mean(x, sizes), _loop_reference(x, sizes, torch.mean))
+
+
+def test_chunk_mean_invariants_and_gradient():
+    x = torch.randn(2, 6, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    assert torch.equal(chunk_mean(x, [1] * 6), x)  # size-1 chunks are the steps themselves
+    assert torch.allclose(chunk_mean(x, [6])[:, 0], x.mean(dim=1))  # one chunk is the sequence mean
+    chunk_mean(x, [2, 4]).sum().backward()
+    assert torch.allclose(x.grad, torch.tensor([[0.5] * 2 + [0.25] * 4] * 2))
+
+
+def test_chunk_reductions_check_length():
+    with pytest.raises(WorkbenchError, match="cover 16 steps"):
+        chunk_mean(torch.zeros(2, 15), [2, 3, 4, 7])
+
+
+# Chunkers
+
+def test_temporal_matches_paper_and_sums_to_t():
+    assert CHUNKERS.get("temporal")(16) == [2, 3, 4, 7]
+    for t in range(1, 41):
+        sizes = CHUNKERS.get("temporal")(t)
+        assert sum(sizes) == t and min(sizes) >= 1 and len(sizes) == min(4, t)
+        assert sizes == sorted(sizes)  # short chunks at high noise, as in the paper
+
+
+def test_uniform_and_fixed():
+    assert CHUNKERS.get("uniform")(10) == [4, 4, 2]
+    assert CHUNKERS.get("uniform")(8, size=2) == [2, 2, 2, 2]
+    assert CHUNKERS.get("uniform")(3, size=1) == [1, 1, 1]
+    assert CHUNKERS.get("fixed")(16, sizes="8,8") == [8, 8]
+    with pytest.raises(WorkbenchError, match="sum to 12"):
+        CHUNKERS.get("fixed")(16, sizes=[4, 8])
+    with pytest.raises(WorkbenchError, match="needs sizes"):
+        CHUNKERS.get("fixed")(16)
+
+
+def test_adaptive_splits_at_the_turning_point():
+    curve = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0, 2.0, 3.0, 4.0])
+    # first backward differences: steps 0-4 falling, 5-7 rising -> runs [5, 3]; the run of 5 is
+    # larger than max_size 4, its second differences are all 0 (one sign) -> midpoint split [2, 3]
+    assert CHUNKERS.get("adaptive")(8, curve) == [2, 3, 3]
+    assert CHUNKERS.get("adaptive")(8, curve, max_size=5) == [5, 3]
+
+
+def test_adaptive_chunks_respect_sign_changes():
+    curve = torch.tensor([9.0, 7.0, 6.0, 5.5, 5.2, 5.1, 6.0, 7.5, 8.0, 9.0, 10.0, 12.0])
+    sizes = CHUNKERS.get("adaptive")(12, curve, max_size=4)
+    assert sum(sizes) == 12 and max(sizes) <= 4
+    assert 6 in chunk_boundaries(sizes)  # step 6 is the first rising step
+    rising = torch.diff(curve) > 0  # (T - 1,), entry s - 1 belongs to step s
+    for chunk in range(len(sizes)):
+        steps = (chunk_ids(sizes) == chunk).nonzero().flatten().clamp_min(1)
+        assert len(set(rising[steps - 1].tolist())) == 1
+
+
+def test_adaptive_on_monotone_curve_halves():
+    sizes = CHUNKERS.get("adaptive")(16, torch.linspace(1.0, 0.1, 16))  # one sign, second diffs ~0
+    assert sum(sizes) == 16 and max(sizes) <= 4 and sizes[:2] != [16]
+
+
+def test_adaptive_bad_input():
+    with pytest.raises(WorkbenchError, match="needs l1_rel"):
+        CHUNKERS.get("adaptive")(8)
+    with pytest.raises(WorkbenchError, match=r"shape \(8,\).*average"):
+        CHUNKERS.get("adaptive")(8, torch.rand(3, 8))
+    with pytest.raises(WorkbenchError, match="max_size must be an integer >= 2"):
+        CHUNKERS.get("adaptive")(8, torch.rand(8), max_size=1)
+
+
+def test_equal_mass_hand_cases():
+    assert CHUNKERS.get("equal_mass")(6, torch.tensor([3.0, 1, 1, 1, 1, 1]), num_chunks=2) == [2, 4]
+    assert CHUNKERS.get("equal_mass")(8, torch.ones(8)) == [2, 2, 2, 2]
+    assert CHUNKERS.get("equal_mass")(8, torch.zeros(8)) == [2, 2, 2, 2]
+    assert CHUNKERS.get("equal_mass")(3, torch.ones(3), num_chunks=4) == [1, 1, 1]
+    front_loaded = CHUNKERS.get("equal_mass")(16, torch.linspace(1.0, 0.0, 16) ** 2)
+    assert front_loaded == sorted(front_loaded) and front_loaded[0] < front_loaded[-1]
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 5, 16, 17, 33])
+def test_all_chunkers_sum_to_t_on_random_curves(t):
+    gen = torch.Generator().manual_seed(t)
+    for _ in range(5):
+        curve = torch.rand(t, generator=gen)
+        for name, options in [("uniform", {}), ("uniform", {"size": 3}), ("temporal", {}), ("fixed", {"sizes": [t]}),
+                              ("adaptive", {}), ("adaptive", {"max_size": 2}), ("equal_mass", {}),
+                              ("equal_mass", {"num_chunks": 7})]:
+            sizes = CHUNKERS.get(name)(t, curve, **options)
+            assert sum(sizes) == t and min(sizes) >= 1, (name, options, sizes)
+            if name == "adaptive":
+                assert max(sizes) <= options.get("max_size", 4)
+
+
+def test_unknown_chunker_lists_valid_names():
+    with pytest.raises(WorkbenchError) as info:
+        CHUNKERS.get("random")
+    for name in ("adaptive", "equal_mass", "fixed", "temporal", "uniform"):
+        assert name in str(info.value)
+
+
+# Weighted chunk sampling
+
+def test_chunk_sampling_weights_hand_case():
+    assert torch.allclose(chunk_sampling_weights([2, 2], torch.tensor([1.0, 1.0, 3.0, 3.0])), torch.tensor([0.25, 0.75]))
+    assert torch.allclose(chunk_sampling_weights([1, 3], torch.tensor([2.0, 1.0, 2.0, 3.0])), torch.tensor([0.5, 0.5]))
+
+
+def test_sample_chunks_count_and_no_replacement():
+    gen = torch.Generator().manual_seed(0)
+    l1 = torch.rand(16, generator=gen) + 0.1
+    sizes = [2, 3, 4, 7]
+    for _ in range(50):
+        chosen = sample_chunks(sizes, l1, generator=gen)
+        assert chosen.dtype == torch.long and len(chosen) == 2 and len(set(chosen.tolist())) == 2
+    assert len(sample_chunks(sizes, l1, fraction=1.0, generator=gen).unique()) == 4
+    assert len(sample_chunks(sizes, l1, fraction=0.01, generator=gen)) == 1
+    assert len(sample_chunks([1] * 5, torch.ones(5), fraction=0.5, generator=gen)) == 3  # 2.5 rounds up
+    with pytest.raises(WorkbenchError, match="fraction"):
+        sample_chunks(sizes, l1, fraction=0.0)
+
+
+def test_weighted_sampling_frequencies_follow_weights():
+    gen = torch.Generator().manual_seed(0)
+    l1 = torch.tensor([1.0, 1.0, 2.0, 2.0, 7.0, 7.0])  # chunk means 1, 2, 7 -> p = 0.1, 0.2, 0.7
+    draws = torch.cat([sample_chunks([2, 2, 2], l1, fraction=0.2, generator=gen) for _ in range(3000)])
+    freq = torch.bincount(draws, minlength=3).double() / len(draws)
+    assert torch.allclose(freq, torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64), atol=0.03)
+
+
+def test_step_mask_from_chunks():
+    mask = step_mask_from_chunks([2, 3, 4, 7], torch.tensor([1, 3]))
+    assert mask.dtype == torch.bool
+    assert mask.nonzero().flatten().tolist() == [2, 3, 4, 9, 10, 11, 12, 13, 14, 15]
+    with pytest.raises(WorkbenchError, match="0..3"):
+        step_mask_from_chunks([2, 3, 4, 7], [4])

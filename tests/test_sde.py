@@ -1,0 +1,92 @@
+"""Invariants of the SDE step (METHODS.md section 1)."""
+
+import math
+
+import pytest
+import torch
+from diffusers import FlowMatchEulerDiscreteScheduler
+
+from workbench.errors import WorkbenchError
+from workbench.schedule import sd3_sigmas
+from workbench.sde import SDE_KINDS, gaussian_log_prob, sde_step_with_logprob, step_mean_std
+
+
+def _inputs(b=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, 3, 4, 4, generator=g), torch.randn(b, 3, 4, 4, generator=g)
+
+
+@pytest.mark.parametrize("steps,shift", [(16, 3.0), (17, 3.0), (10, 1.0), (25, 5.0), (50, 7.0)])
+def test_sigmas_match_diffusers(steps, shift):
+    sched = FlowMatchEulerDiscreteScheduler(shift=shift)
+    sched.set_timesteps(steps)
+    assert torch.equal(sched.sigmas, sd3_sigmas(steps, shift))
+
+
+@pytest.mark.parametrize("kind", SDE_KINDS)
+def test_noise_level_zero_is_the_diffusers_euler_step(kind):
+    x, v = _inputs()
+    sched = FlowMatchEulerDiscreteScheduler(shift=3.0)
+    sched.set_timesteps(8)
+    sigmas = sd3_sigmas(8, 3.0)
+    for i in range(8):
+        sched._step_index = i
+        expected = sched.step(v, sched.timesteps[i], x).prev_sample
+        out = sde_step_with_logprob(x, v, sigmas[i].expand(3), sigmas[i + 1].expand(3), 0.0, kind,
+                                    sigma_max=sigmas[1].expand(3))
+        if kind == "cps":  # the same step, written as an interpolation: equal up to rounding
+            assert torch.allclose(out.x_next, expected, atol=1e-6), (kind, i)
+        else:
+            assert torch.equal(out.x_next, expected), (kind, i)
+        assert torch.equal(out.log_prob, torch.zeros(3))
+
+
+@pytest.mark.parametrize("kind", SDE_KINDS)
+def test_log_prob_matches_torch_normal(kind):
+    x, v = _inputs()
+    sigmas = sd3_sigmas(8, 3.0)
+    for i in range(7):  # the last cps step is deterministic
+        s, s_next = sigmas[i].expand(3), sigmas[i + 1].expand(3)
+        out = sde_step_with_logprob(x, v, s, s_next, 0.7, kind, sigma_max=sigmas[1].expand(3))
+        ref = torch.distributions.Normal(out.mean, out.std.view(-1, 1, 1, 1)).log_prob(out.x_next).flatten(1).mean(1)
+        assert torch.allclose(out.log_prob, ref, atol=1e-5), (kind, i)
+        assert (out.std > 0).all()
+
+
+def test_flow_grpo_formula_by_hand():
+    x, v = _inputs(1)
+    t, t_next, a = 0.6, 0.45, 0.7
+    dt = t_next - t
+    sig = a * math.sqrt(t / (1 - t))
+    mean = x * (1 + sig**2 * dt / (2 * t)) + v * (1 + sig**2 * (1 - t) / (2 * t)) * dt
+    out = sde_step_with_logprob(x, v, torch.tensor([t]), torch.tensor([t_next]), a)
+    assert torch.allclose(out.mean, mean, atol=1e-6)
+    assert torch.allclose(out.std, torch.tensor([sig * math.sqrt(-dt)]))
+
+
+def test_t_equal_one_uses_sigma_max_and_is_finite():
+    x, v = _inputs(1)
+    out = sde_step_with_logprob(x, v, torch.tensor([1.0]), torch.tensor([0.9]), 0.7, sigma_max=torch.tensor([0.95]))
+    assert torch.isfinite(out.log_prob).all() and torch.isfinite(out.x_next).all()
+    assert torch.allclose(out.std, torch.tensor([0.7 * math.sqrt(1 / 0.05) * math.sqrt(0.1)]))
+
+
+def test_rescoring_a_sampled_transition_gives_the_same_log_prob():
+    x, v = _inputs()
+    out = sde_step_with_logprob(x, v, torch.full((3,), 0.8), torch.full((3,), 0.7), 0.7)
+    again = sde_step_with_logprob(x, v, torch.full((3,), 0.8), torch.full((3,), 0.7), 0.7, x_next=out.x_next)
+    assert torch.equal(out.log_prob, again.log_prob)
+
+
+def test_gaussian_log_prob_is_mean_over_elements():
+    mean, x = torch.zeros(2, 1, 2, 2), torch.ones(2, 1, 2, 2)
+    lp = gaussian_log_prob(x, mean, torch.tensor([1.0, 2.0]))
+    expected = torch.tensor([-0.5 - math.log(math.sqrt(2 * math.pi)),
+                             -1 / 8 - math.log(2.0) - math.log(math.sqrt(2 * math.pi))])
+    assert torch.allclose(lp, expected)
+
+
+def test_unknown_kind_lists_valid_kinds():
+    x, v = _inputs(1)
+    with pytest.raises(WorkbenchError, match="flow_grpo, dance_grpo, cps"):
+        step_mean_std(x, v, torch.tensor([0.5]), torch.tensor([0.4]), 0.7, "ddim")

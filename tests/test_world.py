@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+
+from workbench.errors import WorkbenchError
+from workbench.perception import check, detect
+from workbench.world import (BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES, VOCABULARY, Scene, all_scenes,
+                             parse_prompt, render, split_scenes)
+
+
+def test_world_has_required_variety():
+    assert len(SHAPES) >= 4 and len(COLORS) >= 6 and len(SIZES) == 2 and len(POSITIONS) == 9
+    assert len(all_scenes()) == len(SHAPES) * len(COLORS) * 2 * 9 * len(BACKGROUNDS)
+
+
+def test_prompt_round_trip_for_every_scene():
+    for scene in all_scenes():
+        assert parse_prompt(scene.prompt()) == scene
+
+
+def test_parse_example_prompt():
+    s = parse_prompt("a large red circle in the top left on a white background")
+    assert s == Scene("circle", "red", "large", "top left", "white")
+    assert parse_prompt("A blue square, center.") == Scene(shape="square", color="blue", position="center")
+    assert parse_prompt("a green diamond in the middle middle").position == "center"
+
+
+@pytest.mark.parametrize("prompt,needle", [
+    ("a red dog", "unknown word 'dog'"),
+    ("", "empty"),
+    ("   ", "empty"),
+    ("a red blue circle", "two colors"),
+    ("a red circle in the top", "must be followed by"),
+    ("a large red", "names no shape"),
+])
+def test_parse_errors(prompt, needle):
+    with pytest.raises(WorkbenchError, match=needle):
+        parse_prompt(prompt)
+
+
+def test_unknown_word_error_lists_vocabulary():
+    with pytest.raises(WorkbenchError) as err:
+        parse_prompt("a purple hexagon")
+    assert "hexagon" in str(err.value) and all(w in str(err.value) for w in VOCABULARY)
+
+
+def test_render_shape_and_range():
+    img = render(Scene("triangle", "yellow", "small", "bottom right", "black"))
+    assert img.shape == (3, 32, 32) and img.dtype == np.float32
+    assert 0 <= img.min() and img.max() <= 1
+    assert np.allclose(img[:, 0, 0], np.array(BACKGROUNDS["black"]) / 255)  # corner far from the object
+
+
+def test_render_is_deterministic_and_jitter_differs():
+    scene = Scene("circle", "red", "large", "center", "white")
+    assert np.array_equal(render(scene), render(scene))
+    rng = np.random.default_rng(1)
+    assert not np.array_equal(render(scene), render(scene, rng))
+
+
+def test_render_rejects_incomplete_scene():
+    with pytest.raises(WorkbenchError, match="incomplete"):
+        render(Scene(shape="circle"))
+
+
+def test_checks_recover_every_canonical_and_jittered_scene():
+    rng = np.random.default_rng(0)
+    scenes = all_scenes()[::7]  # 186 scenes spread over every attribute
+    for scene in scenes:
+        for image in (render(scene), render(scene, rng)):
+            assert detect(image).scene() == scene
+
+
+def test_check_reports_wrong_attributes():
+    image = render(Scene("square", "blue", "large", "top left", "gray"))
+    result = check(image, Scene("circle", "blue", "large", "bottom right", "gray"))
+    assert result == {"shape": False, "color": True, "size": True, "position": False, "background": True}
+
+
+def test_blank_image_has_no_object():
+    det = detect(np.full((3, 32, 32), 0.5, dtype=np.float32))
+    assert not det.found and det.shape is None
+    assert check(np.full((3, 32, 32), 0.5, dtype=np.float32), Scene(shape="circle")) == {"shape": False}
+
+
+def test_split_is_disjoint_and_stable():
+    train, held = split_scenes()
+    assert len(held) == 200 and not set(train) & set(held)
+    assert split_scenes()[1] == held
