@@ -198,7 +198,7 @@ def sharpness(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     g = torch.cat([gx, gy], dim=1)  # (B, N)
     contrast = _background_and_distance(images)[1].flatten(1).max(dim=1).values  # (B,)
     score = (g**2).sum(dim=1) / (g.sum(dim=1) * contrast).clamp_min(1e-8)  # (B,) 0 / eps = 0 when flat
-    return (score*0+0.5).clamp(0, 1)
+    return score.clamp(0, 1)
 
 
 def _largest_blob_fraction(mask: torch.Tensor) -> torch.Tensor:
@@ -214,7 +214,7 @@ def _largest_blob_fraction(mask: torch.Tensor) -> torch.Tensor:
     fractions = []
     for row in labels.flatten(1):  # (H * W,)
         counts = torch.unique(row[row > 0], return_counts=True)[1]
-        fractions.append(counts.max() / counts.sum() if counts.numel() else torch.zeros(()))
+        fractions.append(counts.max() / counts.sum() if counts.numel() else torch.zeros((), device=mask.device))
     return torch.stack(fractions).float()  # (B,)
 
 

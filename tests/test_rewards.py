@@ -1,0 +1,231 @@
+"""Rewards: adherence and its attribute scores, detail/composition/JPEG rewards, specs, CLIP scores."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import workbench.rewards as rewards_module
+from workbench.errors import WorkbenchError
+from workbench.rewards import (REWARDS, RewardFunction, build_reward, parse_reward_spec, reward_names)
+from workbench.world import BACKGROUNDS, COLORS, GRID_CENTERS, SIZES, Scene, all_scenes, render, shape_mask
+
+PROMPT = "a large red circle in the center on a white background"
+SINGLE = ("color_match", "shape_match", "position_match", "size_match")
+
+
+def image_of(scene: Scene) -> torch.Tensor:
+    return torch.from_numpy(render(scene))[None]  # (1, 3, 32, 32)
+
+
+def shifted_circle(dx: float) -> torch.Tensor:
+    """The PROMPT's scene with the circle moved `dx` pixels right, (1, 3, 32, 32)."""
+    alpha = shape_mask("circle", GRID_CENTERS[1] + dx, GRID_CENTERS[1], SIZES["large"])[None]
+    fg = np.array(COLORS["red"], dtype=np.float32)[:, None, None] / 255
+    bg = np.array(BACKGROUNDS["white"], dtype=np.float32)[:, None, None] / 255
+    return torch.from_numpy((bg * (1 - alpha) + fg * alpha).astype(np.float32))[None]
+
+
+def score(name: str, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    out = REWARDS.get(name)(images, prompts)
+    assert out.shape == (len(prompts),) and out.dtype == torch.float32
+    return out
+
+
+def test_adherence_is_high_on_the_prompts_own_render():
+    scenes = all_scenes()[::97]  # 14 scenes over every shape, colour, size, position, background
+    images = torch.cat([image_of(s) for s in scenes])
+    assert (score("adherence", images, [s.prompt() for s in scenes]) > 0.9).all()
+
+
+def test_a_wrong_colour_costs_colour_but_not_shape():
+    right = image_of(Scene("circle", "red", "large", "center", "white"))
+    wrong = image_of(Scene("circle", "blue", "large", "center", "white"))
+    assert score("color_match", wrong, [PROMPT]) < 0.05 < 0.9 < score("color_match", right, [PROMPT])
+    assert score("shape_match", wrong, [PROMPT]) > 0.9
+    assert score("adherence", wrong, [PROMPT]) < score("adherence", right, [PROMPT]) - 0.15
+
+
+def test_a_wrong_shape_size_or_position_costs_that_score():
+    assert score("shape_match", image_of(Scene("square", "red", "large", "center", "white")), [PROMPT]) < 0.3
+    assert score("size_match", image_of(Scene("circle", "red", "small", "center", "white")), [PROMPT]) < 0.05
+    assert score("position_match", image_of(Scene("circle", "red", "large", "top left", "white")), [PROMPT]) < 0.05
+    assert score("adherence", image_of(Scene("circle", "red", "large", "center", "black")), [PROMPT]) < 0.85
+
+
+def test_adherence_is_continuous_in_the_position():
+    exact, near, far = (score("adherence", shifted_circle(dx), [PROMPT]) for dx in (0.0, 3.0, 8.0))
+    assert exact > near > far
+    middle = score("position_match", shifted_circle(3.0), [PROMPT])
+    assert 0.5 < middle < 0.9  # Gaussian with a 4 px scale: exp(-9 / 32) = 0.75
+
+
+def test_blank_image_scores_zero_and_all_single_attribute_rewards_stay_in_unit_interval():
+    blank = torch.ones(1, 3, 32, 32)
+    for name in ("adherence", *SINGLE):
+        assert score(name, blank, [PROMPT]) == 0
+    g = torch.Generator().manual_seed(0)
+    images = torch.cat([image_of(s) for s in all_scenes()[::160]] + [torch.rand(3, 3, 32, 32, generator=g)])
+    prompts = ["a small green triangle in the bottom right on a black background"] * len(images)
+    for name in ("adherence", *SINGLE, "sharpness", "composition"):
+        values = score(name, images, prompts)
+        assert ((values >= 0) & (values <= 1)).all(), name
+
+
+def test_unspecified_attribute_scores_one_when_an_object_is_drawn():
+    image = image_of(Scene("circle", "red", "large", "center", "white"))
+    assert score("color_match", image, ["a circle"]) == 1 and score("size_match", image, ["a circle"]) == 1
+
+
+def test_sharpness_prefers_crisp_edges():
+    images = torch.cat([image_of(s) for s in all_scenes()[::200]])
+    blurred = torch.nn.functional.avg_pool2d(images, 3, stride=1, padding=1, count_include_pad=False)
+    prompts = ["a circle"] * len(images)
+    assert (score("sharpness", images, prompts) > score("sharpness", blurred, prompts) + 0.15).all()
+    assert score("sharpness", torch.full((1, 3, 32, 32), 0.5), ["a circle"]) == 0
+
+
+def test_composition_penalises_a_noisy_background_and_extra_blobs():
+    image = image_of(Scene("square", "green", "small", "top left", "gray"))
+    noise = 0.05 * torch.randn(image.shape, generator=torch.Generator().manual_seed(0))
+    assert score("composition", image, ["a square"]) > 0.99
+    assert score("composition", (image + noise).clamp(0, 1), ["a square"]) < 0.5
+    two = image.clone()
+    two[:, :, 20:28, 20:28] = torch.tensor([1.0, 0.0, 0.0])[:, None, None]  # a second 64-pixel blob
+    assert 0.3 < score("composition", two, ["a square"]) < 0.7
+
+
+def test_jpeg_size_grows_with_noise_as_in_ddpo():
+    flat = torch.full((1, 3, 32, 32), 0.5)
+    noise = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    images, prompts = torch.cat([flat, noise]), ["a circle"] * 2
+    size = score("jpeg_incompressibility", images, prompts)
+    assert size[1] > size[0] + 0.5
+    assert torch.equal(score("jpeg_compressibility", images, prompts), -size)
+
+
+def test_reward_docstring_examples_hold():
+    result = doctest.testmod(rewards_module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 16 and result.failed == 0
+
+
+def test_parse_reward_spec():
+    assert parse_reward_spec("adherence:1,sharpness:0.5") == {"adherence": 1.0, "sharpness": 0.5}
+    assert parse_reward_spec(" adherence , jpeg_compressibility : -2 ") == {"adherence": 1.0,
+                                                                          "jpeg_compressibility": -2.0}
+    assert {"adherence", "composition", "clip_score", "pickscore"} <= set(reward_names())
+
+
+@pytest.mark.parametrize("spec,needle", [
+    ("", "empty"), ("  ", "empty"), ("adherence,,sharpness", "empty entry"),
+    ("beauty:1", "unknown reward 'beauty'; valid rewards: adherence"),
+    ("adherence:abc", "'abc' of reward 'adherence' is not a finite number"),
+    ("adherence:nan", "not a finite number"), ("adherence:", "not a finite number"),
+    ("adherence:1,adherence:2", "names 'adherence' twice"),
+])
+def test_parse_reward_spec_errors(spec, needle):
+    with pytest.raises(WorkbenchError, match=needle):
+        parse_reward_spec(spec)
+
+
+def test_reward_function_is_the_weighted_sum_of_its_components():
+    reward = build_reward("adherence:2,sharpness:-0.5,jpeg_incompressibility:0.25")
+    assert reward.names == ["adherence", "sharpness", "jpeg_incompressibility"]
+    images = torch.cat([image_of(Scene("circle", "red", "large", "center", "white")), shifted_circle(5.0),
+                        torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))])
+    prompts = [PROMPT] * 3
+    parts = reward.components(images, prompts)
+    expected = 2 * parts["adherence"] - 0.5 * parts["sharpness"] + 0.25 * parts["jpeg_incompressibility"]
+    assert torch.allclose(reward(images, prompts), expected)
+    assert torch.equal(parts["sharpness"], REWARDS.get("sharpness")(images, prompts))
+
+
+def test_non_finite_scores_raise_naming_reward_and_prompt():
+    def half_broken(images, prompts):
+        return torch.tensor([0.5, float("nan")])
+
+    reward = RewardFunction({"half_broken": 1.0}, {"half_broken": half_broken})
+    with pytest.raises(WorkbenchError, match=r"reward 'half_broken' is nan for image 1 \(prompt 'a blue square'\)"):
+        reward(torch.zeros(2, 3, 32, 32), ["a red circle", "a blue square"])
+    images = image_of(Scene("circle", "red", "large", "center", "white")).repeat(2, 1, 1, 1)
+    images[1, 0, 3, 3] = float("nan")
+    assert torch.isnan(REWARDS.get("sharpness")(images, ["a red circle"] * 2)[1])
+    with pytest.raises(WorkbenchError, match=r"image 1 \(prompt 'a blue square'\) contains NaN"):
+        build_reward("sharpness")(images, ["a red circle", "a blue square"])
+    with pytest.raises(WorkbenchError, match="2 prompts"):
+        build_reward("sharpness")(images[:1], ["a red circle", "a blue square"])
+
+
+# ------------------------------------------------------------------------------------------- CLIP
+WORDS = ("a", "large", "red", "circle", "blue", "square", "in", "the", "center", "on", "white", "background")
+
+
+def write_tiny_clip(folder) -> None:
+    """A random 2-layer CLIP (32 wide, 30x30 images) and a BPE tokenizer knowing WORDS, saved to `folder`."""
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    special = ["<|startoftext|>", "<|endoftext|>"]
+    letters = sorted(set("".join(WORDS)))
+    vocab = special + letters + [c + "</w>" for c in letters]
+    merges = []
+    for word in WORDS:  # merge each word left to right: "r e", "re d</w>"
+        symbols = list(word[:-1]) + [word[-1] + "</w>"]
+        while len(symbols) > 1:
+            merges.append(f"{symbols[0]} {symbols[1]}")
+            symbols = [symbols[0] + symbols[1]] + symbols[2:]
+            vocab.append(symbols[0])
+    vocab = list(dict.fromkeys(vocab))
+    merges = list(dict.fromkeys(merges))
+    raw = folder / "raw_tokenizer"
+    raw.mkdir()
+    (raw / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+    (raw / "merges.txt").write_text("\n".join(["#version: 0.2", *merges]) + "\n")
+    tokenizer = CLIPTokenizer.from_pretrained(raw)
+    tokenizer.save_pretrained(folder / "clip")
+    torch.manual_seed(0)
+    text = dict(vocab_size=1000, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=32, eos_token_id=tokenizer.eos_token_id,
+                bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id)
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+                  image_size=30, patch_size=2)
+    CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=32)).save_pretrained(folder / "clip")
+
+
+def test_clip_score_and_pickscore_load_a_local_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    write_tiny_clip(tmp_path)
+    path = str(tmp_path / "clip")
+    from transformers import CLIPModel
+
+    loads, load = [], CLIPModel.from_pretrained
+    monkeypatch.setattr(CLIPModel, "from_pretrained",
+                        lambda folder, **kw: loads.append(str(folder)) or load(folder, **kw))
+    reward = build_reward("clip_score,pickscore:0.1", clip_path=path, pickscore_path=path)
+    images = torch.cat([image_of(Scene("circle", "red", "large", "center", "white")),
+                        image_of(Scene("square", "blue", "large", "center", "white"))])
+    prompts = ["a large red circle in the center", "a blue square on a white background"]
+    parts = reward.components(images, prompts)
+    clip, pick = parts["clip_score"], parts["pickscore"]
+    assert clip.shape == (2,) and torch.isfinite(clip).all() and (clip.abs() <= 1).all()
+    scale = load(path, local_files_only=True).logit_scale.exp().detach()
+    assert torch.allclose(pick, scale * clip, atol=1e-5)  # PickScore = exp(logit_scale) * cosine
+    swapped = reward.components(images, prompts[::-1])["clip_score"]
+    assert not torch.allclose(swapped, clip)  # the text matters
+    assert loads == [path, path]  # one load per model reward, none on the later calls
+
+
+def test_clip_rewards_explain_a_missing_folder(tmp_path):
+    with pytest.raises(WorkbenchError, match="'clip_score' needs a local CLIP model folder; pass clip_path="):
+        build_reward("adherence,clip_score")
+    with pytest.raises(WorkbenchError, match="pickscore_path folder .* does not exist; pass pickscore_path="):
+        build_reward("pickscore", pickscore_path=str(tmp_path / "nope"))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(WorkbenchError, match="has no model.safetensors"):
+        build_reward("clip_score", clip_path=str(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(WorkbenchError, match=r"has no tokenizer.json \(or vocab.json and merges.txt\)"):
+        build_reward("clip_score", clip_path=str(tmp_path))
