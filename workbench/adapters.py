@@ -87,8 +87,9 @@ def _latent_size(resolution: int | None, default: int, vae_scale: int, patch: in
     pixels = default if resolution is None else resolution
     multiple = vae_scale * patch
     if pixels <= 0 or pixels % multiple:
+        nearest = max(multiple, pixels - pixels % multiple)
         raise WorkbenchError(f"resolution {pixels} px does not fit {model}: it must be a positive multiple of "
-                             f"{multiple} (VAE factor {vae_scale} x patch {patch}); try {max(multiple, pixels - pixels % multiple)}")
+                             f"{multiple} (VAE factor {vae_scale} x patch {patch}); try {nearest}")
     return pixels // vae_scale
 
 
@@ -143,7 +144,7 @@ class SD3Policy(FlowPolicy):
     def denoise(self, x, sigma, embeds, pooled):
         """Velocity (B, C, H, W) in float32; the SD3 transformer takes timestep = sigma * 1000."""
         dtype = self.transformer.dtype
-        out = self.transformer(hidden_states=x.to(dtype), timestep=sigma * 999.0,
+        out = self.transformer(hidden_states=x.to(dtype), timestep=sigma * 1000.0,
                                encoder_hidden_states=embeds.to(dtype), pooled_projections=pooled.to(dtype),
                                return_dict=False)[0]
         return out.float()
@@ -186,8 +187,10 @@ class FluxPolicy(FlowPolicy):
                                       sched.get("max_image_seq_len", 4096), sched.get("base_shift", 0.5),
                                       sched.get("max_shift", 1.15))
         # the equivalent SD3-style shift (e^mu for the exponential time shift), shown as the model's default
-        dynamic = self.mu if self.linear_shift else math.exp(self.mu) if self.mu is not None else None
-        self.default_shift = float(sched.shift if dynamic is None else dynamic)
+        if self.mu is None:
+            self.default_shift = float(sched.shift)
+        else:
+            self.default_shift = float(self.mu if self.linear_shift else math.exp(self.mu))
 
     def schedule(self, steps: int, shift: float | None = None) -> torch.Tensor:
         """The FLUX pipeline's sigmas (T + 1,) at this resolution; an explicit shift s means mu = ln s."""
@@ -245,7 +248,8 @@ def load_policy(path: str | Path | None = None, device: str | None = None, dtype
         return _load_pipeline(folder, device, dt, options)
     if folder is not None and not ((folder / CONFIG_FILE).is_file() and (folder / WEIGHTS_FILE).is_file()):
         raise WorkbenchError(f"{folder} is not a model folder: it has neither model_index.json (diffusers SD3/FLUX) "
-                             f"nor {CONFIG_FILE} + {WEIGHTS_FILE} (embedded); point the model path at the folder holding them")
+                             f"nor {CONFIG_FILE} + {WEIGHTS_FILE} (embedded); point the model path at the folder "
+                             "holding them")
     if options or dt != torch.float32:
         given = ", ".join([*options, *([f"dtype={dtype}"] if dt != torch.float32 else [])])
         raise WorkbenchError(f"the embedded model runs in float32 and takes no options ({given}); drop them")
@@ -273,12 +277,14 @@ def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict)
     valid = [p for p in inspect.signature(policy_cls.__init__).parameters if p not in ("self", "pipe")]
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise WorkbenchError(f"unknown option(s) {', '.join(unknown)} for {class_name}; valid options: {', '.join(valid)}")
+        raise WorkbenchError(f"unknown option(s) {', '.join(unknown)} for {class_name}; "
+                             f"valid options: {', '.join(valid)}")
     components = {k: v for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and len(v) == 2}
-    missing = [k for k, (library, _) in components.items() if library is not None and not (folder / k).is_dir()]
+    missing = [k for k, (library, _) in components.items()
+               if library is not None and not ((folder / k).is_dir() and any((folder / k).iterdir()))]
     if missing:
-        raise WorkbenchError(f"{folder} lacks the component folder(s) {', '.join(missing)} named in model_index.json; "
-                             "copy them from the complete model download")
+        raise WorkbenchError(f"{folder} lacks the component folder(s) {', '.join(missing)} named in model_index.json "
+                             "(or they are empty); copy them from the complete model download")
     never_saved = {k: None for k, (library, _) in components.items() if library is None}
     import diffusers
 
@@ -289,7 +295,8 @@ def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict)
                                                                   torch_dtype=dtype, **never_saved)
     except (OSError, ValueError, RuntimeError, TypeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WorkbenchError(f"cannot load {class_name} from {folder} ({first}); check the download is complete") from None
+        raise WorkbenchError(f"cannot load {class_name} from {folder} ({first}); "
+                             "check that the download is complete") from None
     policy = policy_cls(pipe.to(device), **options)
     policy.name = f"{policy.name}:{folder.name}"
     return policy
