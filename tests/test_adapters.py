@@ -17,7 +17,6 @@ from workbench.adapters import FluxPolicy, SD3Policy, default_device, flux_pipel
 from workbench.errors import WorkbenchError
 from workbench.policy import EmbeddedPolicy
 from workbench.sampler import initial_noise, rescore, sample_group, transition
-from workbench.schedule import flux_sigmas
 from workbench.trajectory import SamplingConfig
 
 PX = 16  # image side; the tiny VAE has one block, so latents are 16 x 16 too
@@ -214,7 +213,7 @@ def test_flux_guidance_is_the_embedding_not_cfg(flux):
     assert not torch.allclose(moved, v)
 
 
-def test_flux_schedule_matches_the_scheduler_and_flux_sigmas(flux):
+def test_flux_schedule_matches_the_scheduler(flux):
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
@@ -223,7 +222,6 @@ def test_flux_schedule_matches_the_scheduler_and_flux_sigmas(flux):
         scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True)
         scheduler.set_timesteps(sigmas=np.linspace(1.0, 1 / steps, steps), mu=mu)
         assert torch.equal(flux_pipeline_sigmas(steps, mu=mu), scheduler.sigmas)
-        torch.testing.assert_close(flux_sigmas(steps, seq_len), scheduler.sigmas, atol=3e-7, rtol=0)
         torch.testing.assert_close(flux_pipeline_sigmas(steps, shift=math.exp(mu)), scheduler.sigmas, atol=3e-7,
                                    rtol=0)
     assert flux.default_shift == pytest.approx(math.exp(calculate_shift(flux.image_seq_len)))

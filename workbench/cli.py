@@ -102,6 +102,71 @@ def _round(x, digits: int = 6):
     return [_round(v, digits) for v in x] if isinstance(x, list) else round(float(x), digits)
 
 
+def cmd_attribute(args: argparse.Namespace) -> int:
+    from workbench.credit import measure_credit
+    from workbench.rewards import build_reward
+    from workbench.sampler import sample_group
+
+    config = sampling_config(args)
+    reward = build_reward(args.reward)
+    policy = load_model(args)
+    policy.check_prompt(args.prompt)
+    group = sample_group(policy, args.prompt, config)
+    credit = measure_credit(policy, group, reward, branches=args.branches, chunks=args.chunks,
+                            advantage=args.advantage, seed=args.seed, progress=_progress("branching"))
+    summary = credit.summary()
+    if args.json:
+        print(json.dumps({k: _round(v) if isinstance(v, (list, float)) and k != "chunks" else v
+                          for k, v in summary.items()}))
+        return 0
+    print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} K={args.branches} chunks {credit.sizes}")
+    for i, (a, row) in enumerate(zip(credit.advantages.tolist(), credit.step_credit.tolist())):
+        marks = "".join("x" if m else "." for m in credit.misattributed_steps()[i].tolist())
+        print(f"  traj {i}: reward {credit.rewards[i]:.3f}  A {a:+.2f}  misattributed steps {marks}")
+    print(f"step misattribution  {summary['step_misattribution']:.3f} +- {summary['step_misattribution_se']:.3f}")
+    print(f"chunk misattribution {summary['chunk_misattribution']:.3f} +- {summary['chunk_misattribution_se']:.3f}")
+    return 0
+
+
+def cmd_chunks(args: argparse.Namespace) -> int:
+    from workbench.chunking import CHUNKERS
+    from workbench.dynamics import dynamics_curve
+    from workbench.trajectory import SamplingConfig
+    from workbench.world import all_scenes
+
+    chunker = CHUNKERS.get(args.method)
+    options = {k: v for k, v in (("size", args.size), ("num_chunks", args.num_chunks),
+                                 ("max_size", args.max_size), ("sizes", args.sizes)) if v is not None}
+    policy = load_model(args)
+    scenes = all_scenes()
+    prompts = [scenes[i].prompt() for i in range(0, len(scenes), max(1, len(scenes) // args.prompts))][: args.prompts]
+    config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, seed=args.seed)
+    curve = dynamics_curve(policy, prompts, config, metric=args.metric, progress=_progress("trajectories"))
+    sizes = chunker(args.steps, curve.mean, **options)
+    if args.json:
+        print(json.dumps({"method": args.method, "steps": args.steps, "sizes": sizes, "metric": args.metric,
+                          "l1_rel": _round(curve.mean.tolist()), "l1_rel_std": _round(curve.std.tolist()),
+                          "prompts": len(prompts)}))
+    else:
+        print(f"{args.method} chunks over {args.steps} steps: {sizes}")
+        print("mean " + args.metric + "_rel per step: " + " ".join(f"{v:.3f}" for v in curve.mean.tolist()))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from workbench.bench import run
+
+    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None)
+    return 0
+
+
+def _progress(label: str):
+    def report(done: int, total: int) -> None:
+        end = "\n" if done == total else ""
+        print(f"\r{label}: {done}/{total}", end=end, file=sys.stderr, flush=True)
+    return report
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description="Chunk-GRPO Workbench command line.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
@@ -111,12 +176,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="an image path (grid.png) or a folder for the whole group")
     p.add_argument("--json", action="store_true", help="print a JSON summary (needs a folder --out)")
     p.set_defaults(func=cmd_sample)
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+
+    p = sub.add_parser("attribute", help="measure step vs chunk advantage misattribution (Monte-Carlo credit)",
+                       description="Sample a group, branch K continuations from every state, and compare "
+                                   "each step's measured credit with the uniform GRPO advantage.")
+    add_sampling_args(p)
+    p.add_argument("--branches", type=positive_int, default=4, help="continuations per state, K (default 4)")
+    p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
+    p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
+    p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_attribute)
+
+    p = sub.add_parser("chunks", help="chunk boundaries from the temporal-dynamics curve",
+                       description="Sample trajectories over many prompts, average their L1_rel curve, and cut "
+                                   "chunks with a chunker (uniform, fixed, temporal, adaptive, equal_mass).")
+    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--method", default="adaptive", help="chunker name (default adaptive)")
+    p.add_argument("--prompts", type=positive_int, default=32, help="prompts to average over (default 32)")
+    p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
+    p.add_argument("--noise-level", type=non_negative_float, default=0.7, help="SDE noise level (default 0.7)")
+    p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")
+    p.add_argument("--size", type=positive_int, default=None, help="chunk size for uniform")
+    p.add_argument("--num-chunks", type=positive_int, default=None, help="number of chunks for equal_mass")
+    p.add_argument("--max-size", type=positive_int, default=None, help="largest chunk for adaptive")
+    p.add_argument("--sizes", default=None, help="sizes for fixed, e.g. 2,3,4,7")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_model_args(p)
+    p.set_defaults(func=cmd_chunks)
+
+    p = sub.add_parser("bench", help="print benchmark figures against the targets")
+    p.add_argument("which", nargs="?", default="all", choices=["load", "sampling", "credit", "train", "all"])
+    add_model_args(p)
+    p.set_defaults(func=cmd_bench)
+
+    from workbench.train_cli import register
+    register(sub)
     return parser
-
-
-_EXTRA_COMMANDS: list = []  # later commands add themselves here (attribute, chunks, train, bench)
 
 
 def main(argv: list[str] | None = None) -> int:

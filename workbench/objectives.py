@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from workbench.chunking import chunk_sum
 from workbench.errors import WorkbenchError
 from workbench.registry import Registry
 
@@ -167,11 +168,6 @@ def _log_ratio(inputs: PolicyInputs, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, diff, torch.zeros_like(diff))
 
 
-def _segment_sum(x: torch.Tensor, ids: torch.Tensor, k: int) -> torch.Tensor:
-    """Sum (B, T) -> (B, K) over the steps of each chunk; ids (T,) long chunk index per step."""
-    return torch.zeros(x.shape[0], k, dtype=x.dtype, device=x.device).index_add_(1, ids, x)
-
-
 def _mean_over_units(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Mean over valid units per trajectory, then over trajectories with a valid unit: (B, U) -> ()."""
     count = valid.sum(dim=1)  # (B,)
@@ -290,11 +286,9 @@ def chunk_objective(inputs: PolicyInputs, settings: ObjectiveSettings, chunks: l
                              f"make them sum to {t}")
     mask = inputs.trained()  # (B, T)
     l = _log_ratio(inputs, mask) * _step_weights(inputs, mask)  # (B, T) w_t l_{i,t}
-    ids = torch.repeat_interleave(torch.arange(len(chunks), device=l.device),
-                                  torch.tensor(chunks, device=l.device))  # (T,) chunk index of each step
-    count = _segment_sum(mask.to(l), ids, len(chunks))  # (B, K) trained steps per chunk
+    count = chunk_sum(mask.to(l), chunks)  # (B, K) trained steps per chunk
     valid = count > 0  # (B, K)
-    chunk_l = _segment_sum(l, ids, len(chunks)) / count.clamp_min(1)  # (B, K) mean log-ratio per chunk
+    chunk_l = chunk_sum(l, chunks) / count.clamp_min(1)  # (B, K) mean log-ratio over trained steps
     adv = inputs.advantages.detach().to(l).unsqueeze(1).expand_as(chunk_l)  # (B, K)
     per_chunk, clipped = clipped_surrogate(chunk_l.exp(), adv, settings.clip_low, settings.eps_high)
     policy_loss = _mean_over_units(per_chunk, valid)

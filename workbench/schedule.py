@@ -1,13 +1,11 @@
 """Timestep schedules for rectified-flow sampling (SD3-style shift).
 
 `sd3_sigmas` reproduces diffusers' `FlowMatchEulerDiscreteScheduler(shift=...).set_timesteps(N).sigmas`
-exactly (tested), so the embedded model and real SD3 models run on the same grid. `flux_sigmas`
-reproduces the FLUX pipeline's resolution-dependent (exponential) shift.
+exactly (tested), so the embedded model and real SD3 models run on the same grid. FLUX's
+resolution-dependent schedule lives with its adapter (`workbench.adapters.flux_pipeline_sigmas`).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
@@ -35,14 +33,3 @@ def sd3_sigmas(steps: int, shift: float = 3.0) -> torch.Tensor:
     sigmas = torch.from_numpy(shift_sigmas(base, shift)).to(torch.float32)  # (T,)
     return torch.cat([sigmas, torch.zeros(1)])  # (T + 1,)
 
-
-def flux_sigmas(steps: int, image_seq_len: int, base_shift: float = 0.5, max_shift: float = 1.15,
-                base_seq_len: int = 256, max_seq_len: int = 4096) -> torch.Tensor:
-    """FLUX schedule (T + 1,): linspace(1, 1/T) shifted by exp(mu) with mu linear in the token count."""
-    if steps < 1:
-        raise WorkbenchError(f"steps must be a positive integer, got {steps}")
-    slope = (max_shift - base_shift) / (max_seq_len - base_seq_len)
-    mu = image_seq_len * slope + (base_shift - slope * base_seq_len)
-    base = np.linspace(1.0, 1.0 / steps, steps)
-    sigmas = math.exp(mu) / (math.exp(mu) + (1 / base - 1) ** 1.0)
-    return torch.cat([torch.from_numpy(sigmas).to(torch.float32), torch.zeros(1)])

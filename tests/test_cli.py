@@ -1,0 +1,98 @@
+"""The command line: outputs, JSON summaries and one-line errors (no tracebacks)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli import main
+from workbench.embedded import build_embedded, save_embedded
+
+PROMPT = "a large red circle in the top left on a white background"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+
+
+def run_cli(*args):
+    """Run `python -m workbench` in a subprocess, as a user would."""
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_sample_writes_a_grid(model_dir, tmp_path, capsys):
+    out = tmp_path / "grid.png"
+    assert main(["sample", "--prompt", PROMPT, "--num", "4", "--steps", "3", "--seed", "0", "--out", str(out),
+                 "--model", str(model_dir)]) == 0
+    assert out.is_file() and str(out) in capsys.readouterr().out
+
+
+def test_sample_json_summary(model_dir, tmp_path, capsys):
+    out = tmp_path / "group"
+    assert main(["sample", "--prompt", PROMPT, "--group", "3", "--steps", "4", "--noise-level", "0.7", "--seed", "0",
+                 "--out", str(out), "--json", "--model", str(model_dir)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["prompt"] == PROMPT and summary["group"] == 3 and summary["steps"] == 4
+    assert len(summary["sigmas"]) == 5 and len(summary["log_prob"]) == 3 and len(summary["log_prob"][0]) == 4
+    assert len(summary["l1_rel"]) == 3 and len(summary["l1_rel"][0]) == 4
+    for path in summary["files"].values():
+        assert (tmp_path / "group" / path.split("/")[-1]).is_file()
+
+
+def test_attribute_json(model_dir, capsys):
+    assert main(["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "4", "--branches", "2",
+                 "--chunks", "1,3", "--json", "--model", str(model_dir)]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert len(s["advantage"]) == 3 and len(s["credit"][0]) == 4 and len(s["chunk_credit"][0]) == 2
+    for key in ("step_misattribution", "chunk_misattribution", "step_misattribution_se", "chunk_misattribution_se"):
+        assert 0 <= s[key] <= 1
+
+
+def test_chunks_json(model_dir, capsys):
+    assert main(["chunks", "--steps", "6", "--method", "adaptive", "--prompts", "3", "--json",
+                 "--model", str(model_dir)]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert sum(s["sizes"]) == 6 and len(s["l1_rel"]) == 6
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["sample", "--prompt", "a red dog", "--out", "x.png"], "unknown word 'dog'"),
+    (["sample", "--prompt", "", "--out", "x.png"], "empty"),
+    (["sample", "--prompt", PROMPT, "--num", "0", "--out", "x.png"], "positive integer"),
+    (["sample", "--prompt", PROMPT, "--steps", "-3", "--out", "x.png"], "positive integer"),
+    (["sample", "--prompt", PROMPT, "--num", "two", "--out", "x.png"], "positive integer"),
+    (["sample", "--prompt", PROMPT, "--steps", "2", "--out", "/proc/nope/grid.png"], "cannot write"),
+    (["sample", "--prompt", PROMPT, "--model", "/nonexistent/model", "--out", "x.png"], "does not exist"),
+    (["attribute", "--prompt", PROMPT, "--steps", "4", "--chunks", "2,a"], "integer"),
+    (["chunks", "--method", "zigzag"], "valid chunkers"),
+])
+def test_errors_are_one_line_without_traceback(args, needle, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    assert result.returncode != 0
+    assert needle in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith("error")]) == 1
+
+
+def test_corrupted_weights_are_a_clear_error(model_dir, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text((model_dir / "config.json").read_text())
+    (bad / "model.safetensors").write_bytes(b"not a safetensors file")
+    result = run_cli("sample", "--prompt", PROMPT, "--model", str(bad), "--out", str(tmp_path / "g.png"))
+    assert result.returncode == 2 and "corrupted" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_missing_weights_are_a_clear_error(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    result = run_cli("sample", "--prompt", PROMPT, "--model", str(tmp_path / "m"), "--out", str(tmp_path / "g.png"))
+    assert result.returncode == 2 and "model.safetensors" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["sample", "attribute", "chunks", "bench", "train"])
+def test_every_command_has_help(command):
+    result = run_cli(command, "--help")
+    assert result.returncode == 0 and "usage" in result.stdout
