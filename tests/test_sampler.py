@@ -67,8 +67,8 @@ def test_noise_level_zero_is_the_diffusers_euler_loop(random_policy):
     cond = random_policy.encode([PROMPT]).repeat(2)
     x = g.states[:, 0].clone()
     with torch.no_grad():
-        for t in sched.timesteps:
-            v = random_policy.transformer(x, cond.embeds, cond.pooled, t.expand(2), return_dict=False)[0]
+        for i, t in enumerate(sched.timesteps):
+            v = random_policy.denoise(x, sched.sigmas[i].expand(2), cond.embeds, cond.pooled)
             x = sched.step(v, t, x).prev_sample
     assert torch.equal(x, g.states[:, -1])
     assert (g.log_probs == 0).all()

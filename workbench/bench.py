@@ -49,8 +49,8 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 5) -
         sched.set_timesteps(steps)
         cond = policy.encode([PROMPT]).repeat(group)
         x = torch.randn(group, *policy.latent_shape)
-        for t in sched.timesteps:
-            v = policy.transformer(x, cond.embeds, cond.pooled, t.expand(group), return_dict=False)[0]
+        for i, t in enumerate(sched.timesteps):
+            v = policy.denoise(x, sched.sigmas[i].expand(group), cond.embeds, cond.pooled)
             x = sched.step(v, t, x).prev_sample
         policy.decode(x)
 

@@ -111,8 +111,7 @@ class EmbeddedPolicy(FlowPolicy):
         return Conditioning(embeds, pooled, u_embeds, u_pooled)
 
     def denoise(self, x, sigma, embeds, pooled):
-        return self.transformer(hidden_states=x, encoder_hidden_states=embeds, pooled_projections=pooled,
-                                timestep=sigma * 1000.0, return_dict=False)[0]
+        return self.model.denoise(x, sigma, embeds, pooled)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         return ((latents.float() + 1) / 2).clamp(0, 1)

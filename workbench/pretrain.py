@@ -1,6 +1,6 @@
 """Pretrain the embedded model from scratch with the rectified-flow loss.
 
-    python -m workbench.pretrain                      # the shipped weights (about 20 min on 2 cores)
+    python -m workbench.pretrain                      # the shipped weights (see the README's model card)
     python -m workbench.pretrain --steps 50 --out /tmp/m --eval-prompts 16   # a smoke run
     python -m workbench.pretrain --evaluate-only       # re-measure the shipped weights
 
@@ -36,9 +36,9 @@ from workbench.world import Scene, render, split_scenes
 class PretrainConfig:
     """Pretraining settings (our own recipe for the embedded model)."""
 
-    steps: int = 2400  # optimizer steps
-    batch_size: int = 128  # images per step
-    lr: float = 1e-3  # AdamW peak learning rate; linear warm-up then cosine to 10 %
+    steps: int = 3200  # optimizer steps
+    batch_size: int = 64  # images per step
+    lr: float = 8e-4  # AdamW peak learning rate; linear warm-up then cosine to 10 %
     warmup: int = 200  # warm-up steps
     ema_decay: float = 0.998  # EMA of the weights that get saved
     variants: int = 8  # jittered renderings per training scene
@@ -47,6 +47,7 @@ class PretrainConfig:
     seed: int = 0
     eval_prompts: int = 200  # held-out prompts for the final quality check
     eval_steps: int = 16  # Euler ODE steps for the quality check
+    snapshot_every: int = 0  # also save the EMA weights to <out>/snapshot every N steps (0 = never)
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "variants", "eval_steps"):
@@ -100,7 +101,7 @@ def pretrain(cfg: PretrainConfig, out: Path, log=print) -> dict:
         eps = torch.randn(x0.shape, generator=gen)
         xt = (1 - t[:, None, None, None]) * x0 + t[:, None, None, None] * eps
         embeds, pooled = model.text_encoder(model.tokenizer(prompts))
-        v = model.transformer(xt, embeds, pooled, t * 1000.0, return_dict=False)[0]
+        v = model.denoise(xt, t, embeds, pooled)
         loss = ((v - (eps - x0)) ** 2).mean()
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
@@ -112,6 +113,8 @@ def pretrain(cfg: PretrainConfig, out: Path, log=print) -> dict:
         losses.append(loss.item())
         if step % 100 == 0 or step == cfg.steps - 1:
             log(f"step {step:5d}/{cfg.steps}  loss {np.mean(losses[-100:]):.4f}  {time.time() - start:6.0f} s")
+        if cfg.snapshot_every and (step + 1) % cfg.snapshot_every == 0:
+            save_embedded(ema, out / "snapshot")
     minutes = (time.time() - start) / 60
     accuracy = evaluate(EmbeddedPolicy(ema), heldout[: cfg.eval_prompts], cfg.eval_steps, cfg.seed)
     ema.config.training = {

@@ -1,0 +1,52 @@
+"""Chunk-GRPO Workbench in the browser: `python app.py [--model PATH] [--port 7860] [--host 127.0.0.1]`.
+
+Opens http://127.0.0.1:7860 on the embedded model. The model loads in the background after start-up,
+so the page is interactive at once. Importing this module builds nothing and launches nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import logging
+import os
+import sys
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def create_app(model: str | None = None, device: str | None = None, runs_root: str = "runs", warm: bool = False):
+    """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background."""
+    from workbench.ui.handlers import Workbench
+    from workbench.ui.layout import build_app
+
+    wb = Workbench(model=model, device=device, runs_root=runs_root)
+    if warm:
+        wb.warm_up()
+    return build_app(wb), wb
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Chunk-GRPO Workbench in the browser.")
+    p.add_argument("--model", default=None, help="local model folder (SD3/FLUX diffusers or embedded format); "
+                   "default: the embedded model")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
+    p.add_argument("--runs", default="runs", help="folder of fine-tuning runs (default runs/)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    demo, wb = create_app(args.model, args.device, args.runs, warm=True)
+    atexit.register(wb.jobs.shutdown)
+    print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Benchmark the browser workbench: start-up time, chunk-edit latency in the browser, memory. Prints figures.
+
+    .venv/bin/python scripts/bench_app.py [--model PATH] [--edits 7]
+
+1. Start `python app.py` and time it to HTTP 200 with the page title, and to the Generate button
+   visible in headless chromium (target 10 s).
+2. Generate a group (G=8, T=16), measure its credit (K=4), then type chunk specs in the Chunks tab and time
+   each from Enter to the plot title and status showing the new chunks (target 300 ms).
+3. Resident memory of the app process (target 2 GB).
+
+Without the embedded weights (workbench/weights/embedded/) a random-init model of the same size is
+used, so the timings still hold. Needs /usr/bin/chromium and playwright.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TITLE = "Chunk-GRPO Workbench"
+SPECS = ["4,4,4,4", "2,3,4,7", "8,8", "1,1,2,4,8", "16", "2,2,2,2,2,2,2,2", "3,5,8"]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def model_folder(given: str | None) -> str | None:
+    """The model to benchmark: the given folder, the embedded weights, or a random-init stand-in."""
+    sys.path.insert(0, str(ROOT))
+    from workbench.embedded import DEFAULT_WEIGHTS, build_embedded, save_embedded
+
+    if given or (DEFAULT_WEIGHTS / "model.safetensors").is_file():
+        return given
+    print("embedded weights not found: benchmarking a random-init model of the same size")
+    return str(save_embedded(build_embedded(seed=0), tempfile.mkdtemp(prefix="bench-model-")))
+
+
+def wait_http(url: str, process: subprocess.Popen, timeout: float = 120.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if process.poll() is not None:
+            raise SystemExit(f"app.py exited with code {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200 and TITLE in response.read().decode(errors="replace"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise SystemExit(f"no page at {url} after {timeout:.0f} s")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process in MB (from /proc, else psutil)."""
+    status = Path(f"/proc/{pid}/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+DONE = """([status, title]) => {
+    const s = document.querySelector('#chunks-status'), t = document.querySelector('#curve-plot .gtitle');
+    return !!s && !!t && s.innerText.includes(status) && t.textContent.includes(title);
+}"""
+
+
+def chunk_edit_ms(page, specs: list[str]) -> list[float]:
+    """Milliseconds from Enter in the spec box to the plot title and the status showing the new chunks
+    (checked on every animation frame, so the figure is not rounded up to a polling interval)."""
+    box = page.locator("#chunk-spec textarea")
+    times = []
+    for spec in specs:
+        box.fill(spec)
+        start = time.perf_counter()
+        box.press("Enter")
+        page.wait_for_function(DONE, arg=[f"typed: chunks {spec}", f"[{spec.replace(',', ', ')}]"],
+                               polling="raf", timeout=60_000)
+        times.append(1000 * (time.perf_counter() - start))
+    return times
+
+
+def browse(page, url: str, started: float, edits: int) -> dict:
+    """Drive the page in chromium; returns the timings."""
+    from playwright.sync_api import expect
+
+    out = {}
+    page.goto(url)
+    expect(page.locator("#generate-btn")).to_be_visible(timeout=120_000)
+    out["interactive_s"] = time.time() - started
+    t = time.time()
+    page.click("#generate-btn")
+    expect(page.locator("#generate-status")).to_contain_text("sampled G=8", timeout=300_000)
+    out["generate_s"] = time.time() - t
+    page.get_by_role("tab", name="Attribution").click()
+    t = time.time()
+    page.click("#credit-btn")
+    expect(page.locator("#credit-status")).to_contain_text("measured credit", timeout=600_000)
+    out["credit_s"] = time.time() - t
+    page.get_by_role("tab", name="Chunks").click()
+    expect(page.locator("#chunks-status")).to_contain_text("over T=16 steps", timeout=300_000)
+    out["edit_ms"] = chunk_edit_ms(page, (SPECS * edits)[:edits])
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="model folder (default: the embedded model)")
+    p.add_argument("--edits", type=int, default=7, help="chunk edits to time")
+    args = p.parse_args()
+    model = model_folder(args.model)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    command = [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--runs", tempfile.mkdtemp()]
+    command += ["--model", model] if model else []
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:  # the browser starts first, so start-up time is the app's alone
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        started = time.time()
+        app = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_http(url, app)
+            http_s = time.time() - started
+            rss_start = rss_mb(app.pid)
+            timings = browse(page, url, started, args.edits)
+            rss_end = rss_mb(app.pid)
+        finally:
+            app.terminate()
+            app.wait(timeout=30)
+            browser.close()
+    edits = timings["edit_ms"]
+    print(f"start-up      HTTP 200 with the page: {http_s:.1f} s; Generate button visible in chromium: "
+          f"{timings['interactive_s']:.1f} s (target 10 s)")
+    print(f"generate      G=8, T=16: {timings['generate_s']:.1f} s; credit K=4: {timings['credit_s']:.1f} s")
+    print(f"chunk edit    Enter -> plot and status updated: median {statistics.median(edits):.0f} ms, "
+          f"max {max(edits):.0f} ms over {len(edits)} edits (target 300 ms)")
+    print(f"memory        app RSS {rss_start:.0f} MB after start-up, {rss_end:.0f} MB after generate + credit "
+          "(target 2048 MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The running app through gradio_client: the public endpoints answer, errors come back as messages."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+PROMPT = "a small blue square in the center on a black background"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    from gradio_client import Client
+
+    from app import create_app
+    from workbench.embedded import build_embedded, save_embedded
+
+    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+    demo, _ = create_app(str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")))
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    try:
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
+    finally:
+        demo.close()
+
+
+def test_generate_endpoint(client):
+    gallery, strip, logprob, heatmap, rates, status = client.predict(PROMPT, 3, 4, 0.7, 0, "adherence",
+                                                                     api_name="/generate")
+    assert status.startswith("✓ sampled G=3 trajectories of T=4 steps")
+    assert len(gallery) == 3 and all(item["caption"].startswith(f"traj {i}: reward ") for i, item in enumerate(gallery))
+    assert strip.endswith(".png")
+    assert logprob["type"] == "plotly" and "Per-step log-prob" in logprob["plot"]
+
+
+def test_bad_prompt_is_a_message_not_an_error(client):
+    *_, status = client.predict("a red hexagon", 3, 4, 0.7, 0, "adherence", api_name="/generate")
+    assert status.startswith("⚠ unknown word 'hexagon'")
+
+
+def test_timer_and_internal_events_are_private(client):
+    names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert {"/generate", "/attribute", "/chunks_from_spec", "/start_run", "/stop_run"} <= names
+    assert not any(name.startswith("/partial") for name in names)
+
+
+def test_importing_app_builds_and_launches_nothing():
+    import gradio as gr
+
+    import app
+
+    args = app.parse_args([])
+    assert (args.host, args.port, args.model, args.runs) == ("127.0.0.1", 7860, None, "runs")
+    assert not any(isinstance(value, gr.Blocks) for value in vars(app).values())

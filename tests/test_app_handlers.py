@@ -1,0 +1,384 @@
+"""The app's handlers called directly (no browser): a random-init tiny model, tiny groups, fixed seeds.
+
+Training runs use a fake `workbench train` (a plain-Python script honouring the run-folder contract) so
+start / busy / stop / crash logic is fast; one test runs the real trainer for 2 iterations.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from workbench import runs
+from workbench.chunking import CHUNKERS
+from workbench.errors import WorkbenchError
+from workbench.ui import handlers as h
+from workbench.ui import run_handlers as rh
+from workbench.ui.jobs import TrainForm
+from workbench.ui.state import Session, merge_at, split_at
+
+PROMPT = "a large red circle in the top left on a white background"
+FAKE_TRAIN = textwrap.dedent('''
+    """Fake `workbench train`: writes the run-folder files the real trainer writes, honours STOP."""
+    import argparse, json, os, sys, time
+    p = argparse.ArgumentParser()
+    p.add_argument("--out"); p.add_argument("--iterations", type=int); p.add_argument("--mode", default="ok")
+    args, _ = p.parse_known_args()
+    out = args.out
+    if args.mode == "slow_start":
+        time.sleep(60)
+    os.makedirs(out, exist_ok=True)
+    def write(name, obj):
+        with open(os.path.join(out, name + ".tmp"), "w") as f:
+            json.dump(obj, f)
+        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
+    write("config.json", {"argv": sys.argv[1:], "iterations": args.iterations, "objective": "chunk_grpo"})
+    def status(state, it):
+        write("status.json", {"state": state, "iteration": it, "pid": os.getpid(), "error": None,
+                              "started": time.time()})
+    status("running", 0)
+    for it in range(1, args.iterations + 1):
+        if os.path.exists(os.path.join(out, "STOP")):
+            status("stopped", it - 1); sys.exit(0)
+        with open(os.path.join(out, "metrics.jsonl"), "a") as f:
+            f.write(json.dumps({"iteration": it, "reward/mean": 0.1 * it, "loss/policy": -0.01 * it,
+                                "policy/clip_frac": 0.0, "loss/kl": 0.0, "policy/grad_norm": 1.0,
+                                "chunk/ratio_mean_0": 1.0, "chunk/ratio_mean_1": 1.0}) + "\\n")
+        status("running", it)
+        if args.mode == "crash" and it == 1:
+            print("RuntimeError: out of memory (fake)", file=sys.stderr); sys.exit(1)
+        time.sleep(0.3)
+    status("finished", args.iterations)
+''')
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from workbench.embedded import build_embedded, save_embedded
+
+    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def wb(model_dir, tmp_path_factory):
+    return h.Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
+                       curve_prompts=2)
+
+
+@pytest.fixture(scope="module")
+def sampled(wb):
+    """A session holding a G=3, T=4 group and its credit (K=2)."""
+    out = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())
+    session = out[-2]
+    return h.attribute(wb, 2, session)[-2]
+
+
+def fake_workbench(tmp_path, model_dir, mode="ok") -> h.Workbench:
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAIN)
+    return h.Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"),
+                       train_command=[sys.executable, str(script), "--mode", mode])
+
+
+def msg(outputs) -> str:
+    """The status message of a handler's outputs, with Markdown escapes removed."""
+    return outputs[-1].replace("\\", "")
+
+
+def is_skip(value) -> bool:
+    return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
+
+
+def start(wb, session=None, iterations=3, **kw):
+    args = dict(objective="chunk_grpo", reward="adherence", chunks="2,2", lr=3e-5, iterations=iterations, group=2,
+                steps=4, lora_rank=0) | kw
+    return rh.start_run(wb, *args.values(), session or Session())
+
+
+def wait_for(predicate, timeout=20.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# --------------------------------------------------------------------------- generate and attribution
+def test_generate_returns_images_captions_and_figures(wb):
+    gallery, strip, fig, heatmap, rates, session, status = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())
+    assert status.startswith("✓"), status
+    assert session.group.images.shape == (3, 3, 32, 32) and session.group.num_steps == 4
+    assert len(gallery) == 3
+    for (image, caption), r, a in zip(gallery, session.rewards, session.advantages):
+        assert image.size == (128, 128)
+        assert f"reward {float(r):.3f}" in caption and f"A {float(a):+.2f}" in caption
+    assert abs(float(session.advantages.sum())) < 1e-3  # GRPO advantages are centred
+    assert strip.size == (4 * (32 * 3 + 2) + 2, 3 * (32 * 3 + 2) + 2)  # one row per trajectory, one column per step
+    assert isinstance(fig, go.Figure) and len(fig.data) == 3 and fig.layout.title.text
+    assert list(fig.data[0].y) == pytest.approx(session.group.log_probs[0].tolist())
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    assert session.credit is None and "Attribution" in rates and isinstance(heatmap, go.Figure)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ((PROMPT.replace("circle", "hexagon"), 3, 4, 0.7, 0, "adherence"), "unknown word 'hexagon'"),
+    (("", 3, 4, 0.7, 0, "adherence"), "prompt is empty"),
+    ((PROMPT, 1, 4, 0.7, 0, "adherence"), "at least 2"),
+    ((PROMPT, 3, None, 0.7, 0, "adherence"), "steps must be a whole number"),
+    ((PROMPT, 3, 4, -1, 0, "adherence"), "noise level must be >= 0"),
+    ((PROMPT, 3, 4, 0.7, 0, "nope"), "unknown reward 'nope'"),
+])
+def test_generate_bad_inputs_give_messages(wb, inputs, message):
+    out = h.generate(wb, *inputs, Session())
+    assert out[-1].startswith("⚠") and message in msg(out)
+    assert all(is_skip(v) for v in out[:-1])  # the page and the session keep their last values
+
+
+def test_unexpected_errors_are_a_short_message_and_logged(model_dir, tmp_path, caplog):
+    broken = h.Workbench(model=str(model_dir), runs_root=str(tmp_path))
+    broken.policy = lambda: (_ for _ in ()).throw(RuntimeError("boom\nTraceback line"))
+    out = h.generate(broken, PROMPT, 2, 2, 0.7, 0, "adherence", Session())
+    assert out[-1].startswith("⚠ Unexpected error (RuntimeError: boom)") and "Traceback" not in out[-1]
+    assert "boom" in caplog.text  # the traceback goes to the log (stderr), not the page
+
+
+def test_bad_model_folder_is_a_message(tmp_path):
+    wb = h.Workbench(model=str(tmp_path / "missing"), runs_root=str(tmp_path))
+    out = h.generate(wb, PROMPT, 2, 2, 0.7, 0, "adherence", Session())
+    assert "does not exist" in out[-1]
+
+
+def test_attribution_heatmap_and_rates(wb, sampled):
+    assert h.attribute(wb, 2, Session())[-1].startswith("⚠ no group yet")
+    credit = sampled.credit
+    fig = h.credit_plot(sampled)
+    credit_map, advantage_map, marks = fig.data[:3]
+    assert torch.tensor(credit_map.z) == pytest.approx(credit.step_credit)  # (G, T)
+    assert torch.tensor(advantage_map.z)[:, 0] == pytest.approx(credit.advantages)  # (G, 1)
+    assert len(marks.x) == int(credit.misattributed_steps().sum())
+    assert [shape.x0 for shape in fig.layout.shapes] == [b - 0.5 for b in (1, 2, 3)]  # temporal(4) = [1, 1, 1, 1]
+    m = credit.misattribution()
+    text = h.rates_markdown(sampled)
+    assert f"{100 * m['step_misattribution']:.1f} % ± {100 * m['step_misattribution_se']:.1f} %" in text
+    assert f"{100 * m['chunk_misattribution']:.1f} %" in text
+
+
+# --------------------------------------------------------------------------- chunks
+def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
+    curve, spec, slider, rates, session, status = h.chunks_from_spec(wb, "1, 3", sampled)
+    assert status.startswith("✓") and spec == "1,3" and session.sizes == [1, 3] and session.credit.sizes == [1, 3]
+    assert sampled.sizes == [1, 1, 1, 1]  # the old session is not mutated
+    assert [s.x0 for s in curve.layout.shapes] == [0.5] and len(curve.data[1].y) == 4
+    m = sampled.credit.rechunk([1, 3]).misattribution()
+    assert f"{100 * m['chunk_misattribution']:.1f} %" in rates
+    heatmap, view_rates, _ = h.attribution_view(wb, session)  # the Attribution tab redraws on opening
+    assert [s.x0 for s in heatmap.layout.shapes] == [0.5] and view_rates == rates
+    for bad, why in (("1,2", "sum to 3"), ("a,b", "not a comma-separated"), ("", "empty"), ("0,4", ">= 1")):
+        out = h.chunks_from_spec(wb, bad, session)
+        assert why in msg(out) and "kept the last valid chunks 1,3" in out[-1]
+        assert all(is_skip(v) for v in out[:-1])
+
+
+@pytest.mark.parametrize("name, option, kwargs", [("uniform", 3, {"size": 3}), ("temporal", 9, {}),
+                                                  ("adaptive", 2, {"max_size": 2}),
+                                                  ("equal_mass", 2, {"num_chunks": 2})])
+def test_chunker_choice(wb, sampled, name, option, kwargs):
+    out = h.chunks_from_chunker(wb, name, option, sampled)
+    expected = CHUNKERS.get(name)(4, wb.curve(4, 0.7).mean, **kwargs)
+    assert out[-1].startswith("✓") and out[-2].sizes == expected and out[1] == ",".join(map(str, expected))
+
+
+def test_chunker_bad_option_and_name(wb, sampled):
+    assert "max_size must be an integer >= 2" in msg(h.chunks_from_chunker(wb, "adaptive", 1, sampled))
+    assert "valid chunkers" in msg(h.chunks_from_chunker(wb, "nope", 1, sampled))
+
+
+def test_split_and_merge(wb, sampled):
+    assert split_at([2, 3, 4, 7], 3) == [2, 1, 2, 4, 7] and merge_at([2, 3, 4, 7], 5) == [2, 7, 7]
+    with pytest.raises(WorkbenchError, match="already starts"):
+        split_at([2, 2], 2)
+    with pytest.raises(WorkbenchError, match="no chunk boundary at step 1"):
+        merge_at([2, 2], 1)
+    with pytest.raises(WorkbenchError, match="steps 1..3"):
+        split_at([2, 2], 4)
+    one = h.chunks_from_spec(wb, "4", sampled)[-2]
+    two = h.chunks_split(wb, 1, one)[-2]
+    assert two.sizes == [1, 3] and two.credit.sizes == [1, 3]
+    assert h.chunks_merge(wb, 1, two)[-2].sizes == [4]
+    assert "no chunk boundary at step 2" in msg(h.chunks_merge(wb, 2, two))
+
+
+def test_chunks_without_a_group_use_the_default_steps(wb):
+    curve, spec, slider, rates, session, status = h.chunks_view(wb, Session())
+    assert spec == "2,3,4,7" and len(curve.data[1].y) == 16
+    assert all(is_skip(v) for v in h.attribution_view(wb, session)[:2])  # no credit yet: nothing to redraw
+    assert "over 4 trajectories" in curve.data[0].name  # 2 prompts x 2 trajectories
+    assert "Measure credit" in rates and slider.maximum == 15 and slider.value == 8
+    assert is_skip(h.chunks_from_spec(wb, "8,8", session)[2])  # edits leave the slider where it is
+
+
+def test_new_group_with_other_steps_resets_the_schedule(wb, sampled):
+    session = h.generate(wb, PROMPT, 3, 6, 0.7, 1, "adherence", sampled)[-2]
+    assert session.credit is None and session.sizes == CHUNKERS.get("temporal")(6)
+
+
+def test_filmstrip_of_long_trajectories_shows_at_most_16_steps(wb):
+    x0 = torch.linspace(-1, 1, 20)[None, :, None, None, None].expand(2, 20, 3, 32, 32)  # (G, T, C, H, W)
+    strip = h._filmstrip(wb.policy(), SimpleNamespace(num_steps=20, x0_preds=x0))
+    assert strip.size == (h.FILM_STEPS * (32 * 3 + 2) + 2, 2 * (32 * 3 + 2) + 2)
+    first, last = strip.getpixel((2 + 10, 2 + 10)), strip.getpixel((strip.width - 12, 2 + 10))
+    assert first == (0, 0, 0) and last == (255, 255, 255)  # the first and the last step are both shown
+
+
+# --------------------------------------------------------------------------- fine-tune
+def test_train_form_matches_the_train_command_line(tmp_path):
+    form = TrainForm(objective="gspo", reward="adherence:1,sharpness:0.5", chunks="4,4", lr=1e-4, iterations=2,
+                     group=4, steps=8, lora_rank=4, model="/m")
+    args = form.args(tmp_path / "r")
+    if importlib.util.find_spec("workbench.train_cli") is None:
+        pytest.skip("workbench.train_cli is not there yet")
+    from workbench.cli import build_parser
+    from workbench.train_cli import config_overrides
+
+    parsed = build_parser().parse_args(["train", *args])
+    assert config_overrides(parsed) | {"out": parsed.out} == {
+        "objective": "gspo", "reward": "adherence:1,sharpness:0.5", "chunks": "4,4", "lr": 1e-4, "iterations": 2,
+        "group": 4, "steps": 8, "lora_rank": 4, "model": "/m", "out": str(tmp_path / "r")}
+
+
+@pytest.mark.parametrize("field, value, message", [("objective", "ppo", "unknown objective 'ppo'"),
+                                                   ("chunks", "2,3", "sum to 5"), ("lr", -1, "learning rate"),
+                                                   ("iterations", 0, "iterations must be"),
+                                                   ("reward", "", "reward spec is empty")])
+def test_start_with_bad_settings_is_a_message_and_starts_nothing(tmp_path, model_dir, field, value, message):
+    wb = fake_workbench(tmp_path, model_dir)
+    out = start(wb, **{field: value})
+    assert message in msg(out) and wb.jobs.busy() is None and not (tmp_path / "runs").exists()
+
+
+def test_start_busy_poll_stop(tmp_path, model_dir):
+    wb = fake_workbench(tmp_path, model_dir)
+    figure, sample, session, timer, status = start(wb, iterations=200)
+    run_id = session.run_id
+    assert status.startswith("✓ started run") and timer.active
+    other = start(wb)  # a second session
+    assert msg(other) == f"⚠ busy: run {run_id} is using the cpu; stop it or wait for it to end"
+    assert wait_for(lambda: len(runs.read_metrics(wb.jobs.root / run_id)) >= 2)
+    fig, _, timer, text = rh.poll_run(wb, session)
+    assert "running" in text and timer.active and {t.name for t in fig.data} >= {"reward/mean", "chunk/ratio_mean_1"}
+    argv = runs.read_json(wb.jobs.root / run_id / "config.json")["argv"]
+    assert argv[argv.index("--objective") + 1] == "chunk_grpo" and argv[argv.index("--chunks") + 1] == "2,2"
+    assert "stop requested" in msg(rh.stop_run(wb, session))
+    assert wait_for(lambda: not wb.jobs._jobs[run_id].alive)
+    fig, _, timer, text = rh.poll_run(wb, session)
+    assert "stopped" in text and not timer.active
+    assert start(wb)[-1].startswith("✓")  # the device is free again
+    wb.jobs.shutdown()
+
+
+def test_crash_is_reported_and_frees_the_device(tmp_path, model_dir):
+    wb = fake_workbench(tmp_path, model_dir, mode="crash")
+    session = start(wb)[2]
+    assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive)
+    _, _, timer, text = rh.poll_run(wb, session)
+    assert "failed" in text and "exit code 1" in text and "out of memory (fake)" in text and not timer.active
+    assert wb.jobs.busy() is None
+
+
+def test_stop_before_the_trainer_starts_ends_the_process(tmp_path, model_dir):
+    wb = fake_workbench(tmp_path, model_dir, mode="slow_start")
+    session = start(wb)[2]
+    assert "was ended" in msg(rh.stop_run(wb, session))
+    _, _, timer, text = rh.poll_run(wb, session)
+    assert "stopped" in text and not timer.active
+    assert "has not started a run" in msg(rh.stop_run(wb, Session()))
+
+
+def test_a_running_run_on_disk_makes_the_device_busy(tmp_path, model_dir):
+    wb = fake_workbench(tmp_path, model_dir)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "workbench"])
+    try:
+        folder = runs.new_run_dir(wb.jobs.root, "cli-run")
+        runs.write_json(folder / runs.CONFIG, {})
+        runs.write_json(folder / runs.STATUS, {"state": "running", "iteration": 1, "pid": other.pid})
+        assert "busy: run cli-run" in msg(start(wb))
+        runs.write_json(folder / runs.STATUS, {"state": "running", "iteration": 1, "pid": 2**22 + 7})  # stale
+        assert wb.jobs.busy() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.slow
+def test_real_training_run_two_iterations(tmp_path, model_dir):
+    if importlib.util.find_spec("workbench.train_cli") is None:
+        pytest.skip("workbench.train_cli is not there yet")
+    command = [sys.executable, "-m", "workbench", "train", "--eval-prompts", "0", "--prompts-per-iteration", "1"]
+    wb = h.Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
+    session = start(wb, iterations=2)[2]
+    assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive, timeout=120)
+    fig, _, timer, text = rh.poll_run(wb, session)
+    assert "finished, iteration 2/2" in text, text
+    assert [len(t.x) for t in fig.data if t.name == "reward/mean"] == [2]
+
+
+# --------------------------------------------------------------------------- runs
+def make_run(root: Path, name: str, rewards: list[float], checkpoint: bool = False) -> Path:
+    path = runs.new_run_dir(root, name)
+    runs.write_json(path / runs.CONFIG, {"objective": "step_grpo", "iterations": len(rewards)})
+    runs.write_status(path, "finished", len(rewards), started=1000.0 + len(rewards))
+    for i, r in enumerate(rewards, start=1):
+        runs.append_metrics(path, {"iteration": i, "reward/mean": r, "loss/policy": -r})
+    if checkpoint:
+        runs.save_checkpoint(path, len(rewards), {"w": torch.ones(2)}, {"step": 1})
+    return path
+
+
+def test_runs_table_compare_and_download(tmp_path, model_dir):
+    wb = fake_workbench(tmp_path, model_dir)
+    table = rh.refresh_runs(wb)[0]
+    assert table.empty and list(table.columns) == rh.RUN_COLUMNS and "0 run(s)" in msg(rh.refresh_runs(wb))
+    make_run(wb.jobs.root, "a", [0.1, 0.2])
+    make_run(wb.jobs.root, "b", [0.3, 0.4, 0.5], checkpoint=True)
+    table, chosen, pick, metric, status = rh.refresh_runs(wb)
+    assert [row[:5] for row in table.values.tolist()] == [["b", "finished", 3, "step_grpo", 0.5], ["a", "finished", 2, "step_grpo", 0.2]]
+    assert chosen.choices == [("b", "b"), ("a", "a")] and metric.value == "reward/mean"
+    fig, status = rh.compare(wb, ["a", "b"], "loss/policy")
+    assert {t.name: list(t.y) for t in fig.data} == {"a": [-0.1, -0.2], "b": [-0.3, -0.4, -0.5]}
+    assert "no run logged metric 'nope'" in msg(rh.compare(wb, ["a"], "nope"))
+    assert "not found" in msg(rh.compare(wb, ["zzz"], "reward/mean"))
+    assert "choose at least one run" in msg(rh.compare(wb, [], "reward/mean"))
+    files, status = rh.download(wb, "b")
+    csv_text = Path(files[0]).read_text().splitlines()
+    assert csv_text[0] == "iteration,loss/policy,reward/mean" and csv_text[3] == "3,-0.5,0.5"
+    assert set(zipfile.ZipFile(files[1]).namelist()) == {"weights.safetensors", "optimizer.pt", "state.json"}
+    files, status = rh.download(wb, "a")
+    assert len(files) == 1 and "no checkpoint" in status
+    assert "choose a run" in msg(rh.download(wb, None))
+
+
+def test_learn_example_streams_and_fills_the_session(wb, monkeypatch):
+    monkeypatch.setitem(h.LEARN, "group", 4)
+    monkeypatch.setitem(h.LEARN, "steps", 6)
+    monkeypatch.setitem(h.LEARN, "branches", 2)
+    steps = list(h.learn_example(wb, Session()))
+    assert [s[-1][:1] for s in steps] == ["…", "…", "✓"]
+    gallery, session = steps[1][0], steps[2][3]
+    assert len(gallery) == 4 and session.credit is not None and session.group.num_steps == 6
+    text = steps[2][2]
+    assert "one chunk (GSPO) | 6 | 0.0 %" in text  # the whole-trajectory credit always agrees with A
+    m = session.credit.rechunk([1] * 6).misattribution()
+    assert f"| 1,1,1,1,1,1 | {100 * m['chunk_misattribution']:.1f} %" in text
+    assert json.dumps(session.credit.sizes) == json.dumps(CHUNKERS.get("temporal")(6))

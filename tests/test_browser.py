@@ -1,0 +1,164 @@
+"""The workbench in headless Debian chromium (Playwright): generate, edit chunks, fine-tune and stop.
+
+Needs /usr/bin/chromium (`apt-get install -y chromium`) and pytest-playwright; never `playwright install`.
+Screenshots go to test-artifacts/ at the repository root.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+LONG = 120_000  # ms; the CPU may be shared with a training job
+
+pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is missing: "
+                                 "apt-get update && apt-get install -y chromium")]
+
+from playwright.sync_api import expect  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {**browser_type_launch_args, "executable_path": str(CHROMIUM),
+            "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                     "--disable-component-update", "--no-first-run"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    """The app on a random-init tiny model; training is the real `workbench train` when it exists."""
+    from workbench.embedded import build_embedded, save_embedded
+    from workbench.ui.handlers import Workbench
+    from workbench.ui.layout import build_app
+
+    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+    if importlib.util.find_spec("workbench.train_cli") is not None:
+        command = [sys.executable, "-m", "workbench", "train", "--eval-prompts", "0", "--prompts-per-iteration", "1"]
+    else:  # the fake trainer of the handler tests
+        from tests.test_app_handlers import FAKE_TRAIN
+
+        script = tmp_path_factory.mktemp("fake") / "fake_train.py"
+        script.write_text(FAKE_TRAIN)
+        command = [sys.executable, str(script)]
+    wb = Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
+                   train_command=command, curve_prompts=2)
+    demo = build_app(wb)
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield f"http://127.0.0.1:{port}/"
+    wb.jobs.shutdown()
+    demo.close()
+
+
+def set_number(page, elem_id: str, value) -> None:
+    """Type into the number box of a gr.Number or gr.Slider and commit it."""
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+    box.blur()
+
+
+def generate(page, group: int = 3, steps: int = 8) -> None:
+    set_number(page, "gen-group", group)
+    set_number(page, "gen-steps", steps)
+    page.click("#generate-btn")
+    expect(page.locator("#generate-status")).to_contain_text(f"sampled G={group} trajectories of T={steps}",
+                                                             timeout=LONG)
+
+
+def test_page_loads_and_generates(page, url):
+    page.goto(url)
+    expect(page.locator("#generate-btn")).to_be_visible(timeout=LONG)
+    generate(page)
+    expect(page.locator("#gallery img")).to_have_count(3, timeout=LONG)
+    expect(page.locator("#logprob-plot .js-plotly-plot")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "browser_generate.png"), full_page=True)
+
+
+def test_chunk_edits_valid_and_invalid(page, url):
+    page.goto(url)
+    generate(page, group=3, steps=8)
+    page.get_by_role("tab", name="Attribution").click()
+    page.click("#credit-btn")
+    expect(page.locator("#credit-status")).to_contain_text("measured credit with K=4", timeout=LONG)
+    expect(page.locator("#credit-rates")).to_contain_text("Step misattribution")
+    page.screenshot(path=str(ARTIFACTS / "browser_attribution.png"), full_page=True)
+    page.get_by_role("tab", name="Chunks").click()
+    status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
+    expect(status).to_contain_text("chunks 1,2,2,3 over T=8 steps", timeout=LONG)  # temporal(8)
+    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible()
+    spec.fill("4,4")
+    spec.press("Enter")
+    expect(status).to_contain_text("typed: chunks 4,4", timeout=LONG)
+    page.screenshot(path=str(ARTIFACTS / "browser_chunks_valid.png"), full_page=True)
+    spec.fill("1,2")
+    spec.press("Enter")
+    expect(status).to_contain_text("sum to 3 but there are 8 trained steps", timeout=LONG)
+    expect(status).to_contain_text("kept the last valid chunks 4,4")
+    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "browser_chunks_invalid.png"), full_page=True)
+    page.click("#split-btn")  # the slider sits at T/2 = 4, where a chunk already starts: a message, no change
+    expect(status).to_contain_text("a chunk already starts at step 4", timeout=LONG)
+    page.click("#merge-btn")
+    expect(status).to_contain_text("merged at step 4: chunks 8", timeout=LONG)
+    expect(page.locator("#chunks-rates")).to_contain_text("Chunk misattribution")
+
+
+def test_sessions_do_not_share_groups(page, url, browser):
+    page.goto(url)
+    generate(page, group=2, steps=4)
+    other = browser.new_page()
+    try:
+        other.goto(url)
+        other.get_by_role("tab", name="Attribution").click()
+        other.click("#credit-btn")
+        expect(other.locator("#credit-status")).to_contain_text("no group yet", timeout=LONG)
+    finally:
+        other.close()
+
+
+def test_fine_tune_start_and_stop(page, url):
+    page.goto(url)
+    page.get_by_role("tab", name="Fine-tune").click()
+    set_number(page, "train-iterations", 2)
+    set_number(page, "train-group", 2)
+    set_number(page, "train-steps", 4)
+    page.locator("#train-chunks textarea").fill("2,2")
+    page.click("#start-btn")
+    expect(page.locator("#train-status")).to_contain_text("started run", timeout=LONG)
+    state = page.locator("#run-state")
+    expect(state).to_contain_text(re.compile("running|finished"), timeout=LONG)
+    page.screenshot(path=str(ARTIFACTS / "browser_finetune_running.png"), full_page=True)
+    page.click("#stop-btn")
+    expect(page.locator("#train-status")).to_contain_text(re.compile("stop requested|was ended|is not running"),
+                                                          timeout=LONG)
+    expect(state).to_contain_text(re.compile("stopped|finished"), timeout=LONG)
+    final = state.inner_text()
+    page.wait_for_timeout(2500)  # the timer has stopped: nothing advances any more
+    assert state.inner_text() == final
+    expect(page.locator("#train-plot .js-plotly-plot")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "browser_finetune_stopped.png"), full_page=True)
+    run_id = re.search(r"Run (\S+):", final).group(1)
+    page.get_by_role("tab", name="Runs").click()
+    expect(page.locator("#runs-table")).to_contain_text(run_id, timeout=LONG)
+    page.click("#compare-btn")
+    expect(page.locator("#compare-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
+    page.click("#download-btn")
+    expect(page.locator("#run-files")).to_contain_text(f"{run_id}-metrics", timeout=LONG)  # shown as "name .csv"
+    page.screenshot(path=str(ARTIFACTS / "browser_runs.png"), full_page=True)

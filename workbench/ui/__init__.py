@@ -1,0 +1,2 @@
+"""The browser workbench (Gradio): layout in `layout`, handlers in `handlers` and `run_handlers`,
+per-user state in `state`, training processes in `jobs`, figures in `plots`. Never imported by the library."""

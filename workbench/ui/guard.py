@@ -1,0 +1,88 @@
+"""Keep tracebacks off the page: every handler's errors become a one-line status message.
+
+`guarded(n)` wraps a handler with n outputs whose LAST output is a status `gr.Markdown`. A
+`WorkbenchError` shows its own message; anything else shows a short "unexpected error" line and is
+logged with its traceback to stderr. Every other output is `gr.skip()`, so the page (and the per-user
+state) keeps its last valid values. Generator handlers stay generators.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+
+import gradio as gr
+
+from workbench.errors import WorkbenchError
+
+log = logging.getLogger("workbench.app")
+
+
+def escape(text: str) -> str:
+    """Text shown literally in Markdown (reward names like jpeg_compressibility keep their underscores)."""
+    for char in "\\`*_<":
+        text = text.replace(char, "\\" + char)
+    return text
+
+
+def whole_number(value, name: str, minimum: int) -> int:
+    """A form value (gradio numbers arrive as float or None) as an int >= minimum, else a WorkbenchError."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {value!r}") from None
+    if number != int(number) or number < minimum:
+        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return int(number)
+
+
+def number(value, name: str) -> float:
+    """A form value as a finite float, else a WorkbenchError naming the field."""
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise WorkbenchError(f"{name} must be a number, got {value!r}") from None
+    if result != result or result in (float("inf"), float("-inf")):
+        raise WorkbenchError(f"{name} must be a finite number, got {value!r}")
+    return result
+
+
+def ok(text: str) -> str:
+    return f"✓ {text}"
+
+
+def error_message(err: BaseException) -> str:
+    """The status line for an exception (and a stderr log entry with traceback if it was unexpected)."""
+    if isinstance(err, WorkbenchError):
+        return f"⚠ {escape(str(err))}"
+    log.error("unexpected error in a handler", exc_info=err)
+    first = (str(err).splitlines() or [""])[0][:200]
+    return f"⚠ Unexpected error ({type(err).__name__}: {escape(first)}); details are in the server log."
+
+
+def guarded(n_outputs: int):
+    """Decorator for a handler with n_outputs outputs, the last being the status Markdown."""
+
+    def failed(err: BaseException) -> tuple:
+        return (*[gr.skip() for _ in range(n_outputs - 1)], error_message(err))
+
+    def decorate(fn):
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def stream(*args, **kwargs):
+                try:
+                    yield from fn(*args, **kwargs)
+                except Exception as err:  # noqa: BLE001 - the page gets a message, stderr the traceback
+                    yield failed(err)
+            return stream
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001
+                return failed(err)
+        return call
+
+    return decorate

@@ -1,0 +1,286 @@
+"""Handlers of the Generate, Attribution, Chunks and Learn tabs: short functions that call the library.
+
+Each handler is a plain function `fn(wb, *inputs, session, progress=gr.Progress())` returning its
+outputs as a tuple whose last item is the status Markdown (see `guard.guarded`); the layout binds `wb`
+(the shared `Workbench`) with functools.partial. Tests call them directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import gradio as gr
+import torch
+
+from workbench.chunking import CHUNKERS, parse_chunk_spec
+from workbench.errors import WorkbenchError
+from workbench.imaging import filmstrip, to_pil
+from workbench.trajectory import SamplingConfig
+from workbench.ui import plots
+from workbench.ui.guard import escape, guarded, number, ok, whole_number
+from workbench.ui.jobs import TRAIN_COMMAND, JobManager
+from workbench.ui.state import DEFAULT_STEPS, Session, format_sizes, merge_at, split_at
+
+CURVE_PROMPTS = 8  # default number of prompts the L1_rel curve averages over (2 trajectories each)
+CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
+FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
+THUMB = 64  # filmstrip cells larger than this (real models decode 512-1024 px) are shrunk to it
+LEARN_PROMPT = "a large red circle in the top left on a white background"
+LEARN = {"group": 8, "steps": 16, "branches": 4}  # the Learn example: the papers' 16 steps, K=4 continuations
+
+
+class Workbench:
+    """What all sessions share: the model (loaded once, lazily), cached L1_rel curves, the training jobs."""
+
+    def __init__(self, model: str | None = None, device: str | None = None, runs_root: str = "runs",
+                 train_command=TRAIN_COMMAND, curve_prompts: int = CURVE_PROMPTS):
+        from workbench.adapters import default_device
+
+        self.model_path, self.explicit_device, self.curve_prompts = model, device, curve_prompts
+        self.device = device or default_device()
+        self.jobs = JobManager(runs_root, self.device, train_command)
+        self._policy = None
+        self._curves: dict[tuple[int, float], object] = {}
+        self._lock, self._curve_lock = threading.Lock(), threading.Lock()
+
+    def policy(self):
+        """The FlowPolicy, loaded on first use (WorkbenchError if the model folder is bad)."""
+        with self._lock:
+            if self._policy is None:
+                from workbench.adapters import load_policy
+
+                self._policy = load_policy(self.model_path, device=self.device)
+            return self._policy
+
+    def warm_up(self) -> threading.Thread:
+        """In the background: load the model and compute the default L1_rel curve (the first forward passes
+        are slow in a fresh process), so the page is interactive before the model is."""
+        def load():
+            try:
+                self.curve(DEFAULT_STEPS, 0.7)
+            except Exception:  # noqa: BLE001 - reported again, as a message, on first use
+                pass
+        thread = threading.Thread(target=load, name="load-model", daemon=True)
+        thread.start()
+        return thread
+
+    def curve(self, steps: int, noise_level: float):
+        """The L1_rel DynamicsCurve over `curve_prompts` prompts at T = steps (computed once per (T, noise))."""
+        key = (steps, round(noise_level, 4))
+        with self._curve_lock:
+            if key not in self._curves:
+                self._curves[key] = self._measure_curve(steps, noise_level)
+            return self._curves[key]
+
+    def _measure_curve(self, steps: int, noise_level: float):
+        from workbench.dynamics import dynamics_curve
+        from workbench.world import all_scenes
+
+        scenes = all_scenes()
+        n = self.curve_prompts
+        prompts = [s.prompt() for s in scenes[:: len(scenes) // n][:n]]
+        return dynamics_curve(self.policy(), prompts, SamplingConfig(group=2, steps=steps, noise_level=noise_level))
+
+
+def _tracker(progress, label: str):
+    """A library progress callback (done, total) that drives a gr.Progress bar."""
+    def report(done: int, total: int) -> None:
+        progress(done / max(total, 1), desc=f"{label} {done}/{total}")
+    return report
+
+
+def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str, session: Session, progress):
+    """Sample and score a group; returns the new session."""
+    from workbench.advantages import ADVANTAGES
+    from workbench.rewards import build_reward
+    from workbench.sampler import sample_group
+
+    if config.group < 2:
+        raise WorkbenchError("group size must be at least 2: advantages compare images of the same prompt")
+    reward_fn = build_reward(reward_spec)
+    policy = wb.policy()
+    policy.check_prompt(prompt)
+    group = sample_group(policy, prompt.strip(), config, progress=_tracker(progress, "sampling step"))
+    rewards = reward_fn(group.images, [group.prompt] * group.group_size)  # (G,)
+    advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]  # (G,)
+    return session.with_group(group, reward_spec, rewards, advantages)
+
+
+def _gallery(session: Session) -> list[tuple]:
+    """[(PIL image, caption)] of the group's final images; small images are enlarged to about 128 px."""
+    images = session.group.images  # (G, 3, H, W)
+    scale = max(1, 128 // images.shape[-1])
+    return [(to_pil(img, scale), f"traj {i}: reward {float(r):.3f}, A {float(a):+.2f}")
+            for i, (img, r, a) in enumerate(zip(images, session.rewards, session.advantages))]
+
+
+def _filmstrip(policy, group):
+    """x0 predictions as one PIL picture: a row per trajectory, a column per (sampled) step."""
+    t = group.num_steps
+    steps = torch.linspace(0, t - 1, min(t, FILM_STEPS)).round().long()  # (S,)
+    x0 = group.x0_preds[:, steps]  # (G, S, C, h, w) latents
+    images = policy.decode(x0.flatten(0, 1).to(policy.device)).cpu()  # (G * S, 3, H, W)
+    if images.shape[-1] > THUMB:
+        images = torch.nn.functional.interpolate(images, size=(THUMB, THUMB), mode="area")
+    return filmstrip(images.unflatten(0, tuple(x0.shape[:2])), scale=max(1, 96 // images.shape[-1]))
+
+
+@guarded(7)
+def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level: float, seed: float,
+             reward_spec: str, session: Session, progress=gr.Progress()):
+    """Generate tab -> (gallery [(image, caption)], x0 filmstrip, log-prob figure, cleared credit heatmap,
+    rates, session, status)."""
+    config = SamplingConfig(group=whole_number(group, "group size", 1), steps=whole_number(steps, "steps", 1),
+                            noise_level=number(noise_level, "noise level"), seed=whole_number(seed, "seed", 0))
+    session = _sample(wb, prompt or "", config, reward_spec, session, progress)
+    group = session.group
+    figure = plots.logprob_figure(group.log_probs, session.rewards)
+    note = f"sampled G={group.group_size} trajectories of T={group.num_steps} steps for '{escape(group.prompt)}'"
+    cleared = plots.empty_figure("Step credit", "measure credit for the new group")
+    strip = _filmstrip(wb.policy(), group)
+    return _gallery(session), strip, figure, cleared, rates_markdown(session), session, ok(note)
+
+
+def rates_markdown(session: Session) -> str:
+    """Step and chunk misattribution rates with their bootstrap errors, as Markdown."""
+    credit = session.credit
+    if credit is None:
+        return "Measure credit in the **Attribution** tab to see misattribution rates for this schedule."
+    m = credit.misattribution()
+    g, k = credit.branch_rewards.shape[0], credit.branch_rewards.shape[-1]
+    return (f"**Step misattribution:** {100 * m['step_misattribution']:.1f} % ± "
+            f"{100 * m['step_misattribution_se']:.1f} % of (trajectory, step) cells  \n"
+            f"**Chunk misattribution:** {100 * m['chunk_misattribution']:.1f} % ± "
+            f"{100 * m['chunk_misattribution_se']:.1f} % of (trajectory, chunk) cells, chunks {credit.sizes}  \n"
+            f"G={g}, T={credit.num_steps}, K={k} continuations per state; ± is the bootstrap standard error "
+            "over the continuations. Trajectories with advantage 0 are left out.")
+
+
+def credit_plot(session: Session):
+    credit = session.credit
+    return plots.credit_figure(credit.step_credit, credit.advantages, credit.misattributed_steps(), credit.sizes)
+
+
+@guarded(4)
+def attribute(wb: Workbench, branches: float, session: Session, progress=gr.Progress()):
+    """Attribution tab -> (credit heatmap, rates Markdown, session, status)."""
+    from workbench.credit import measure_credit
+    from workbench.rewards import build_reward
+
+    if session.group is None:
+        raise WorkbenchError("no group yet: generate one in the Generate tab first")
+    k = whole_number(branches, "branches (K)", 1)
+    group = session.group
+    credit = measure_credit(wb.policy(), group, build_reward(session.reward_spec), branches=k, chunks=session.sizes,
+                            seed=group.config.seed, progress=_tracker(progress, "continuations from state"))
+    session = replace(session, credit=credit)
+    return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with K={k} continuations")
+
+
+def _chunk_outputs(wb: Workbench, session: Session, note: str, slider=None) -> tuple:
+    """(curve figure, spec text, slider update, rates, session, status) for the current schedule.
+
+    The slider is only reset (to the range 1..T-1 of a new group) when the tab opens, not on every edit.
+    The Attribution heatmap is redrawn when that tab opens (`attribution_view`), keeping edits fast."""
+    t = session.steps
+    noise = session.group.config.noise_level if session.group is not None else 0.7
+    curve = wb.curve(t, noise)
+    low, high = curve.quantiles  # (T,) each
+    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0])
+    slider = gr.skip() if slider is None else slider
+    return figure, format_sizes(session.sizes), slider, rates_markdown(session), session, ok(note)
+
+
+def _edit(wb: Workbench, session: Session, make_sizes, what: str) -> tuple:
+    """Apply one schedule edit; an invalid one raises and the last valid schedule stays."""
+    try:
+        sizes = parse_chunk_spec(make_sizes(session.steps), session.steps)
+    except WorkbenchError as err:
+        raise WorkbenchError(f"{err} (kept the last valid chunks {format_sizes(session.sizes)})") from None
+    return _chunk_outputs(wb, session.with_sizes(sizes), f"{what}: chunks {format_sizes(sizes)}")
+
+
+@guarded(3)
+def attribution_view(wb: Workbench, session: Session):
+    """Attribution tab opened -> (heatmap, rates, status) under the session's current chunks."""
+    if session.credit is None:
+        return gr.skip(), gr.skip(), ""
+    return credit_plot(session), rates_markdown(session), ok(f"chunks {format_sizes(session.sizes)}")
+
+
+@guarded(6)
+def chunks_view(wb: Workbench, session: Session):
+    """Chunks tab opened -> the curve and rates for the session's current schedule."""
+    t = session.steps
+    slider = gr.Slider(minimum=1, maximum=max(t - 1, 1), value=max(t // 2, 1), step=1, interactive=t > 1)
+    return _chunk_outputs(wb, session, f"chunks {format_sizes(session.sizes)} over T={t} steps", slider)
+
+
+@guarded(6)
+def chunks_from_spec(wb: Workbench, spec: str, session: Session):
+    """Typed sizes such as "2,3,4,7"."""
+    return _edit(wb, session, lambda t: spec if spec is not None else "", "typed")
+
+
+@guarded(6)
+def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Session):
+    """A chunker (uniform, temporal, adaptive, equal_mass) with its one option."""
+    chunker = CHUNKERS.get(name)
+    key = CHUNKER_OPTION.get(name)
+    options = {} if key is None else {key: whole_number(option, f"the {name} option ({key})", 1)}
+
+    def make(t: int) -> list[int]:
+        noise = session.group.config.noise_level if session.group is not None else 0.7
+        return chunker(t, wb.curve(t, noise).mean, **options)
+    return _edit(wb, session, make, f"{name} chunker")
+
+
+@guarded(6)
+def chunks_split(wb: Workbench, step: float, session: Session):
+    """Split button: a new chunk starts at the slider's step."""
+    at = whole_number(step, "step", 0)
+    return _edit(wb, session, lambda t: split_at(session.sizes, at), f"split at step {at}")
+
+
+@guarded(6)
+def chunks_merge(wb: Workbench, step: float, session: Session):
+    """Merge button: the boundary at the slider's step goes away."""
+    at = whole_number(step, "step", 0)
+    return _edit(wb, session, lambda t: merge_at(session.sizes, at), f"merged at step {at}")
+
+
+def _learn_comparison(session: Session) -> str:
+    """Markdown table: chunk misattribution of the example under several schedules (no new sampling)."""
+    credit, t = session.credit, session.steps
+    rows = [("every step its own chunk (step GRPO)", [1] * t), ("GCPO temporal chunks", CHUNKERS.get("temporal")(t)),
+            ("chunks of 4", CHUNKERS.get("uniform")(t, size=4)), ("one chunk (GSPO)", [t])]
+    lines = ["| schedule | chunks | misattributed |", "|---|---|---|"]
+    for label, sizes in rows:
+        m = credit.rechunk(sizes).misattribution()
+        lines.append(f"| {label} | {format_sizes(sizes)} | {100 * m['chunk_misattribution']:.1f} % "
+                     f"± {100 * m['chunk_misattribution_se']:.1f} % |")
+    return "\n".join(lines)
+
+
+@guarded(5)
+def learn_example(wb: Workbench, session: Session, progress=gr.Progress()):
+    """Learn tab button (streams) -> (gallery, credit heatmap, explanation Markdown, session, status)."""
+    from workbench.credit import measure_credit
+    from workbench.rewards import build_reward
+
+    yield gr.skip(), gr.skip(), f"Sampling a group of {LEARN['group']} images...", gr.skip(), "… sampling"
+    config = SamplingConfig(group=LEARN["group"], steps=LEARN["steps"], noise_level=0.7, seed=0)
+    session = _sample(wb, LEARN_PROMPT, config, "adherence", session, progress)
+    yield (_gallery(session), gr.skip(), f"Branching {LEARN['branches']} continuations from every state to value it...",
+           session, "… measuring credit")
+    credit = measure_credit(wb.policy(), session.group, build_reward("adherence"), branches=LEARN["branches"],
+                            chunks=session.sizes, progress=_tracker(progress, "continuations from state"))
+    session = replace(session, credit=credit)
+    m = credit.misattribution()
+    text = (f"Rewards range from {float(credit.rewards.min()):.3f} to {float(credit.rewards.max()):.3f}. "
+            f"**{100 * m['step_misattribution']:.0f} %** of the (image, step) cells are marked x: the step moved "
+            "the expected reward against the sign of the image's advantage, yet GRPO pushes it the same way as "
+            "the rest of the image.\n\nThe same measurement, summed over chunks instead of steps:\n\n"
+            + _learn_comparison(session))
+    yield gr.skip(), credit_plot(session), text, session, ok("example ready; it is also in the other tabs")

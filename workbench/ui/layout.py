@@ -1,0 +1,188 @@
+"""The page: six tabs and their wiring, in one place. Handlers live in `handlers` and `run_handlers`.
+
+`build_app(wb)` returns the `gr.Blocks`; `app.py` launches it. Per-user data is one `gr.State(Session())`,
+so two browser sessions never share a group, a credit measurement, a chunk schedule or a run.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import gradio as gr
+
+from workbench.chunking import parse_chunk_spec
+from workbench.rewards import reward_names
+from workbench.ui import handlers as h
+from workbench.ui import run_handlers as rh
+from workbench.ui.jobs import objective_names
+from workbench.ui.learn import EXAMPLE, INTRO
+from workbench.ui.plots import empty_figure
+from workbench.ui.state import Session
+from workbench.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
+
+EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
+                   "a small blue square in the center on a black background",
+                   "a large yellow triangle in the bottom right on a gray background",
+                   "a small green diamond in the middle left on a white background",
+                   "a purple circle"]
+HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
+VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
+              f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
+              "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
+CHUNKERS_SHOWN = ["temporal", "uniform", "adaptive", "equal_mass"]
+
+
+def _generate_tab(wb, session) -> dict:
+    """Generate tab; returns its button and outputs so the Attribution outputs can be wired after they exist."""
+    with gr.Row():
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(EXAMPLE_PROMPTS[0], label="Prompt", elem_id="prompt")
+            gr.Examples(EXAMPLE_PROMPTS, inputs=prompt, label="Example prompts")
+            gr.Markdown(VOCABULARY)
+        with gr.Column(scale=2):
+            group = gr.Slider(2, 16, 8, step=1, label="Group size G (images per prompt)", elem_id="gen-group")
+            steps = gr.Slider(2, 32, 16, step=1, label="Denoising steps T", elem_id="gen-steps")
+            noise = gr.Slider(0, 1.5, 0.7, step=0.05, label="Noise level a (Flow-GRPO SDE; 0 = ODE)")
+            with gr.Row():
+                seed = gr.Number(0, precision=0, label="Seed")
+                reward = gr.Textbox("adherence", label="Reward spec (name:weight,...)",
+                                    info="rewards: " + ", ".join(reward_names()))
+            run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+    status = gr.Markdown(elem_id="generate-status")
+    gallery = gr.Gallery(label="Final images (reward, GRPO advantage)", columns=4, format="png", elem_id="gallery")
+    strip = gr.Image(label="x0 predictions: one row per trajectory, one column per step", type="pil",
+                     format="png", elem_id="filmstrip")
+    logprob = gr.Plot(label="Log-probs", elem_id="logprob-plot")
+    return dict(run=run, inputs=[prompt, group, steps, noise, seed, reward, session],
+                outputs=[gallery, strip, logprob], status=status)
+
+
+def _attribution_tab(wb, session) -> dict:
+    gr.Markdown("Branch K continuations from every state of the group made in **Generate** and compare each "
+                "step's measured credit (left) with the one advantage GRPO gives the whole trajectory (right).")
+    with gr.Row():
+        branches = gr.Slider(1, 16, 4, step=1, label="Continuations per state K")
+        run = gr.Button("Measure credit", variant="primary", elem_id="credit-btn")
+    status = gr.Markdown(elem_id="credit-status")
+    rates = gr.Markdown(elem_id="credit-rates")
+    heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
+                      elem_id="credit-plot")
+    run.click(partial(h.attribute, wb), [branches, session], [heatmap, rates, session, status],
+              api_name="attribute", **HEAVY)
+    return dict(heatmap=heatmap, rates=rates, status=status)
+
+
+def _chunks_tab(wb, session, tab) -> None:
+    gr.Markdown("Edit the chunk schedule; the curve and the misattribution rates update at once (the stored "
+                "credit is re-chunked, nothing is sampled again).")
+    with gr.Row():
+        spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
+        apply = gr.Button("Apply sizes", elem_id="apply-spec-btn", scale=1)
+    with gr.Row():
+        chunker = gr.Dropdown(CHUNKERS_SHOWN, value="temporal", label="Chunker", scale=2)
+        option = gr.Number(4, precision=0, label="size (uniform) / max size (adaptive) / chunks (equal_mass)",
+                           scale=2)
+        use = gr.Button("Apply chunker", elem_id="apply-chunker-btn", scale=1)
+    with gr.Row():
+        step = gr.Slider(1, 15, 8, step=1, label="Step", scale=3)
+        split = gr.Button("Split here", elem_id="split-btn", scale=1)
+        merge = gr.Button("Merge here", elem_id="merge-btn", scale=1)
+    status = gr.Markdown(elem_id="chunks-status")
+    rates = gr.Markdown(elem_id="chunks-rates")
+    curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
+    outputs = [curve, spec, step, rates, session, status]
+    tab.select(partial(h.chunks_view, wb), [session], outputs, api_visibility="private")
+    gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
+          api_name="chunks_from_spec")
+    use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs, api_name="chunks_from_chunker")
+    split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split")
+    merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge")
+
+
+def _finetune_tab(wb, session) -> None:
+    with gr.Row():
+        objective = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective")
+        reward = gr.Textbox("adherence", label="Reward spec and weights", info="e.g. adherence:1,sharpness:0.5")
+        chunks = gr.Textbox("2,3,4,7", label="Chunk schedule (sizes, sum = steps)", elem_id="train-chunks")
+    with gr.Row():
+        lr = gr.Number(3e-5, label="Learning rate")
+        iterations = gr.Number(30, precision=0, label="Iterations", elem_id="train-iterations")
+        group = gr.Slider(2, 16, 8, step=1, label="Group size G", elem_id="train-group")
+        steps = gr.Slider(2, 32, 16, step=1, label="Steps T", elem_id="train-steps")
+        lora = gr.Number(0, precision=0, label="LoRA rank (real models; 0 = full fine-tuning)")
+    with gr.Row():
+        start = gr.Button("Start", variant="primary", elem_id="start-btn")
+        stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+    status = gr.Markdown(elem_id="train-status")
+    state = gr.Markdown("No run started in this session.", elem_id="run-state")
+    with gr.Row():
+        live = gr.Plot(label="Training curves", elem_id="train-plot", scale=3)
+        sample = gr.Image(label="Newest samples", type="pil", format="png", elem_id="train-sample", scale=1)
+    timer = gr.Timer(1.0, active=False)
+    start.click(partial(rh.start_run, wb), [objective, reward, chunks, lr, iterations, group, steps, lora, session],
+                [live, sample, session, timer, status], api_name="start_run", concurrency_id="train")
+    stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")
+    timer.tick(partial(rh.poll_run, wb), [session], [live, sample, timer, state], api_visibility="private",
+               show_progress="hidden")
+
+
+def _runs_tab(wb, tab) -> None:
+    refresh = gr.Button("Refresh", elem_id="refresh-runs-btn")
+    status = gr.Markdown(elem_id="runs-status")
+    table = gr.Dataframe(headers=rh.RUN_COLUMNS, interactive=False, label="Runs on disk", elem_id="runs-table")
+    with gr.Row():
+        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare", scale=3)
+        metric = gr.Dropdown([rh.DEFAULT_METRIC], value=rh.DEFAULT_METRIC, label="Metric", scale=2,
+                             allow_custom_value=True)
+        compare = gr.Button("Compare", scale=1, elem_id="compare-btn")
+    overlay = gr.Plot(label="Comparison", elem_id="compare-plot")
+    with gr.Row():
+        pick = gr.Dropdown([], label="Run to download", scale=3)
+        prepare = gr.Button("Prepare download (metrics CSV + checkpoint)", scale=2, elem_id="download-btn")
+    files = gr.File(file_count="multiple", label="Files", interactive=False, elem_id="run-files")
+    listing = [table, chosen, pick, metric, status]
+    gr.on([refresh.click, tab.select], partial(rh.refresh_runs, wb), None, listing, api_visibility="private")
+    compare.click(partial(rh.compare, wb), [chosen, metric], [overlay, status], api_name="compare_runs")
+    prepare.click(partial(rh.download, wb), [pick], [files, status], api_name="download_run")
+
+
+def _learn_tab(wb, session) -> None:
+    gr.Markdown(INTRO)
+    gr.Markdown(EXAMPLE)
+    run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
+    status = gr.Markdown(elem_id="learn-status")
+    gallery = gr.Gallery(label="The group (reward, advantage)", columns=4, format="png", elem_id="learn-gallery")
+    text = gr.Markdown(elem_id="learn-result")
+    heatmap = gr.Plot(label="Credit of the example", elem_id="learn-plot")
+    run.click(partial(h.learn_example, wb), [session], [gallery, heatmap, text, session, status],
+              api_name="learn_example", **HEAVY)
+
+
+def build_app(wb: h.Workbench) -> gr.Blocks:
+    """The whole workbench page around one shared `Workbench` (model, curves, training jobs)."""
+    parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
+    with gr.Blocks(title="Chunk-GRPO Workbench") as demo:
+        session = gr.State(Session())
+        model = wb.model_path or "the embedded model"
+        gr.Markdown(f"# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks "
+                    f"change. Model: **{model}** on **{wb.device}**.")
+        with gr.Tabs():
+            with gr.Tab("Generate", id="generate"):
+                gen = _generate_tab(wb, session)
+            with gr.Tab("Attribution", id="attribution") as attribution_tab:
+                attribution = _attribution_tab(wb, session)
+            attribution_tab.select(partial(h.attribution_view, wb), [session],
+                                   [attribution["heatmap"], attribution["rates"], attribution["status"]],
+                                   api_visibility="private")
+            gen["run"].click(partial(h.generate, wb), gen["inputs"],
+                             [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
+                             api_name="generate", **HEAVY)
+            with gr.Tab("Chunks", id="chunks") as chunks_tab:
+                _chunks_tab(wb, session, chunks_tab)
+            with gr.Tab("Fine-tune", id="finetune"):
+                _finetune_tab(wb, session)
+            with gr.Tab("Runs", id="runs") as runs_tab:
+                _runs_tab(wb, runs_tab)
+            with gr.Tab("Learn", id="learn"):
+                _learn_tab(wb, session)
+    return demo

@@ -1,0 +1,150 @@
+"""Plotly figures of the workbench: pure functions from tensors and metric rows to `go.Figure`s.
+
+Every figure has a title, axis names with units and a legend, so a screenshot explains itself. Nothing
+here touches gradio; the handlers pass the figures to `gr.Plot`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from workbench.chunking import chunk_boundaries
+
+STEP_AXIS = "denoising step t (0 = pure noise)"
+BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")
+MISATTRIBUTED_STYLE = dict(symbol="x-thin", size=11, line=dict(width=2, color="black"))
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50),
+              legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
+# Training metrics shown live, one panel each: (panel title, y-axis name, metric keys)
+TRAIN_PANELS = (
+    ("Reward", "reward (reward units)", ("reward/mean", "eval/reward_mean")),
+    ("Policy loss", "loss", ("loss/policy",)),
+    ("Clip fraction", "fraction of clipped units", ("policy/clip_frac",)),
+    ("KL to reference", "KL (nats per element)", ("loss/kl", "policy/approx_kl")),
+    ("Gradient norm", "L2 norm (before clipping)", ("policy/grad_norm",)),
+    ("Chunk ratios", "mean importance ratio", ()),  # filled with every chunk/ratio_mean_<j>
+)
+CHUNK_RATIO = re.compile(r"^chunk/ratio_mean_(\d+)$")
+
+
+def _boundary_shapes(sizes: Sequence[int], xref: str = "x") -> list[dict]:
+    """Dashed vertical lines between chunks, at step b - 0.5 for every boundary b, spanning the plot height.
+
+    Plain layout shapes: `add_vline` costs milliseconds per line, too slow for live chunk edits."""
+    return [dict(type="line", xref=xref, yref=f"{xref.replace('x', 'y')} domain", x0=b - 0.5, x1=b - 0.5, y0=0, y1=1,
+                 line=BOUNDARY_STYLE) for b in chunk_boundaries(sizes)]
+
+
+def _boundary_legend(fig: go.Figure, **where) -> None:
+    """An invisible trace that gives the dashed boundary lines a legend entry."""
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=BOUNDARY_STYLE, name="chunk boundary"),
+                  **where)
+
+
+def logprob_figure(log_probs: torch.Tensor, rewards: torch.Tensor | None = None) -> go.Figure:
+    """Per-step log-probs (G, T) of a group: one line per trajectory, labelled with its reward."""
+    g, t = log_probs.shape
+    fig = go.Figure()
+    for i in range(g):
+        label = f"traj {i}" + (f" (r={float(rewards[i]):.2f})" if rewards is not None else "")
+        fig.add_trace(go.Scatter(x=list(range(t)), y=log_probs[i].tolist(), mode="lines+markers", name=label))
+    fig.update_layout(title=f"Per-step log-prob of each sampled transition (G={g}, T={t})",
+                      xaxis_title=STEP_AXIS, yaxis_title="log p(x_t+1 | x_t), nats per latent element",
+                      **LAYOUT)
+    return fig
+
+
+def credit_figure(step_credit: torch.Tensor, advantages: torch.Tensor, misattributed: torch.Tensor,
+                  sizes: Sequence[int]) -> go.Figure:
+    """Heatmap of Monte-Carlo step credit (G, T) beside the uniform GRPO advantage (G, 1).
+
+    Cells whose credit sign is opposite to their trajectory's advantage sign (misattributed (G, T) bool)
+    carry an x; dashed lines mark the chunk boundaries of `sizes`.
+    """
+    g, t = step_credit.shape
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.8, 0.2], shared_yaxes=True, horizontal_spacing=0.12,
+                        subplot_titles=("Monte-Carlo step credit d(i,t)", "GRPO advantage A(i)"))
+    scale = float(step_credit.abs().max().clamp_min(1e-6))
+    fig.add_trace(go.Heatmap(z=step_credit.tolist(), x=list(range(t)), y=list(range(g)), colorscale="RdBu",
+                             zmid=0, zmin=-scale, zmax=scale, name="step credit",
+                             colorbar=dict(title="credit<br>(reward)", x=0.712, xanchor="left", thickness=12),
+                             hovertemplate="traj %{y}, step %{x}: credit %{z:.4f}<extra></extra>"), row=1, col=1)
+    adv_scale = float(advantages.abs().max().clamp_min(1e-6))
+    fig.add_trace(go.Heatmap(z=advantages[:, None].tolist(), x=["A"], y=list(range(g)), colorscale="RdBu", zmid=0,
+                             zmin=-adv_scale, zmax=adv_scale, name="advantage",
+                             colorbar=dict(title="A<br>(std units)", x=1.01, xanchor="left", thickness=12),
+                             hovertemplate="traj %{y}: A = %{z:.3f}<extra></extra>"), row=1, col=2)
+    rows, cols = misattributed.nonzero(as_tuple=True)
+    fig.add_trace(go.Scatter(x=cols.tolist(), y=rows.tolist(), mode="markers", marker=MISATTRIBUTED_STYLE,
+                             name="misattributed: credit sign opposite to A(i)"), row=1, col=1)
+    fig.update_layout(shapes=_boundary_shapes(sizes))
+    _boundary_legend(fig, row=1, col=1)
+    fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=1)
+    fig.update_xaxes(title_text="per trajectory", row=1, col=2)
+    fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
+    fig.update_layout(title=f"Step credit vs uniform advantage (G={g}, T={t}, chunks {list(sizes)})", **LAYOUT)
+    return fig
+
+
+def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, sizes: Sequence[int],
+                    trajectories: int) -> go.Figure:
+    """GCPO's L1_rel curve: mean (T,) with a 10-90 % band (low, high (T,)) and the chunk boundaries."""
+    t = mean.shape[0]
+    steps = list(range(t))
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=steps + steps[::-1], y=high.tolist() + low.tolist()[::-1], fill="toself",
+                             line=dict(width=0), fillcolor="rgba(31,119,180,0.2)", hoverinfo="skip",
+                             name=f"10-90 % over {trajectories} trajectories"))
+    fig.add_trace(go.Scatter(x=steps, y=mean.tolist(), mode="lines+markers", line=dict(color="rgb(31,119,180)"),
+                             name="mean L1_rel"))
+    _boundary_legend(fig)
+    fig.update_layout(title=f"Temporal dynamics and chunks {list(sizes)}", xaxis_title=STEP_AXIS,
+                      yaxis_title="L1_rel = |x_t - x_t+1|_1 / |x_t|_1 (relative)",
+                      xaxis_range=[-0.5, t - 0.5], shapes=_boundary_shapes(sizes), **LAYOUT)
+    return fig
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """(iterations, values) of one metric over the rows that logged it."""
+    pairs = [(r.get("iteration", i), r[key]) for i, r in enumerate(rows) if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pairs], [float(p[1]) for p in pairs]
+
+
+def training_figure(rows: list[dict], title: str) -> go.Figure:
+    """Live training curves from metrics.jsonl rows: reward, loss, clip fraction, KL, grad norm, chunk ratios."""
+    fig = make_subplots(rows=2, cols=3, subplot_titles=[p[0] for p in TRAIN_PANELS], vertical_spacing=0.18)
+    chunk_keys = sorted({k for r in rows for k in r if CHUNK_RATIO.match(k)},
+                        key=lambda k: int(CHUNK_RATIO.match(k).group(1)))
+    for n, (_, y_title, keys) in enumerate(TRAIN_PANELS):
+        row, col = divmod(n, 3)
+        for key in keys or chunk_keys:
+            x, y = _series(rows, key)
+            if x:
+                fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=key), row=row + 1, col=col + 1)
+        fig.update_xaxes(title_text="iteration", row=row + 1, col=col + 1)
+        fig.update_yaxes(title_text=y_title, row=row + 1, col=col + 1)
+    fig.update_layout(title=title, height=620, **{**LAYOUT, "legend": dict(orientation="h", y=-0.18, x=0)})
+    return fig
+
+
+def compare_figure(series: dict[str, tuple[list[int], list[float]]], metric: str) -> go.Figure:
+    """One metric of several runs overlaid: {run name: (iterations, values)}."""
+    fig = go.Figure()
+    for name, (x, y) in series.items():
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name))
+    fig.update_layout(title=f"{metric} per iteration, {len(series)} run(s)", xaxis_title="iteration",
+                      yaxis_title=metric, **LAYOUT)
+    return fig
+
+
+def empty_figure(title: str, hint: str) -> go.Figure:
+    """A placeholder with a title and a centred hint, for plots that have no data yet."""
+    fig = go.Figure()
+    fig.add_annotation(text=hint, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+    fig.update_layout(title=title, template="plotly_white", xaxis=dict(visible=False), yaxis=dict(visible=False))
+    return fig

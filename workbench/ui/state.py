@@ -1,0 +1,78 @@
+"""Per-user data of the app (kept in `gr.State`) and the chunk-schedule edits of the Chunks tab.
+
+Two browser sessions each get their own `Session`, so one never sees the other's group, credit or
+chunk schedule. Sessions are replaced, not mutated, so a failed edit leaves the last valid one intact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from workbench.chunking import CHUNKERS, chunk_boundaries, check_sizes
+from workbench.credit import Credit
+from workbench.errors import WorkbenchError
+from workbench.trajectory import TrajectoryGroup
+
+DEFAULT_STEPS = 16  # T of the chunk editor before any group exists (the papers' 16 trained steps)
+
+
+@dataclass
+class Session:
+    """What one browser session has made so far."""
+
+    group: TrajectoryGroup | None = None  # the last sampled group (Generate tab)
+    reward_spec: str = "adherence"  # reward that scored the group, reused by the credit measurement
+    rewards: torch.Tensor | None = None  # (G,) rewards of the group's final images
+    advantages: torch.Tensor | None = None  # (G,) GRPO advantages of those rewards
+    credit: Credit | None = None  # Monte-Carlo credit of the group, re-chunked on every edit
+    sizes: list[int] = field(default_factory=lambda: CHUNKERS.get("temporal")(DEFAULT_STEPS))  # last valid
+    run_id: str | None = None  # the fine-tuning run this session started
+
+    @property
+    def steps(self) -> int:
+        """T the chunk schedule covers: the group's steps, else the default."""
+        return self.group.num_steps if self.group is not None else sum(self.sizes)
+
+    def with_group(self, group: TrajectoryGroup, reward_spec: str, rewards: torch.Tensor,
+                   advantages: torch.Tensor) -> Session:
+        """A new group replaces the old one and its credit; the schedule is kept when it still fits T."""
+        sizes = self.sizes if sum(self.sizes) == group.num_steps else CHUNKERS.get("temporal")(group.num_steps)
+        return replace(self, group=group, reward_spec=reward_spec, rewards=rewards, advantages=advantages,
+                       credit=None, sizes=sizes)
+
+    def with_sizes(self, sizes: list[int]) -> Session:
+        """The session under a new (already valid) schedule; the stored credit is re-chunked, not re-sampled."""
+        credit = self.credit.rechunk(sizes) if self.credit is not None else None
+        return replace(self, sizes=list(sizes), credit=credit)
+
+
+def format_sizes(sizes: list[int]) -> str:
+    """[2, 3, 4, 7] -> "2,3,4,7" (the text the chunk-spec box shows)."""
+    return ",".join(str(s) for s in sizes)
+
+
+def split_at(sizes: list[int], step: int) -> list[int]:
+    """Cut the chunk that contains `step` so that a new chunk starts at `step` (1 <= step <= T - 1)."""
+    sizes = check_sizes(sizes)
+    total = sum(sizes)
+    if not 1 <= step <= total - 1:
+        raise WorkbenchError(f"a chunk can start at steps 1..{total - 1}, not at step {step}; move the slider")
+    cuts = chunk_boundaries(sizes)
+    if step in cuts:
+        raise WorkbenchError(f"a chunk already starts at step {step} (boundaries: {cuts}); choose another step")
+    cuts = sorted([*cuts, step])
+    edges = [0, *cuts, total]
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
+def merge_at(sizes: list[int], step: int) -> list[int]:
+    """Remove the boundary at `step`, merging the chunks on either side of it."""
+    sizes = check_sizes(sizes)
+    cuts = chunk_boundaries(sizes)
+    if step not in cuts:
+        where = f"boundaries are at steps {cuts}" if cuts else "there is only one chunk"
+        raise WorkbenchError(f"no chunk boundary at step {step} to merge; {where}")
+    edges = [0, *[c for c in cuts if c != step], sum(sizes)]
+    return [b - a for a, b in zip(edges, edges[1:])]
