@@ -119,11 +119,12 @@ def _rates(rewards, branches, advantages, sizes) -> tuple[torch.Tensor, torch.Te
 
 @torch.no_grad()
 def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branches: int = 4,
-                         seed: int = 0, progress=None) -> torch.Tensor:
+                         seed: int = 0, progress=None, max_rows: int = 256) -> torch.Tensor:
     """Rewards (G, T - 1, K) of K continuations from every intermediate state x_1 .. x_{T-1}.
 
     All continuations run in one loop over steps: the rows that start at state s join the batch at step
-    s, so each step is one forward pass over every active row (G * K * s rows at step s).
+    s, so each step is one forward pass over every active row (G * K * s rows at step s), in slices of
+    at most `max_rows` rows to bound memory.
     """
     from workbench.sampler import transition
 
@@ -136,13 +137,13 @@ def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, 
         start = group.states[:, s].repeat_interleave(branches, dim=0).to(policy.device)  # (G * K, C, H, W)
         x = torch.cat([x, start])
         noise = torch.randn(x.shape, generator=gen).to(policy.device)
-        out = transition(policy, x, sigmas, s, cond.repeat(x.shape[0]), cfg, noise=noise)
-        x = out.x_next
+        x = torch.cat([transition(policy, xb, sigmas, s, cond.repeat(xb.shape[0]), cfg, noise=nb).x_next
+                       for xb, nb in zip(x.split(max_rows), noise.split(max_rows))])  # bounded memory
         if progress is not None:
             progress(s, t_steps - 1)
-    # rows were appended start by start: row block j (size G * K) started at state j + 1
-    images = policy.decode(x)  # (R, 3, H, W) with R = (T - 1) * G * K
-    rewards = torch.as_tensor(reward_fn(images, [group.prompt] * images.shape[0]), dtype=torch.float32).cpu()
+    # rows were appended start by start: row block j (size G * K) started at state j + 1; R = (T - 1) G K
+    rewards = torch.cat([torch.as_tensor(reward_fn(policy.decode(xb), [group.prompt] * xb.shape[0]),
+                                         dtype=torch.float32).cpu() for xb in x.split(max_rows)])  # (R,)
     return rewards.view(t_steps - 1, g, branches).permute(1, 0, 2).contiguous()  # (G, T - 1, K)
 
 

@@ -36,9 +36,9 @@ from workbench.world import Scene, render, split_scenes
 class PretrainConfig:
     """Pretraining settings (our own recipe for the embedded model)."""
 
-    steps: int = 3200  # optimizer steps
-    batch_size: int = 64  # images per step
-    lr: float = 8e-4  # AdamW peak learning rate; linear warm-up then cosine to 10 %
+    steps: int = 2400  # optimizer steps
+    batch_size: int = 128  # images per step
+    lr: float = 1e-3  # AdamW peak learning rate; linear warm-up then cosine to 10 %
     warmup: int = 200  # warm-up steps
     ema_decay: float = 0.998  # EMA of the weights that get saved
     variants: int = 8  # jittered renderings per training scene
