@@ -79,7 +79,8 @@ def run(args) -> dict:
                        "rate_se_between_prompts": float(v[:, 0].std(ddof=1) / np.sqrt(len(v))),
                        "mc_se": float(np.sqrt((v[:, 1] ** 2).mean() / len(v))), "credit_mass": float(v[:, 2].mean()),
                        "prompts": len(v)}
-    return {"settings": vars(args), "l1_rel": curve.mean.tolist(), "table": table}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    return {"settings": settings, "l1_rel": curve.mean.tolist(), "table": table}
 
 
 def write(result: dict, out: Path, command: str) -> None:
