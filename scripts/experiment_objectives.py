@@ -1,0 +1,173 @@
+"""Compare policy objectives at equal compute on the embedded model (several seeds each).
+
+    .venv/bin/python scripts/experiment_objectives.py            # full: 5 objectives x 3 seeds x 30 iterations
+    .venv/bin/python scripts/experiment_objectives.py --quick    # tiny smoke run (random weights if needed)
+
+Every run uses the default TrainConfig (same prompts per iteration, group, steps, minibatches, lr and
+iterations); only the objective (and its chunking / advantage) changes:
+
+    step_grpo            Flow-GRPO per-step ratio
+    chunk_grpo temporal  GCPO [2,3,4,7]-style chunks (CHUNKERS 'temporal')
+    chunk_grpo uniform   equal chunks of T/4 steps
+    gspo                 one sequence ratio
+    gpg                  GPG: no ratio, alpha-scaled advantages, one optimizer step per rollout
+
+Writes <out>/objectives.md (mean +- std over seeds of the final held-out ODE reward, and the command)
+and <out>/objectives_curves.png (held-out reward vs iteration, mean +- std band). Default out: docs/
+(full) or runs/objectives_quick/ (--quick). Run folders go to <runs>/<objective>/seed<k>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench import runs  # noqa: E402
+from workbench.chunking import CHUNKERS  # noqa: E402
+from workbench.trainer import TrainConfig, Trainer  # noqa: E402
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+
+
+def variants(base: TrainConfig) -> dict[str, TrainConfig]:
+    """The compared objectives, all at the compute of `base`."""
+    n_steps = len(base.trained_steps(1))
+    temporal = ",".join(map(str, CHUNKERS.get("temporal")(n_steps)))
+    uniform = ",".join(map(str, CHUNKERS.get("uniform")(n_steps, size=max(1, n_steps // 4))))
+    everything = base.prompts_per_iteration * base.group * n_steps  # GPG: one update per rollout
+    return {
+        "step_grpo": replace(base, objective="step_grpo"),
+        f"chunk_grpo temporal [{temporal}]": replace(base, objective="chunk_grpo", chunks=temporal),
+        f"chunk_grpo uniform [{uniform}]": replace(base, objective="chunk_grpo", chunks=uniform),
+        "gspo": replace(base, objective="gspo"),
+        "gpg": replace(base, objective="gpg", advantage="gpg", minibatch=everything),
+    }
+
+
+def run_one(config: TrainConfig, run_dir: Path, policy_factory) -> list[dict]:
+    """Train one config into run_dir (fresh) and return its metrics rows."""
+    if (run_dir / runs.CONFIG).exists():
+        import shutil
+        shutil.rmtree(run_dir)
+    Trainer(config, run_dir, policy_factory()).run()
+    return runs.read_metrics(run_dir)
+
+
+def eval_curve(rows: list[dict]) -> tuple[list[int], list[float]]:
+    pts = [(r["iteration"], r["eval/reward_mean"]) for r in rows if r.get("eval/reward_mean") is not None]
+    return [i for i, _ in pts], [v for _, v in pts]
+
+
+def plot(curves: dict[str, list[tuple[list[int], list[float]]]], path: Path) -> str:
+    """Held-out reward curves, mean +- std over seeds; matplotlib if installed, else a plain PIL drawing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return _plot_pil(curves, path)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (name, seeds), color in zip(curves.items(), COLORS):
+        its, values = np.array(seeds[0][0]), np.array([v for _, v in seeds])
+        ax.plot(its, values.mean(0), color=color, label=name)
+        ax.fill_between(its, values.mean(0) - values.std(0), values.mean(0) + values.std(0), color=color, alpha=0.15)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("held-out reward (ODE)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return "matplotlib"
+
+
+def _plot_pil(curves: dict, path: Path) -> str:
+    from PIL import Image, ImageDraw
+
+    w, h, pad = 760, 460, 50
+    img = Image.new("RGB", (w, h), "white")
+    draw = ImageDraw.Draw(img)
+    all_its = [i for seeds in curves.values() for i in seeds[0][0]]
+    all_vals = [v for seeds in curves.values() for _, vals in seeds for v in vals]
+    x0, x1, y0, y1 = min(all_its), max(all_its) or 1, min(all_vals), max(all_vals)
+    y1 = y1 if y1 > y0 else y0 + 1e-3
+
+    def xy(i, v):
+        return pad + (i - x0) / max(x1 - x0, 1) * (w - 2 * pad), h - pad - (v - y0) / (y1 - y0) * (h - 2 * pad)
+
+    draw.rectangle([pad, pad, w - pad, h - pad], outline="black")
+    draw.text((pad, h - pad + 8), f"iteration {x0}..{x1}", fill="black")
+    draw.text((pad, 10), f"held-out reward (ODE), {y0:.3f}..{y1:.3f}; mean over seeds (no matplotlib)", fill="black")
+    for k, ((name, seeds), color) in enumerate(zip(curves.items(), COLORS)):
+        its, mean = seeds[0][0], np.mean([v for _, v in seeds], axis=0)
+        draw.line([xy(i, v) for i, v in zip(its, mean)], fill=color, width=2)
+        draw.text((w - pad - 230, pad + 8 + 14 * k), name, fill=color)
+    img.save(path)
+    return "PIL (matplotlib is not installed in the venv)"
+
+
+def write_report(out: Path, table: list[tuple[str, list[float]]], base: float | None, command: str,
+                 config: TrainConfig, seeds: int, plotter: str) -> Path:
+    lines = ["# Objectives at equal compute (embedded model)", "",
+             f"Final held-out reward (`eval/reward_mean`, {config.eval_prompts} held-out prompts, deterministic "
+             f"ODE, fixed noise) after {config.iterations} iterations of {config.prompts_per_iteration} prompts x "
+             f"{config.group} samples, T={config.steps} trained steps, lr {config.lr}, clip {config.clip_low}; "
+             f"mean +- std over {seeds} seeds." + (f" Base model: {base:.4f}." if base is not None else ""), "",
+             "| objective | final held-out reward | change vs base |", "|---|---|---|"]
+    for name, finals in table:
+        mean, std = float(np.mean(finals)), float(np.std(finals))
+        delta = f"{mean - base:+.4f}" if base is not None else "n/a"
+        lines.append(f"| {name} | {mean:.4f} +- {std:.4f} | {delta} |")
+    lines += ["", "![held-out reward curves](objectives_curves.png)", "",
+              f"Curves drawn with {plotter}.", "", "Reproduce:", "", "```", command, "```", ""]
+    return runs.atomic_write(out / "objectives.md", "\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny run to check the script works")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per objective (default 3; quick 2)")
+    parser.add_argument("--iterations", type=int, default=None, help="iterations per run (default: TrainConfig's)")
+    parser.add_argument("--out", default=None, help="folder for objectives.md and the curves")
+    parser.add_argument("--runs", default=None, help="folder for the run folders")
+    args = parser.parse_args()
+    from workbench.embedded import build_embedded
+    from workbench.policy import EmbeddedPolicy
+
+    if args.quick:
+        base = TrainConfig(group=2, steps=4, iterations=args.iterations or 2, eval_prompts=4, eval_every=1,
+                           chunks="1,1,1,1", sample_every=10**6)
+        seeds, out = args.seeds or 2, Path(args.out or "runs/objectives_quick")
+        trained = Path(__file__).resolve().parents[1] / "workbench" / "weights" / "embedded" / "model.safetensors"
+        factory = (lambda: EmbeddedPolicy.load()) if trained.is_file() else (lambda: EmbeddedPolicy(build_embedded()))
+    else:
+        base = TrainConfig(iterations=args.iterations or TrainConfig().iterations, sample_every=10**6)
+        seeds, out, factory = args.seeds or 3, Path(args.out or "docs"), (lambda: EmbeddedPolicy.load())
+    run_root = Path(args.runs or ("runs/objectives_quick" if args.quick else "runs/objectives"))
+    out.mkdir(parents=True, exist_ok=True)
+    curves, table, base_evals = {}, [], []
+    for name, config in variants(base).items():
+        per_seed = []
+        for seed in range(seeds):
+            rows = run_one(replace(config, seed=seed), run_root / name.split(" [")[0].replace(" ", "_") / f"seed{seed}",
+                           factory)
+            per_seed.append(eval_curve(rows))
+            base_evals.append(per_seed[-1][1][0])
+            print(f"{name:32s} seed {seed}: held-out {per_seed[-1][1][0]:.4f} -> {per_seed[-1][1][-1]:.4f}",
+                  flush=True)
+        curves[name] = per_seed
+        table.append((name, [vals[-1] for _, vals in per_seed]))
+    plotter = plot(curves, out / "objectives_curves.png")
+    command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    report = write_report(out, table, float(np.mean(base_evals)), command.strip(), base, seeds, plotter)
+    print(f"wrote {report} and {out / 'objectives_curves.png'} ({plotter})")
+
+
+if __name__ == "__main__":
+    main()

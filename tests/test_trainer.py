@@ -1,0 +1,213 @@
+"""The fine-tuning loop on a tiny random embedded model: run store, metrics, stop, resume, LoRA, config, CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from workbench import runs
+from workbench.embedded import build_embedded, save_embedded
+from workbench.errors import WorkbenchError
+from workbench.policy import EmbeddedPolicy
+from workbench.train_cli import main as train_main
+from workbench.trainer import PRESETS, TrainConfig, Trainer, load_trained_policy, preset
+
+# 2 prompts x 2 trajectories x 3 trained steps: each iteration takes well under a second on one core
+TINY = TrainConfig(group=2, steps=3, chunks="1,2", eval_prompts=1, eval_every=2, iterations=2, sample_every=1,
+                   lr=1e-3, clip_low=0.2)
+
+
+def fresh_policy() -> EmbeddedPolicy:
+    """A new random-init embedded model (seed 0): the trainer changes its weights in place."""
+    model = build_embedded(seed=0)
+    model.text_encoder.eval().requires_grad_(False)
+    return EmbeddedPolicy(model)
+
+
+def weights(policy: EmbeddedPolicy) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in policy.transformer.state_dict().items()}
+
+
+REQUIRED = ["reward/mean", "reward/std", "reward/adherence/mean", "adv/mean", "adv/std", "adv/zero_std_frac",
+            "loss/policy", "loss/kl", "policy/clip_frac", "policy/approx_kl", "policy/grad_norm",
+            "chunk/ratio_mean_0", "chunk/ratio_mean_1", "chunk/ratio_std_0", "chunk/ratio_std_1",
+            "time/iteration_s", "time/rollout_s", "time/update_s", "rollout/groups"]
+
+
+def test_loop_writes_run_store_and_metrics(tmp_path):
+    policy, events = fresh_policy(), []
+    before = weights(policy)
+    summary = Trainer(TINY, tmp_path / "run", policy).run(callback=events.append)
+    run = runs.load_run(tmp_path / "run")
+    assert run.state == "finished" and run.status["iteration"] == 2 and summary.state == "finished"
+    assert [r["iteration"] for r in run.metrics] == [0, 1, 2]
+    assert set(run.metrics[0]) >= {"eval/reward_mean"} and "reward/mean" not in run.metrics[0]
+    for name in REQUIRED:
+        assert all(name in r for r in run.metrics[1:]), name
+    assert "eval/reward_mean" in run.metrics[2] and "eval/reward_mean" not in run.metrics[1]
+    assert run.metrics[1]["rollout/groups"] == 2 and run.metrics[1]["train/optimizer_steps"] == 2
+    assert summary.first_eval_reward == run.metrics[0]["eval/reward_mean"]
+    assert summary.last_reward_mean == run.metrics[2]["reward/mean"]
+    assert [p.name for p in run.samples()] == ["iter_0001.png", "iter_0002.png"]
+    assert TrainConfig.from_dict(run.config) == TINY
+    kinds = [e.kind for e in events]
+    assert kinds == ["iteration", "iteration", "samples", "iteration", "samples", "checkpoint", "finished"]
+    _, saved, _ = runs.load_checkpoint(runs.latest_checkpoint(tmp_path / "run"))
+    after = weights(policy)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert set(saved) == {k for k, _ in policy.transformer.named_parameters()}  # full FT: every parameter
+    assert all(torch.equal(saved[k], after[k]) for k in saved)
+
+
+def test_fresh_trainer_refuses_an_existing_run(tmp_path):
+    Trainer(replace(TINY, iterations=1, eval_prompts=0), tmp_path / "run", fresh_policy()).run()
+    with pytest.raises(WorkbenchError, match="resume"):
+        Trainer(TINY, tmp_path / "run", fresh_policy())
+
+
+@pytest.mark.parametrize("how", ["method", "file"])
+def test_stop_leaves_a_checkpoint_and_state_stopped(tmp_path, how):
+    config = replace(TINY, iterations=5, checkpoint_every=10, eval_prompts=0)
+    trainer = Trainer(config, tmp_path / "run", fresh_policy())
+    events = []
+
+    def on_event(event):
+        events.append(event)
+        if event.kind == "iteration" and event.iteration == 1:
+            trainer.request_stop() if how == "method" else runs.request_stop(tmp_path / "run")
+
+    summary = trainer.run(callback=on_event)
+    run = runs.load_run(tmp_path / "run")
+    assert summary.state == "stopped" and run.state == "stopped" and run.status["iteration"] == 1
+    assert runs.latest_checkpoint(tmp_path / "run").name == "iter_0001"
+    assert not (tmp_path / "run" / "STOP").exists() and events[-1].kind == "stopped"
+
+
+def test_resume_equals_a_straight_run(tmp_path):
+    config = replace(TINY, iterations=2, checkpoint_every=10, sample_every=10)
+    straight = fresh_policy()
+    Trainer(config, tmp_path / "a", straight).run()
+    first = Trainer(config, tmp_path / "b", fresh_policy())
+    first.run(callback=lambda e: first.request_stop() if e.kind == "iteration" and e.iteration == 1 else None)
+    assert runs.load_run(tmp_path / "b").state == "stopped"
+    resumed_policy = fresh_policy()
+    Trainer.resume(tmp_path / "b", policy=resumed_policy).run()
+    a, b = weights(straight), weights(resumed_policy)
+    assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-6) for k in a)
+    rows_a, rows_b = runs.read_metrics(tmp_path / "a"), runs.read_metrics(tmp_path / "b")
+    assert [r["iteration"] for r in rows_b] == [0, 1, 2] and "eval/reward_mean" in rows_b[2]
+
+    def untimed(row):
+        return {k: v for k, v in row.items() if not k.startswith("time/")}
+
+    assert untimed(rows_a[2]) == untimed(rows_b[2])  # rewards, advantages, losses, ratios and the eval
+    assert runs.load_run(tmp_path / "b").state == "finished"
+
+
+def test_lora_trains_only_the_adapters(tmp_path):
+    model = build_embedded(seed=0)
+    save_embedded(model, tmp_path / "model")
+    config = replace(TINY, iterations=1, eval_prompts=0, lora_rank=2, model=str(tmp_path / "model"), device="cpu")
+    trainer = Trainer(config, tmp_path / "run")
+    base = {k: v.detach().clone() for k, v in trainer.policy.transformer.named_parameters() if "lora_" not in k}
+    lora = {k: v.detach().clone() for k, v in trainer.params.items()}
+    trainer.run()
+    assert lora and all("lora_" in k for k in lora)
+    now = dict(trainer.policy.transformer.named_parameters())
+    assert all(torch.equal(base[k], now[k]) for k in base)
+    assert any(not torch.equal(lora[k], now[k]) for k in lora)
+    _, saved, _ = runs.load_checkpoint(runs.latest_checkpoint(tmp_path / "run"))
+    assert set(saved) == set(lora)
+    reloaded = dict(load_trained_policy(tmp_path / "run", device="cpu").transformer.named_parameters())
+    assert all(torch.equal(reloaded[k], now[k]) for k in now)
+
+
+def test_options_kl_chunk_sampling_noise_aware_dynamic_sampling(tmp_path):
+    config = replace(TINY, iterations=1, eval_prompts=0, kl_beta=0.5, chunk_fraction=0.5, noise_aware=True,
+                     dynamic_sampling=True, steps=4, chunks="1,1,1", train_last_step=True, sde="cps",
+                     noise_level=0.5)
+    trainer = Trainer(config, tmp_path / "run", fresh_policy())
+    trainer.run()
+    row = runs.read_metrics(tmp_path / "run")[-1]
+    assert row["loss/kl"] > 0  # the second optimizer step moves away from the frozen reference
+    assert config.trained_steps(1) == [0, 1, 2]  # cps: the last step has std 0 and is not trained
+    assert 0 < row["train/transitions"] < 2 * 2 * 3  # chunk sampling trained a part of the steps
+
+
+def test_failure_is_recorded(tmp_path):
+    def boom(event):
+        if event.kind == "iteration" and event.iteration == 1:
+            raise RuntimeError("callback exploded")
+
+    with pytest.raises(RuntimeError):
+        Trainer(replace(TINY, eval_prompts=0), tmp_path / "run", fresh_policy()).run(callback=boom)
+    status = runs.load_run(tmp_path / "run").status
+    assert status["state"] == "failed" and "callback exploded" in status["error"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"chunks": "2,2"}, "sum to 4 but there are 3"),
+    ({"objective": "nope"}, "valid objectives: chunk_grpo"),
+    ({"window": (0, 2), "mixgrpo": True}, "drop window or mixgrpo"),
+    ({"advantage": "gfpo"}, "gfpo_metric"),
+    ({"noise_level": 0.0}, "noise_level must be > 0"),
+    ({"prompts": ["a red circle"], "prompt_file": "p.txt"}, "not both"),
+    ({"minibatch": 4}, "multiple of 3 trained steps"),
+    ({"grad_accum": 4}, "grad_accum"),
+    ({"group": 1}, "group must be >= 2"),
+    ({"dtype": "float16"}, "float32 or bfloat16"),
+    ({"chunk_fraction": 1.5}, "chunk_fraction"),
+    ({"reward": "nope"}, "valid rewards"),
+    ({"window": (2, 9)}, "SDE window"),
+])
+def test_bad_configs_are_rejected(overrides, message):
+    with pytest.raises(WorkbenchError, match=message):
+        replace(TINY, **overrides)
+
+
+def test_window_and_last_step_define_the_trained_steps():
+    assert TrainConfig().trained_steps(1) == list(range(16)) and TrainConfig().sampling_steps == 17
+    assert TrainConfig(train_last_step=True, chunks="2,3,4,7").sampling_steps == 16
+    assert TrainConfig(window=(2, 6), chunks="1,3").trained_steps(1) == [2, 3, 4, 5]
+    mix = TrainConfig(mixgrpo=True, chunks="4")
+    assert mix.trained_steps(1) == [0, 1, 2, 3] and mix.trained_steps(26) == [1, 2, 3, 4]
+
+
+def test_presets():
+    assert set(PRESETS.names()) >= {"embedded_demo", "gcpo", "flow_grpo", "gspo", "gpg"}
+    g = preset("gcpo")
+    assert (g.objective, g.chunks, g.lr, g.clip_low, g.max_grad_norm) == ("chunk_grpo", "2,3,4,7", 1e-5, 5e-5, 0.01)
+    assert preset("flow_grpo").lora_rank == 32 and preset("gpg").minibatch == 2 * 8 * 16
+    assert preset("gcpo", iterations=3).iterations == 3
+    with pytest.raises(WorkbenchError, match="valid presets: dance_grpo"):
+        preset("nope")
+    with pytest.raises(WorkbenchError, match="sum to"):
+        preset("flow_grpo", objective="chunk_grpo")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--chunks", "2,2", "--steps", "3"], "sum to"),
+    (["--preset", "nope"], "valid presets"),
+    (["--resume", "/nonexistent/run"], "does not exist"),
+    (["--resume", "/nonexistent/run", "--group", "4"], "only --iterations"),
+    (["--model", "/nonexistent/model"], "does not exist"),
+])
+def test_cli_errors(argv, message, capsys):
+    assert train_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+
+
+def test_cli_run_prints_progress_and_summary(tmp_path, capsys):
+    save_embedded(build_embedded(seed=0), tmp_path / "model")
+    argv = ["--model", str(tmp_path / "model"), "--device", "cpu", "--group", "2", "--steps", "3", "--chunks", "1,2",
+            "--iterations", "1", "--eval-prompts", "2", "--out", str(tmp_path / "run")]
+    assert train_main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("iter 0/1") and lines[1].startswith("iter 1/1  reward")
+    summary = json.loads(lines[-1])
+    assert summary["run_dir"] == str(tmp_path / "run") and summary["state"] == "finished"
+    assert summary["first_reward_mean"] is not None and summary["last_eval_reward"] is not None
