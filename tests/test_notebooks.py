@@ -24,3 +24,13 @@ def test_notebook_has_no_outputs(path):
 def test_notebook_uses_the_library(path):
     source = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
     assert "from workbench" in source
+
+
+def test_nbstripout_finds_nothing_to_strip():
+    import shutil
+    import subprocess
+    import sys
+
+    tool = shutil.which("nbstripout") or str(Path(sys.executable).parent / "nbstripout")
+    result = subprocess.run([tool, "--verify", *map(str, NOTEBOOKS)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
