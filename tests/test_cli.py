@@ -73,7 +73,7 @@ def test_errors_are_one_line_without_traceback(args, needle, tmp_path):
                             timeout=300, cwd=tmp_path)
     assert result.returncode != 0
     assert needle in result.stderr and "Traceback" not in result.stderr, result.stderr
-    assert len([line for line in result.stderr.splitlines() if line.startswith("error")]) == 1
+    assert len([line for line in result.stderr.splitlines() if "error:" in line]) == 1
 
 
 def test_corrupted_weights_are_a_clear_error(model_dir, tmp_path):
