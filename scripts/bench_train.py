@@ -5,8 +5,9 @@
 Runs the default chunk_grpo config (G=8, T=16, 2 prompts, no eval, no samples) and, after every
 iteration, re-times the raw model compute of the same iteration on a copy of the transformer: the
 rollout forwards (T + 1 steps on the N x G batch) plus forward/backward/AdamW on the same minibatches
-of the same stored transitions (and the KL reference's forward when kl_beta > 0), with none of the trainer's bookkeeping (rewards, advantages, masks,
-metrics, store). The ratio trainer / raw is the overhead. Prints figures and the targets; no asserts.
+of the same stored transitions (and the KL reference's forward when kl_beta > 0), with none of the
+trainer's bookkeeping (rewards, advantages, masks, metrics, store). The ratio trainer / raw is the
+overhead. Prints figures and the targets; no asserts.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=6, help="iterations; the first is a warm-up")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (target: 2 cores)")
     parser.add_argument("--random", action="store_true", help="random-init weights (if the trained ones are missing)")
-    args = parser.parse_args()
+    args, rest = parser.parse_known_args()  # `workbench bench train` runs this file with its own words in argv
+    if any(word.startswith("-") for word in rest):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     torch.set_num_threads(args.threads)
     policy = EmbeddedPolicy(build_embedded(seed=0)) if args.random else EmbeddedPolicy.load()
     config = TrainConfig(iterations=args.iterations, eval_prompts=0, sample_every=10**6, checkpoint_every=10**6)

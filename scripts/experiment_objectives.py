@@ -3,8 +3,10 @@
     .venv/bin/python scripts/experiment_objectives.py            # full: 5 objectives x 3 seeds x 30 iterations
     .venv/bin/python scripts/experiment_objectives.py --quick    # tiny smoke run (random weights if needed)
 
-Every run uses the default TrainConfig (same prompts per iteration, group, steps, minibatches, lr and
-iterations); only the objective (and its chunking / advantage) changes:
+Every run uses the default TrainConfig (same prompts per iteration, group, steps, minibatches, lr, KL and
+iterations) except the clip range, 2e-5 by default: at the trainer's default (1e-3) no ratio of the
+embedded model is ever clipped, and step, chunk and sequence ratios then give the same gradient. Only the
+objective (and its chunking / advantage) changes between runs:
 
     step_grpo            Flow-GRPO per-step ratio
     chunk_grpo temporal  GCPO [2,3,4,7]-style chunks (CHUNKERS 'temporal')
@@ -112,18 +114,19 @@ def _plot_pil(curves: dict, path: Path) -> str:
     return "PIL (matplotlib is not installed in the venv)"
 
 
-def write_report(out: Path, table: list[tuple[str, list[float]]], base: float | None, command: str,
+def write_report(out: Path, table: list[tuple[str, list[float], float]], base: float | None, command: str,
                  config: TrainConfig, seeds: int, plotter: str) -> Path:
     lines = ["# Objectives at equal compute (embedded model)", "",
              f"Final held-out reward (`eval/reward_mean`, {config.eval_prompts} held-out prompts, deterministic "
              f"ODE, fixed noise) after {config.iterations} iterations of {config.prompts_per_iteration} prompts x "
-             f"{config.group} samples, T={config.steps} trained steps, lr {config.lr}, clip {config.clip_low}; "
+             f"{config.group} samples, T={config.steps} trained steps, lr {config.lr}, clip {config.clip_low}, "
+             f"KL beta {config.kl_beta}; "
              f"mean +- std over {seeds} seeds." + (f" Base model: {base:.4f}." if base is not None else ""), "",
-             "| objective | final held-out reward | change vs base |", "|---|---|---|"]
-    for name, finals in table:
+             "| objective | final held-out reward | change vs base | mean clip fraction |", "|---|---|---|---|"]
+    for name, finals, clip_frac in table:
         mean, std = float(np.mean(finals)), float(np.std(finals))
         delta = f"{mean - base:+.4f}" if base is not None else "n/a"
-        lines.append(f"| {name} | {mean:.4f} +- {std:.4f} | {delta} |")
+        lines.append(f"| {name} | {mean:.4f} +- {std:.4f} | {delta} | {clip_frac:.3f} |")
     lines += ["", "![held-out reward curves](objectives_curves.png)", "",
               f"Curves drawn with {plotter}.", "", "Reproduce:", "", "```", command, "```", ""]
     return runs.atomic_write(out / "objectives.md", "\n".join(lines))
@@ -134,6 +137,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny run to check the script works")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per objective (default 3; quick 2)")
     parser.add_argument("--iterations", type=int, default=None, help="iterations per run (default: TrainConfig's)")
+    parser.add_argument("--clip-low", type=float, default=2e-5,
+                        help="clip range for every run (default 2e-5: clipping active on ~5%% of units)")
     parser.add_argument("--out", default=None, help="folder for objectives.md and the curves")
     parser.add_argument("--runs", default=None, help="folder for the run folders")
     args = parser.parse_args()
@@ -142,27 +147,29 @@ def main() -> None:
 
     if args.quick:
         base = TrainConfig(group=2, steps=4, iterations=args.iterations or 2, eval_prompts=4, eval_every=1,
-                           chunks="1,1,1,1", sample_every=10**6)
+                           chunks="1,1,1,1", sample_every=10**6, clip_low=args.clip_low)
         seeds, out = args.seeds or 2, Path(args.out or "runs/objectives_quick")
         trained = Path(__file__).resolve().parents[1] / "workbench" / "weights" / "embedded" / "model.safetensors"
         factory = (lambda: EmbeddedPolicy.load()) if trained.is_file() else (lambda: EmbeddedPolicy(build_embedded()))
     else:
-        base = TrainConfig(iterations=args.iterations or TrainConfig().iterations, sample_every=10**6)
+        base = TrainConfig(iterations=args.iterations or TrainConfig().iterations, sample_every=10**6,
+                           clip_low=args.clip_low)
         seeds, out, factory = args.seeds or 3, Path(args.out or "docs"), (lambda: EmbeddedPolicy.load())
     run_root = Path(args.runs or ("runs/objectives_quick" if args.quick else "runs/objectives"))
     out.mkdir(parents=True, exist_ok=True)
     curves, table, base_evals = {}, [], []
     for name, config in variants(base).items():
-        per_seed = []
+        per_seed, clip_fracs = [], []
         for seed in range(seeds):
             rows = run_one(replace(config, seed=seed), run_root / name.split(" [")[0].replace(" ", "_") / f"seed{seed}",
                            factory)
             per_seed.append(eval_curve(rows))
+            clip_fracs += [r["policy/clip_frac"] for r in rows if r.get("policy/clip_frac") is not None]
             base_evals.append(per_seed[-1][1][0])
             print(f"{name:32s} seed {seed}: held-out {per_seed[-1][1][0]:.4f} -> {per_seed[-1][1][-1]:.4f}",
                   flush=True)
         curves[name] = per_seed
-        table.append((name, [vals[-1] for _, vals in per_seed]))
+        table.append((name, [vals[-1] for _, vals in per_seed], float(np.nanmean(clip_fracs))))
     plotter = plot(curves, out / "objectives_curves.png")
     command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report = write_report(out, table, float(np.mean(base_evals)), command.strip(), base, seeds, plotter)

@@ -113,7 +113,8 @@ def test_checkpoints_roundtrip_and_keep_only_the_latest(tmp_path):
     runs.save_checkpoint(tmp_path, 1, w, opt)
     runs.save_checkpoint(tmp_path, 2, {"layer.weight": w["layer.weight"] + 1}, opt)
     folder = runs.latest_checkpoint(tmp_path)
-    assert folder.name == "iter_0002" and sorted(p.name for p in folder.parent.iterdir()) == ["iter_0002", "latest.json"]
+    assert folder.name == "iter_0002"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["iter_0002", "latest.json"]
     iteration, weights, state = runs.load_checkpoint(folder)
     assert iteration == 2 and torch.equal(weights["layer.weight"], w["layer.weight"] + 1)
     assert torch.equal(state["state"][0]["exp_avg"], torch.ones(2, 3)) and state["param_groups"][0]["lr"] == 0.1

@@ -13,6 +13,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.policy import FlowPolicy
+from workbench.sampler import sample_groups
 from workbench.trajectory import SamplingConfig
 
 METRICS = ("l1", "l2", "cosine")
@@ -58,8 +59,6 @@ class DynamicsCurve:
 def dynamics_curve(policy: FlowPolicy, prompts: list[str], config: SamplingConfig, metric: str = "l1",
                    batch: int = 16, progress=None) -> DynamicsCurve:
     """Sample `config.group` trajectories per prompt and gather their relative-change curves."""
-    from workbench.sampler import sample_groups
-
     if not prompts:
         raise WorkbenchError("dynamics_curve needs at least one prompt")
     rows, sigmas = [], None

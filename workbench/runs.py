@@ -80,7 +80,8 @@ def read_json(path: str | Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise WorkbenchError(f"{path} does not exist; is {path.parent} a run folder (made by `workbench train`)?") from None
+        raise WorkbenchError(f"{path} does not exist; is {path.parent} a run folder (made by `workbench train`)?"
+                             ) from None
     except (OSError, json.JSONDecodeError) as err:
         raise WorkbenchError(f"cannot read {path}: {err}") from None
 
