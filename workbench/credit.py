@@ -51,14 +51,6 @@ class Credit:
         return _values(self.rewards, self.branch_rewards.mean(-1))
 
     @property
-    def value_se(self) -> torch.Tensor:
-        """(G, T + 1) Monte-Carlo standard error of each value (0 for the final rewards)."""
-        g, k = self.rewards.shape[0], self.branch_rewards.shape[-1]
-        inner = self.branch_rewards.std(-1, unbiased=True) / k**0.5 if k > 1 else torch.zeros_like(self.branch_rewards[..., 0])
-        start = torch.full((g, 1), float(self.rewards.std(unbiased=True) / g**0.5) if g > 1 else 0.0)
-        return torch.cat([start, inner, torch.zeros(g, 1)], dim=1)
-
-    @property
     def step_credit(self) -> torch.Tensor:
         """(G, T) d_{i,t} = V(x_{t+1}^i) - V(x_t^i)."""
         return self.values.diff(dim=1)

@@ -125,11 +125,6 @@ def _soft_iou(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.minimum(a, b).sum() / max(np.maximum(a, b).sum(), 1e-6))
 
 
-def detect_batch(images) -> list[Detection]:
-    """`detect` for each image of a batch (B, 3, H, W)."""
-    return [detect(img) for img in images]
-
-
 def check(image, scene: Scene) -> dict[str, bool]:
     """Which specified attributes of `scene` the image shows, e.g. {"color": True, "shape": False}."""
     det = detect(image)

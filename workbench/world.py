@@ -141,17 +141,6 @@ def _set(found: dict[str, str], key: str, value: str, prompt: str) -> None:
     found[key] = value
 
 
-def complete_scene(scene: Scene, rng: np.random.Generator) -> Scene:
-    """Fill the unspecified attributes of a parsed prompt at random (object and background differ)."""
-    return Scene(
-        shape=scene.shape or str(rng.choice(SHAPES)),
-        color=scene.color or str(rng.choice(list(COLORS))),
-        size=scene.size or str(rng.choice(list(SIZES))),
-        position=scene.position or str(rng.choice(POSITIONS)),
-        background=scene.background or str(rng.choice(list(BACKGROUNDS))),
-    )
-
-
 def shape_mask(shape: str, cx: float, cy: float, half: float, size: int = IMAGE_SIZE,
                supersample: int = 4) -> np.ndarray:
     """Anti-aliased coverage in [0, 1] of a shape centred at pixel (cx, cy); shape (size, size)."""
