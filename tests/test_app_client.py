@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-PROMPT = "a small blue square in the center on a black background"
+PROMPT = "a small blue ring in the center on a black background"
 
 
 def free_port() -> int:

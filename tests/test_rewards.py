@@ -51,7 +51,7 @@ def test_a_wrong_colour_costs_colour_but_not_shape():
 
 
 def test_a_wrong_shape_size_or_position_costs_that_score():
-    assert score("shape_match", image_of(Scene("square", "red", "large", "center", "white")), [PROMPT]) < 0.3
+    assert score("shape_match", image_of(Scene("ring", "red", "large", "center", "white")), [PROMPT]) < 0.3
     assert score("size_match", image_of(Scene("circle", "red", "small", "center", "white")), [PROMPT]) < 0.05
     assert score("position_match", image_of(Scene("circle", "red", "large", "top left", "white")), [PROMPT]) < 0.05
     assert score("adherence", image_of(Scene("circle", "red", "large", "center", "black")), [PROMPT]) < 0.85
@@ -70,7 +70,7 @@ def test_blank_image_scores_zero_and_all_single_attribute_rewards_stay_in_unit_i
         assert score(name, blank, [PROMPT]) == 0
     g = torch.Generator().manual_seed(0)
     images = torch.cat([image_of(s) for s in all_scenes()[::160]] + [torch.rand(3, 3, 32, 32, generator=g)])
-    prompts = ["a small green triangle in the bottom right on a black background"] * len(images)
+    prompts = ["a small green bar in the bottom right on a black background"] * len(images)
     for name in ("adherence", *SINGLE, "sharpness", "composition"):
         values = score(name, images, prompts)
         assert ((values >= 0) & (values <= 1)).all(), name
@@ -90,13 +90,13 @@ def test_sharpness_prefers_crisp_edges():
 
 
 def test_composition_penalises_a_noisy_background_and_extra_blobs():
-    image = image_of(Scene("square", "green", "small", "top left", "gray"))
+    image = image_of(Scene("ring", "green", "small", "top left", "gray"))
     noise = 0.05 * torch.randn(image.shape, generator=torch.Generator().manual_seed(0))
-    assert score("composition", image, ["a square"]) > 0.99
-    assert score("composition", (image + noise).clamp(0, 1), ["a square"]) < 0.5
+    assert score("composition", image, ["a ring"]) > 0.99
+    assert score("composition", (image + noise).clamp(0, 1), ["a ring"]) < 0.5
     two = image.clone()
     two[:, :, 20:28, 20:28] = torch.tensor([1.0, 0.0, 0.0])[:, None, None]  # a second 64-pixel blob
-    assert 0.3 < score("composition", two, ["a square"]) < 0.7
+    assert 0.3 < score("composition", two, ["a ring"]) < 0.7
 
 
 def test_jpeg_size_grows_with_noise_as_in_ddpo():
@@ -149,19 +149,19 @@ def test_non_finite_scores_raise_naming_reward_and_prompt():
         return torch.tensor([0.5, float("nan")])
 
     reward = RewardFunction({"half_broken": 1.0}, {"half_broken": half_broken})
-    with pytest.raises(WorkbenchError, match=r"reward 'half_broken' is nan for image 1 \(prompt 'a blue square'\)"):
-        reward(torch.zeros(2, 3, 32, 32), ["a red circle", "a blue square"])
+    with pytest.raises(WorkbenchError, match=r"reward 'half_broken' is nan for image 1 \(prompt 'a blue ring'\)"):
+        reward(torch.zeros(2, 3, 32, 32), ["a red circle", "a blue ring"])
     images = image_of(Scene("circle", "red", "large", "center", "white")).repeat(2, 1, 1, 1)
     images[1, 0, 3, 3] = float("nan")
     assert torch.isnan(REWARDS.get("sharpness")(images, ["a red circle"] * 2)[1])
-    with pytest.raises(WorkbenchError, match=r"image 1 \(prompt 'a blue square'\) contains NaN"):
-        build_reward("sharpness")(images, ["a red circle", "a blue square"])
+    with pytest.raises(WorkbenchError, match=r"image 1 \(prompt 'a blue ring'\) contains NaN"):
+        build_reward("sharpness")(images, ["a red circle", "a blue ring"])
     with pytest.raises(WorkbenchError, match="2 prompts"):
-        build_reward("sharpness")(images[:1], ["a red circle", "a blue square"])
+        build_reward("sharpness")(images[:1], ["a red circle", "a blue ring"])
 
 
 # ------------------------------------------------------------------------------------------- CLIP
-WORDS = ("a", "large", "red", "circle", "blue", "square", "in", "the", "center", "on", "white", "background")
+WORDS = ("a", "large", "red", "circle", "blue", "ring", "in", "the", "center", "on", "white", "background")
 
 
 def write_tiny_clip(folder) -> None:
@@ -206,8 +206,8 @@ def test_clip_score_and_pickscore_load_a_local_folder(tmp_path, monkeypatch):
                         lambda folder, **kw: loads.append(str(folder)) or load(folder, **kw))
     reward = build_reward("clip_score,pickscore:0.1", clip_path=path, pickscore_path=path)
     images = torch.cat([image_of(Scene("circle", "red", "large", "center", "white")),
-                        image_of(Scene("square", "blue", "large", "center", "white"))])
-    prompts = ["a large red circle in the center", "a blue square on a white background"]
+                        image_of(Scene("ring", "blue", "large", "center", "white"))])
+    prompts = ["a large red circle in the center", "a blue ring on a white background"]
     parts = reward.components(images, prompts)
     clip, pick = parts["clip_score"], parts["pickscore"]
     assert clip.shape == (2,) and torch.isfinite(clip).all() and (clip.abs() <= 1).all()

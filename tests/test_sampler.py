@@ -38,8 +38,8 @@ def test_shared_noise_means_equal_x_T_and_different_trajectories(random_policy):
 
 def test_batched_groups_equal_single_groups(random_policy):
     cfg = SamplingConfig(group=2, steps=3)
-    both = sample_groups(random_policy, [PROMPT, "a blue square"], cfg, seeds=[5, 6])
-    single = sample_group(random_policy, "a blue square", SamplingConfig(group=2, steps=3, seed=6))
+    both = sample_groups(random_policy, [PROMPT, "a blue ring"], cfg, seeds=[5, 6])
+    single = sample_group(random_policy, "a blue ring", SamplingConfig(group=2, steps=3, seed=6))
     assert torch.allclose(both[1].states, single.states, atol=1e-5)
 
 
@@ -114,6 +114,6 @@ def test_relative_change_by_hand():
 
 
 def test_dynamics_curve_over_prompts(random_policy):
-    curve = dynamics_curve(random_policy, [PROMPT, "a blue square"], SamplingConfig(group=2, steps=4))
+    curve = dynamics_curve(random_policy, [PROMPT, "a blue ring"], SamplingConfig(group=2, steps=4))
     assert curve.per_trajectory.shape == (4, 4) and curve.mean.shape == (4,) and curve.quantiles.shape == (2, 4)
     assert (curve.mean > 0).all()

@@ -20,8 +20,8 @@ def test_prompt_round_trip_for_every_scene():
 def test_parse_example_prompt():
     s = parse_prompt("a large red circle in the top left on a white background")
     assert s == Scene("circle", "red", "large", "top left", "white")
-    assert parse_prompt("A blue square, center.") == Scene(shape="square", color="blue", position="center")
-    assert parse_prompt("a green diamond in the middle middle").position == "center"
+    assert parse_prompt("A blue ring, center.") == Scene(shape="ring", color="blue", position="center")
+    assert parse_prompt("a green cross in the middle middle").position == "center"
 
 
 @pytest.mark.parametrize("prompt,needle", [
@@ -44,7 +44,7 @@ def test_unknown_word_error_lists_vocabulary():
 
 
 def test_render_shape_and_range():
-    img = render(Scene("triangle", "yellow", "small", "bottom right", "black"))
+    img = render(Scene("bar", "yellow", "small", "bottom right", "black"))
     assert img.shape == (3, 32, 32) and img.dtype == np.float32
     assert 0 <= img.min() and img.max() <= 1
     assert np.allclose(img[:, 0, 0], np.array(BACKGROUNDS["black"]) / 255)  # corner far from the object
@@ -70,8 +70,17 @@ def test_checks_recover_every_canonical_and_jittered_scene():
             assert detect(image).scene() == scene
 
 
+def test_checks_tolerate_pixel_noise():
+    """Samples of a tiny model carry some speckle; the checks must still read the object."""
+    rng = np.random.default_rng(0)
+    scenes = all_scenes()[::11]
+    noisy = [np.clip(render(s, rng) + rng.normal(0, 0.05, (3, 32, 32)), 0, 1) for s in scenes]
+    hits = [detect(img).scene() == s for img, s in zip(noisy, scenes)]
+    assert np.mean(hits) >= 0.95, np.mean(hits)
+
+
 def test_check_reports_wrong_attributes():
-    image = render(Scene("square", "blue", "large", "top left", "gray"))
+    image = render(Scene("ring", "blue", "large", "top left", "gray"))
     result = check(image, Scene("circle", "blue", "large", "bottom right", "gray"))
     assert result == {"shape": False, "color": True, "size": True, "position": False, "background": True}
 

@@ -18,7 +18,8 @@ from workbench.world import (BACKGROUNDS, COLORS, GRID_CENTERS, IMAGE_SIZE, SHAP
                              position_name, shape_mask)
 
 MIN_AREA = 4.0  # pixels; less than this and we say no object was drawn
-SIZE_THRESHOLD = 95.0  # pixels of area between "small" (~50-80) and "large" (~115-215)
+MIN_CONTRAST = 0.15  # RGB distance from the background below which nothing counts as an object
+SIZE_THRESHOLD = 6.25  # half-extent in pixels between "small" (5.0 +- 10 %) and "large" (7.5 +- 10 %)
 _PALETTE = np.array(list(COLORS.values()), dtype=np.float32) / 255.0  # (6, 3)
 _BG_PALETTE = np.array(list(BACKGROUNDS.values()), dtype=np.float32) / 255.0  # (3, 3)
 
@@ -44,11 +45,11 @@ class Detection:
 
     @property
     def center(self) -> tuple[float, float] | None:
-        """Drawing centre (x, y): the centroid corrected for the detected shape (a triangle's
-        centroid sits below the centre of its bounding box)."""
+        """Drawing centre (x, y): the centroid corrected for the detected shape's offset (zero for the
+        current, symmetric shapes; kept so an asymmetric shape such as a triangle needs no change here)."""
         if self.centroid is None:
             return None
-        half = float(np.sqrt(self.area / _area_per_half_squared(self.shape)))
+        half = self.half_extent
         ox, oy = _centroid_offset(self.shape)
         return self.centroid[0] - ox * half, self.centroid[1] - oy * half
 
@@ -61,7 +62,12 @@ class Detection:
 
     @property
     def size(self) -> str | None:
-        return None if not self.found else ("large" if self.area >= SIZE_THRESHOLD else "small")
+        return None if not self.found else ("large" if self.half_extent >= SIZE_THRESHOLD else "small")
+
+    @property
+    def half_extent(self) -> float:
+        """Half-extent in pixels of the detected shape with the detected area."""
+        return float(np.sqrt(self.area / _area_per_half_squared(self.shape))) if self.shape_iou else 0.0
 
     @property
     def shape(self) -> str | None:
@@ -89,7 +95,7 @@ def _area_per_half_squared(shape: str) -> float:
 
 @lru_cache(maxsize=None)
 def _centroid_offset(shape: str) -> tuple[float, float]:
-    """Centroid minus drawing centre, per unit of half-extent (non-zero for the triangle)."""
+    """Centroid minus drawing centre, per unit of half-extent (zero for symmetric shapes)."""
     half, c = 8.0, 16.0
     m = shape_mask(shape, c, c, half)
     ys, xs = np.indices(m.shape) + 0.5
@@ -109,7 +115,10 @@ def detect(image) -> Detection:
     border = np.concatenate([img[:, 0], img[:, -1], img[:, 1:-1, 0], img[:, 1:-1, -1]], axis=1)
     bg = np.median(border, axis=1)  # (3,)
     dist = np.sqrt(((img - bg[:, None, None]) ** 2).sum(axis=0))  # (H, W)
-    weight = np.clip((dist - 0.1) / 0.2, 0.0, 1.0)  # soft object mask
+    contrast = float(np.percentile(dist, 99))  # distance of the object's colour from the background
+    if contrast < MIN_CONTRAST:
+        return Detection(found=False, background_rgb=bg, area=0.0)
+    weight = np.clip((dist - 0.3 * contrast) / (0.4 * contrast), 0.0, 1.0)  # soft object mask
     area = float(weight.sum())
     if area < MIN_AREA:
         return Detection(found=False, background_rgb=bg, area=area)

@@ -34,7 +34,7 @@ REWARDS: Registry[RewardFn] = Registry("reward")
 
 COLOR_SCALE = 0.12  # RGB distance (0-1 units) scoring exp(-1/2); the closest palette pair is 0.28 apart
 POSITION_SCALE = 4.0  # pixels; the neighbouring grid cell (8 px away) scores exp(-2) = 0.14
-SIZE_SCALE = 0.3  # log-area; "small" and "large" differ by ~1.0, i.e. exp(-5.6) = 0.004
+SIZE_SCALE = 0.3  # log-area; "small" and "large" differ by ~0.8, i.e. a score of ~0.02
 SHAPE_POWER = 20.0  # a wrong shape's IoU ratio (0.85-0.93 in this world) becomes 0.04-0.23
 CLEAN_SCALE = 0.05  # RMS colour deviation of the background scoring exp(-1/2) in `composition`
 OBJECT_THRESHOLD = 0.3  # colour distance to the background above which a pixel belongs to a blob
@@ -164,7 +164,7 @@ def size_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
     >>> image = torch.from_numpy(render(Scene("circle", "red", "small", "center", "white")))[None]
     >>> size_match(image, ["a large red circle"])
-    tensor([0.00...])
+    tensor([0.01...])
     """
     return _mean_scores(images, prompts, ("size",))
 

@@ -17,7 +17,9 @@ import numpy as np
 from workbench.errors import WorkbenchError
 
 IMAGE_SIZE = 32
-SHAPES = ("circle", "square", "triangle", "diamond")
+# Shapes whose silhouettes differ at low spatial frequency (a hole, arms, an aspect ratio): circle,
+# square and diamond differ only in a few edge pixels, which a tiny pixel-space model could not learn.
+SHAPES = ("circle", "ring", "cross", "bar")
 COLORS = {  # object colours, RGB 0-255
     "red": (220, 40, 40),
     "green": (40, 170, 60),
@@ -27,7 +29,7 @@ COLORS = {  # object colours, RGB 0-255
     "orange": (245, 135, 30),
 }
 BACKGROUNDS = {"white": (245, 245, 245), "black": (20, 20, 20), "gray": (128, 128, 128)}
-SIZES = {"small": 4.5, "large": 7.5}  # half-extent of the object in pixels
+SIZES = {"small": 5.0, "large": 7.5}  # half-extent of the object in pixels
 ROWS = ("top", "middle", "bottom")
 COLS = ("left", "middle", "right")
 GRID_CENTERS = (7.5, 15.5, 23.5)  # pixel coordinate of the 3 grid rows / columns
@@ -148,15 +150,17 @@ def shape_mask(shape: str, cx: float, cy: float, half: float, size: int = IMAGE_
     coords = (np.arange(n) + 0.5) / supersample  # sub-pixel centres in pixel units
     y, x = np.meshgrid(coords, coords, indexing="ij")
     dx, dy = x - cx, y - cy
+    r2 = dx**2 + dy**2
     if shape == "circle":
-        inside = dx**2 + dy**2 <= half**2
-    elif shape == "square":
-        inside = (np.abs(dx) <= 0.88 * half) & (np.abs(dy) <= 0.88 * half)
-    elif shape == "diamond":
-        inside = np.abs(dx) + np.abs(dy) <= 1.25 * half
-    elif shape == "triangle":  # apex up; centred on its bounding box
-        top, bottom = -1.1 * half, 1.1 * half
-        inside = (dy >= top) & (dy <= bottom) & (np.abs(dx) <= 1.15 * half * (dy - top) / (bottom - top))
+        inside = r2 <= half**2
+    elif shape == "ring":  # a disc with a hole of half its radius
+        inside = (r2 <= (1.05 * half) ** 2) & (r2 >= (0.5 * half) ** 2)
+    elif shape == "cross":  # a plus sign
+        arm, reach = 0.4 * half, 1.05 * half
+        inside = (((np.abs(dx) <= reach) & (np.abs(dy) <= arm))
+                  | ((np.abs(dy) <= reach) & (np.abs(dx) <= arm)))
+    elif shape == "bar":  # horizontal, a little over twice as wide as it is tall
+        inside = (np.abs(dx) <= 1.05 * half) & (np.abs(dy) <= 0.45 * half)
     else:
         raise WorkbenchError(f"unknown shape '{shape}'; valid shapes: {', '.join(SHAPES)}")
     # (n, n) -> (size, size): mean over each supersample x supersample block
