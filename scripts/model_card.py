@@ -3,8 +3,8 @@
     python scripts/model_card.py      # writes docs/pretrain_loss.png, docs/samples.png; prints the accuracies
 
 The loss curve comes from the training record stored in the weights' config.json; the accuracies are
-re-measured now on the 200 held-out prompts (Euler ODE, 16 steps), with the same attribute checks
-the rewards use.
+re-measured now on the 200 held-out prompts (Euler ODE, 16 steps, at the model's default CFG scale and
+without CFG), with the same attribute checks the rewards use. The sample grid uses the default CFG scale.
 """
 
 from __future__ import annotations
@@ -46,12 +46,13 @@ def main() -> None:
     policy = EmbeddedPolicy(model)
     _, heldout = split_scenes()
     shown = heldout[:32]
-    save_image(grid(ode_sample(policy, [s.prompt() for s in shown], steps=16, seed=0), ncol=8, scale=3),
-               DOCS / "samples.png")
+    save_image(grid(ode_sample(policy, [s.prompt() for s in shown], steps=16, seed=0,
+                               guidance_scale=policy.default_guidance), ncol=8, scale=3), DOCS / "samples.png")
     (DOCS / "samples.txt").write_text("\n".join(f"{i:2d}: {s.prompt()}" for i, s in enumerate(shown)) + "\n")
-    accuracy = evaluate(policy, heldout, steps=16, seed=0)
+    accuracy = evaluate(policy, heldout, steps=16, seed=0)  # at the model's default CFG scale
+    unguided = evaluate(policy, heldout, steps=16, seed=0, guidance_scale=1.0)
     size_mb = sum(f.stat().st_size for f in DEFAULT_WEIGHTS.iterdir()) / 1e6
-    print(json.dumps({"heldout_accuracy": accuracy, "load_seconds": round(load_s, 2), "weights_mb": round(size_mb, 2),
+    print(json.dumps({"heldout_accuracy": accuracy, "heldout_accuracy_unguided": unguided, "load_seconds": round(load_s, 2), "weights_mb": round(size_mb, 2),
                       "train_minutes": record["minutes"], "steps": record["config"]["steps"],
                       "final_loss": loss[-1]}, indent=1))
 

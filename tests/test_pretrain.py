@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from workbench.embedded import DEFAULT_WEIGHTS, load_embedded
+from workbench.embedded import DEFAULT_WEIGHTS, X0_MIN_SIGMA, EmbeddedConfig, build_embedded, load_embedded
 from workbench.errors import WorkbenchError
 from workbench.perception import check
 from workbench.pretrain import PretrainConfig, main, pretrain
@@ -52,13 +52,32 @@ def test_shipped_weights_are_small_and_load_fast():
 
 
 def test_shipped_model_draws_the_right_colour(shipped_policy):
-    scenes = [Scene("circle", "red", "large", "center", "white"), Scene("square", "blue", "large", "top left", "black"),
-              Scene("diamond", "green", "large", "bottom right", "gray"),
-              Scene("triangle", "yellow", "large", "middle left", "black"),
-              Scene("circle", "purple", "large", "top right", "white"), Scene("square", "orange", "large", "center", "gray")]
+    scenes = [Scene("circle", "red", "large", "center", "white"), Scene("ring", "blue", "large", "top left", "black"),
+              Scene("bar", "green", "large", "bottom right", "gray"),
+              Scene("cross", "yellow", "large", "middle left", "black"),
+              Scene("circle", "purple", "large", "top right", "white"), Scene("ring", "orange", "large", "center", "gray")]
     images = ode_sample(shipped_policy, [s.prompt() for s in scenes], steps=16, seed=0)
     hits = [check(img, s)["color"] for img, s in zip(images, scenes)]
     assert sum(hits) >= 5, hits
+
+
+@pytest.mark.parametrize("prediction", ["x0", "velocity"])
+def test_denoise_turns_the_transformer_output_into_a_velocity(prediction):
+    model = build_embedded(EmbeddedConfig(prediction=prediction))
+    x, sigma = torch.randn(3, 3, 32, 32), torch.tensor([1.0, 0.5, 0.01])
+    embeds, pooled = model.text_encoder(model.tokenizer(["a red circle"] * 3))
+    with torch.no_grad():
+        out = model.transformer(hidden_states=x, encoder_hidden_states=embeds, pooled_projections=pooled,
+                                timestep=sigma * 1000.0, return_dict=False)[0]
+        v = model.denoise(x, sigma, embeds, pooled)
+    if prediction == "velocity":
+        assert torch.equal(v, out)
+    else:  # x_t = (1 - t) x0 + t eps  =>  v = eps - x0 = (x_t - x0) / t, t clamped from below
+        t = sigma.clamp(min=X0_MIN_SIGMA)[:, None, None, None]
+        torch.testing.assert_close(v, (x - out) / t)
+        torch.testing.assert_close(x[:2] - sigma[:2, None, None, None] * v[:2], out[:2])  # x0 recovered exactly
+    with pytest.raises(ValueError, match="prediction"):
+        EmbeddedConfig(prediction="eps")
 
 
 def test_missing_weights_folder_is_a_clear_error(tmp_path):

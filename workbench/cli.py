@@ -49,17 +49,19 @@ def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> Non
                    help="SDE noise level a; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
     p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps")
     p.add_argument("--shift", type=float, default=None, help="schedule shift (default: the model's)")
-    p.add_argument("--guidance-scale", type=float, default=1.0, help="classifier-free guidance (1 = off)")
+    p.add_argument("--guidance-scale", type=float, default=None,
+                   help="classifier-free guidance, 1 = off (default: 1; for `sample`, the model's default_guidance)")
     p.add_argument("--no-shared-noise", action="store_true", help="independent x_T per trajectory")
     p.add_argument("--seed", type=int, default=0, help="group seed (default 0)")
     add_model_args(p)
 
 
-def sampling_config(args: argparse.Namespace):
+def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
+    """The SamplingConfig of the command line; `guidance` is the CFG scale when --guidance-scale is not given."""
     from workbench.trajectory import SamplingConfig
 
     return SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, sde=args.sde,
-                          shift=args.shift, guidance_scale=args.guidance_scale,
+                          shift=args.shift, guidance_scale=guidance if args.guidance_scale is None else args.guidance_scale,
                           shared_noise=not args.no_shared_noise, seed=args.seed)
 
 
@@ -74,11 +76,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from workbench.imaging import filmstrip, grid, save_image
     from workbench.sampler import sample_group
 
-    config = sampling_config(args)
+    sampling_config(args)  # validates the arguments before the model loads
     out = Path(args.out)
     if out.suffix.lower() in (".png", ".jpg", ".jpeg") and args.json:
         raise WorkbenchError("--json needs --out to be a folder (the group is saved there), not an image file")
     policy = load_model(args)
+    config = sampling_config(args, policy.default_guidance)
     policy.check_prompt(args.prompt)
     group = sample_group(policy, args.prompt, config)
     if out.suffix.lower() in (".png", ".jpg", ".jpeg"):

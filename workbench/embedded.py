@@ -21,6 +21,7 @@ from workbench.text_encoder import TextEncoderConfig, TinyTextEncoder, WordToken
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "embedded"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+X0_MIN_SIGMA = 0.05  # clamp of t in v = (x_t - x0) / t (the JiT paper's value)
 
 
 @dataclass
@@ -47,6 +48,8 @@ class EmbeddedConfig:
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
     text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
     default_shift: float = 3.0  # SD3-style schedule shift used for sampling (METHODS 4: 17 steps, shift 3)
+    prediction: str = "x0"  # what the transformer outputs: "x0" (clean image) or "velocity"
+    default_guidance: float = 4.0  # CFG scale for making pictures (`sample`, quality report); RL rollouts use 1
     training: dict = field(default_factory=dict)  # pretraining settings and results, for the model card
 
     def __post_init__(self):
@@ -56,6 +59,8 @@ class EmbeddedConfig:
             self.text = TextEncoderConfig(**self.text)
         if self.transformer.joint_attention_dim != self.text.width:
             raise ValueError("transformer.joint_attention_dim must equal text.width")
+        if self.prediction not in ("x0", "velocity"):
+            raise ValueError(f"prediction must be 'x0' or 'velocity', not {self.prediction!r}")
         if self.transformer.pooled_projection_dim != self.text.pooled_dim:
             raise ValueError("transformer.pooled_projection_dim must equal text.pooled_dim")
 
@@ -71,9 +76,20 @@ class EmbeddedModel:
 
     def denoise(self, x: torch.Tensor, sigma: torch.Tensor, embeds: torch.Tensor, pooled: torch.Tensor
                 ) -> torch.Tensor:
-        """Velocity (B, C, H, W) for x (B, C, H, W) at noise level sigma (B,) in [0, 1]."""
-        return self.transformer(hidden_states=x, encoder_hidden_states=embeds, pooled_projections=pooled,
-                                timestep=sigma * 1000.0, return_dict=False)[0]
+        """Velocity (B, C, H, W) for x (B, C, H, W) at noise level sigma (B,) in [0, 1].
+
+        With prediction "x0" the transformer predicts the clean image and the velocity follows from
+        x_t = (1 - t) x0 + t eps: v = (x_t - x0) / t, with t clamped at X0_MIN_SIGMA in the division
+        (x-prediction, "Back to Basics: Let Denoising Generative Models Denoise", arXiv 2511.13720). A
+        pixel-space transformer with 4x4 patches cannot carry the noise of a 48-value patch through its
+        width, so predicting velocity (noise minus image) left speckle in every sample.
+        """
+        out = self.transformer(hidden_states=x, encoder_hidden_states=embeds, pooled_projections=pooled,
+                               timestep=sigma * 1000.0, return_dict=False)[0]
+        if self.config.prediction == "velocity":
+            return out
+        t = sigma.clamp(min=X0_MIN_SIGMA).to(x.dtype)[:, None, None, None]  # (B, 1, 1, 1)
+        return (x - out) / t
 
 
 def build_embedded(config: EmbeddedConfig | None = None, seed: int = 0) -> EmbeddedModel:

@@ -45,6 +45,7 @@ class FlowPolicy:
     transformer: torch.nn.Module  # the part RL fine-tuning updates
     latent_shape: tuple[int, int, int]  # (C, H, W) of x_t
     default_shift: float = 3.0
+    default_guidance: float = 1.0  # CFG scale for making pictures when none is given (1 = off)
     name: str = "policy"
     supports_cfg: bool = True
 
@@ -93,6 +94,7 @@ class EmbeddedPolicy(FlowPolicy):
         cfg = model.config.transformer
         self.latent_shape = (cfg.in_channels, cfg.sample_size, cfg.sample_size)
         self.default_shift = model.config.default_shift
+        self.default_guidance = model.config.default_guidance
 
     @classmethod
     def load(cls, directory: str | Path | None = None, device: str | torch.device = "cpu") -> EmbeddedPolicy:

@@ -4,8 +4,9 @@
     python -m workbench.pretrain --steps 50 --out /tmp/m --eval-prompts 16   # a smoke run
     python -m workbench.pretrain --evaluate-only       # re-measure the shipped weights
 
-Rectified flow (SD3, arXiv 2403.03206): x_t = (1 - t) x_0 + t eps, the model regresses v = eps - x_0,
-t ~ logit-normal(0, 1). Text encoder and MMDiT train jointly; the prompt is dropped (replaced by "")
+Rectified flow (SD3, arXiv 2403.03206): x_t = (1 - t) x_0 + t eps, the loss regresses v = eps - x_0.
+The transformer predicts x_0 and v follows from it, and t ~ logit-normal(0.8, 0.8) favours high noise
+(both from JiT, arXiv 2511.13720; see `EmbeddedModel.denoise`). Text encoder and MMDiT train jointly; the prompt is dropped (replaced by "")
 10 % of the time so classifier-free guidance works. Weights are an exponential moving average.
 Reproducible from the seed for a given torch build and thread count.
 """
@@ -36,10 +37,12 @@ from workbench.world import Scene, render, split_scenes
 class PretrainConfig:
     """Pretraining settings (our own recipe for the embedded model)."""
 
-    steps: int = 2400  # optimizer steps
+    steps: int = 3000  # optimizer steps
     batch_size: int = 128  # images per step
     lr: float = 1e-3  # AdamW peak learning rate; linear warm-up then cosine to 10 %
     warmup: int = 200  # warm-up steps
+    t_mean: float = 0.8  # noise level t ~ sigmoid(N(t_mean, t_std^2)): JiT (arXiv 2511.13720) samples its
+    t_std: float = 0.8  # clean fraction with (-0.8, 0.8), i.e. mostly high noise, where the shape is decided
     ema_decay: float = 0.998  # EMA of the weights that get saved
     variants: int = 8  # jittered renderings per training scene
     prompt_dropout: float = 0.1  # share of "" prompts, for classifier-free guidance
@@ -97,7 +100,7 @@ def pretrain(cfg: PretrainConfig, out: Path, log=print) -> dict:
         idx = torch.randint(len(data), (cfg.batch_size,), generator=gen)  # (B,)
         x0 = data[idx]  # (B, 3, H, W)
         prompts = sample_prompts([train_scenes[int(i) // cfg.variants] for i in idx], cfg, rng)
-        t = torch.sigmoid(torch.randn(cfg.batch_size, generator=gen))  # (B,) logit-normal
+        t = torch.sigmoid(cfg.t_mean + cfg.t_std * torch.randn(cfg.batch_size, generator=gen))  # (B,) logit-normal
         eps = torch.randn(x0.shape, generator=gen)
         xt = (1 - t[:, None, None, None]) * x0 + t[:, None, None, None] * eps
         embeds, pooled = model.text_encoder(model.tokenizer(prompts))
@@ -116,12 +119,14 @@ def pretrain(cfg: PretrainConfig, out: Path, log=print) -> dict:
         if cfg.snapshot_every and (step + 1) % cfg.snapshot_every == 0:
             save_embedded(ema, out / "snapshot")
     minutes = (time.time() - start) / 60
-    accuracy = evaluate(EmbeddedPolicy(ema), heldout[: cfg.eval_prompts], cfg.eval_steps, cfg.seed)
+    policy = EmbeddedPolicy(ema)
+    accuracy = evaluate(policy, heldout[: cfg.eval_prompts], cfg.eval_steps, cfg.seed)
+    unguided = evaluate(policy, heldout[: cfg.eval_prompts], cfg.eval_steps, cfg.seed, guidance_scale=1.0)
     ema.config.training = {
         "config": asdict(cfg), "minutes": round(minutes, 1), "torch": torch.__version__,
         "threads": torch.get_num_threads(), "train_scenes": len(train_scenes),
         "loss_every_10": [round(float(np.mean(losses[i:i + 10])), 5) for i in range(0, len(losses), 10)],
-        "heldout_accuracy": accuracy,
+        "heldout_accuracy": accuracy, "heldout_accuracy_unguided": unguided,
     }
     save_embedded(ema, out)
     return ema.config.training
@@ -136,8 +141,10 @@ def _ema_update(ema, model, decay: float) -> None:
 
 @torch.no_grad()
 def evaluate(policy: EmbeddedPolicy, scenes: list[Scene], steps: int = 16, seed: int = 0,
-             guidance_scale: float = 1.0, batch_size: int = 50) -> dict:
-    """Share of images showing each attribute of their prompt (Euler ODE, one image per prompt)."""
+             guidance_scale: float | None = None, batch_size: int = 50) -> dict:
+    """Share of images showing each attribute of their prompt (Euler ODE, one image per prompt; CFG at
+    `guidance_scale`, default the model's `default_guidance`)."""
+    guidance_scale = policy.default_guidance if guidance_scale is None else guidance_scale
     hits: dict[str, list[bool]] = {}
     for i in range(0, len(scenes), batch_size):
         chunk = scenes[i:i + batch_size]
@@ -148,7 +155,8 @@ def evaluate(policy: EmbeddedPolicy, scenes: list[Scene], steps: int = 16, seed:
             for key, ok in result.items():
                 hits.setdefault(key, []).append(ok)
             hits.setdefault("all", []).append(all(result.values()))
-    return {k: round(float(np.mean(v)), 4) for k, v in hits.items()} | {"prompts": len(scenes)}
+    return ({k: round(float(np.mean(v)), 4) for k, v in hits.items()}
+            | {"prompts": len(scenes), "guidance_scale": guidance_scale})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS, help="folder for config.json and model.safetensors")
     parser.add_argument("--evaluate-only", action="store_true", help="measure the weights in --out and print JSON")
-    parser.add_argument("--guidance-scale", type=float, default=1.0, help="CFG scale for --evaluate-only")
+    parser.add_argument("--guidance-scale", type=float, default=None,
+                        help="CFG scale for --evaluate-only (default: the model's default_guidance)")
     args = parser.parse_args(argv)
     try:
         cfg = PretrainConfig(**{k: getattr(args, k) for k in asdict(defaults)})
