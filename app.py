@@ -1,7 +1,7 @@
 """Chunk-GRPO Workbench in the browser: `python app.py [--model PATH] [--port 7860] [--host 127.0.0.1]`.
 
-Opens http://127.0.0.1:7860 on the embedded model. The model loads in the background after start-up,
-so the page is interactive at once. Importing this module builds nothing and launches nothing.
+Opens http://127.0.0.1:7860 on the embedded model. The model loads in the background once the server
+is up, so the page is interactive at once. Importing this module builds nothing and launches nothing.
 """
 
 from __future__ import annotations
@@ -41,10 +41,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    demo, wb = create_app(args.model, args.device, args.runs, warm=True)
+    demo, wb = create_app(args.model, args.device, args.runs)
     atexit.register(wb.jobs.shutdown)
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-    demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port)
+    demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
+                                                   prevent_thread_lock=True)
+    wb.warm_up()  # after the server is up: importing diffusers and loading the model would delay the page
+    demo.block_thread()
     return 0
 
 
