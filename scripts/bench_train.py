@@ -13,6 +13,7 @@ overhead. Prints figures and the targets; no asserts.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import copy
 import statistics
 import sys
@@ -62,12 +63,16 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=6, help="iterations; the first is a warm-up")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (target: 2 cores)")
     parser.add_argument("--random", action="store_true", help="random-init weights (if the trained ones are missing)")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="prompts (groups of G=8) per iteration (default: TrainConfig's, 4; the target was set at 2)")
     args, rest = parser.parse_known_args()  # `workbench bench train` runs this file with its own words in argv
     if any(word.startswith("-") for word in rest):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     torch.set_num_threads(args.threads)
     policy = EmbeddedPolicy(build_embedded(seed=0)) if args.random else EmbeddedPolicy.load()
     config = TrainConfig(iterations=args.iterations, eval_prompts=0, sample_every=10**6, checkpoint_every=10**6)
+    if args.prompts is not None:
+        config = replace(config, prompts_per_iteration=args.prompts)
     trainer = Trainer(config, Path(tempfile.mkdtemp()) / "bench", policy)
     shadow = copy.deepcopy(policy.transformer)
     shadow_opt = torch.optim.AdamW(shadow.parameters(), lr=1e-12)

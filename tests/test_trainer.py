@@ -16,8 +16,8 @@ from workbench.train_cli import main as train_main
 from workbench.trainer import PRESETS, TrainConfig, Trainer, load_trained_policy, preset
 
 # 2 prompts x 2 trajectories x 3 trained steps: each iteration takes well under a second on one core
-TINY = TrainConfig(group=2, steps=3, chunks="1,2", eval_prompts=1, eval_every=2, iterations=2, sample_every=1,
-                   lr=1e-3, clip_low=0.2)
+TINY = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, eval_every=2,
+                   iterations=2, sample_every=1, lr=1e-3, clip_low=0.2)
 
 
 def fresh_policy() -> EmbeddedPolicy:
@@ -180,7 +180,7 @@ def test_presets():
     assert set(PRESETS.names()) >= {"embedded_demo", "gcpo", "flow_grpo", "gspo", "gpg"}
     g = preset("gcpo")
     assert (g.objective, g.chunks, g.lr, g.clip_low, g.max_grad_norm) == ("chunk_grpo", "2,3,4,7", 1e-5, 5e-5, 0.01)
-    assert preset("flow_grpo").lora_rank == 32 and preset("gpg").minibatch == 2 * 8 * 16
+    assert preset("flow_grpo").lora_rank == 32 and preset("gpg").minibatch == 4 * 8 * 16
     assert preset("gcpo", iterations=3).iterations == 3
     with pytest.raises(WorkbenchError, match="valid presets: dance_grpo"):
         preset("nope")
