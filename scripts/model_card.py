@@ -52,7 +52,8 @@ def main() -> None:
     accuracy = evaluate(policy, heldout, steps=16, seed=0)  # at the model's default CFG scale
     unguided = evaluate(policy, heldout, steps=16, seed=0, guidance_scale=1.0)
     size_mb = sum(f.stat().st_size for f in DEFAULT_WEIGHTS.iterdir()) / 1e6
-    print(json.dumps({"heldout_accuracy": accuracy, "heldout_accuracy_unguided": unguided, "load_seconds": round(load_s, 2), "weights_mb": round(size_mb, 2),
+    print(json.dumps({"heldout_accuracy": accuracy, "heldout_accuracy_unguided": unguided,
+                      "load_seconds": round(load_s, 2), "weights_mb": round(size_mb, 2),
                       "train_minutes": record["minutes"], "steps": record["config"]["steps"],
                       "final_loss": loss[-1]}, indent=1))
 

@@ -60,8 +60,9 @@ def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
     """The SamplingConfig of the command line; `guidance` is the CFG scale when --guidance-scale is not given."""
     from workbench.trajectory import SamplingConfig
 
+    scale = guidance if args.guidance_scale is None else args.guidance_scale
     return SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, sde=args.sde,
-                          shift=args.shift, guidance_scale=guidance if args.guidance_scale is None else args.guidance_scale,
+                          shift=args.shift, guidance_scale=scale,
                           shared_noise=not args.no_shared_noise, seed=args.seed)
 
 

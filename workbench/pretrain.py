@@ -6,9 +6,9 @@
 
 Rectified flow (SD3, arXiv 2403.03206): x_t = (1 - t) x_0 + t eps, the loss regresses v = eps - x_0.
 The transformer predicts x_0 and v follows from it, and t ~ logit-normal(0.8, 0.8) favours high noise
-(both from JiT, arXiv 2511.13720; see `EmbeddedModel.denoise`). Text encoder and MMDiT train jointly; the prompt is dropped (replaced by "")
-10 % of the time so classifier-free guidance works. Weights are an exponential moving average.
-Reproducible from the seed for a given torch build and thread count.
+(both from JiT, arXiv 2511.13720; see `EmbeddedModel.denoise`). Text encoder and MMDiT train jointly;
+the prompt is dropped (replaced by "") 10 % of the time so classifier-free guidance works. Weights are
+an exponential moving average. Reproducible from the seed for a given torch build and thread count.
 """
 
 from __future__ import annotations

@@ -262,7 +262,7 @@ def embedded_demo() -> TrainConfig:
     seed 0 unless said): full fine-tuning with Adam is noise-dominated at 2 x 8 samples per iteration:
     lr 3e-5 reached 0.864, lr 1e-4 fell to 0.819 and lr 3e-4 to 0.810. With 4 x 8 samples per iteration
     and lr 3e-5 held-out adherence rose to 0.890 / 0.878 / 0.898 (seeds 0 / 1 / 2); without the KL term
-    (Flow-GRPO's beta 0.04) 0.883. Re-scored log-prob ratios (means over 3072 pixels) move by ~2e-5 per
+    (Flow-GRPO's beta 0.04) to 0.883 / 0.880 / 0.875, and with 3 x 8 samples to 0.870 / 0.874 / 0.876. Re-scored log-prob ratios (means over 3072 pixels) move by ~2e-5 per
     update at this lr (step-ratio std 2-3e-5, chunk-ratio std ~1e-5), so the default clip 1e-3 is never
     reached and step, chunk and sequence ratios then give the same gradient; compare objectives with a clip
     near 2e-5 (scripts/experiment_objectives.py does). An earlier model, trained to predict velocity, moved
