@@ -3,8 +3,9 @@
     .venv/bin/python scripts/experiment_objectives.py            # full: 5 objectives x 3 seeds x 30 iterations
     .venv/bin/python scripts/experiment_objectives.py --quick    # tiny smoke run (random weights if needed)
 
-Every run uses the default TrainConfig (same prompts per iteration, group, steps, minibatches, lr, KL and
-iterations) except the clip range, 2e-5 by default: at the trainer's default (1e-3) no ratio of the
+Every run uses the default TrainConfig (same prompts per iteration, group, steps, minibatches, lr and
+iterations) except the KL weight, Flow-GRPO's 0.04 (the trainer's default is 0, as in GCPO), and the clip
+range, 2e-5 by default: at the trainer's default (1e-3) no ratio of the
 embedded model is ever clipped, and step, chunk and sequence ratios then give the same gradient. Only the
 objective (and its chunking / advantage) changes between runs:
 
@@ -139,6 +140,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=None, help="iterations per run (default: TrainConfig's)")
     parser.add_argument("--clip-low", type=float, default=2e-5,
                         help="clip range for every run (default 2e-5: clipping active on ~5%% of units)")
+    parser.add_argument("--kl-beta", type=float, default=0.04,
+                        help="KL weight for every run (default 0.04, Flow-GRPO's; docs/objectives.md was run with it)")
     parser.add_argument("--out", default=None, help="folder for objectives.md and the curves")
     parser.add_argument("--runs", default=None, help="folder for the run folders")
     args = parser.parse_args()
@@ -153,7 +156,7 @@ def main() -> None:
         factory = (lambda: EmbeddedPolicy.load()) if trained.is_file() else (lambda: EmbeddedPolicy(build_embedded()))
     else:
         base = TrainConfig(iterations=args.iterations or TrainConfig().iterations, sample_every=10**6,
-                           clip_low=args.clip_low)
+                           clip_low=args.clip_low, kl_beta=args.kl_beta)
         seeds, out, factory = args.seeds or 3, Path(args.out or "docs"), (lambda: EmbeddedPolicy.load())
     run_root = Path(args.runs or ("runs/objectives_quick" if args.quick else "runs/objectives"))
     out.mkdir(parents=True, exist_ok=True)
