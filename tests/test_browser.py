@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import socket
 import sys
 from pathlib import Path
 
@@ -25,18 +24,14 @@ pytestmark = [pytest.mark.browser,
 
 from playwright.sync_api import expect  # noqa: E402
 
+from tests.test_app_client import free_port  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
     return {**browser_type_launch_args, "executable_path": str(CHROMIUM),
             "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                      "--disable-component-update", "--no-first-run"]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
