@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from workbench.advantages import ADVANTAGES, dynamic_sampling_mask, gfpo_keep_mask
+from workbench.advantages import ADVANTAGES, dynamic_sampling_mask, gfpo_keep_mask, refill_batch
 from workbench.errors import WorkbenchError
 
 EPS = 1e-4
@@ -134,6 +134,30 @@ def test_dynamic_sampling_mask_drops_flat_groups():
     rewards = torch.tensor([[1.0, 1.0], [0.0, 1.0], [2.0, 2.0 + 1e-9]])
     assert dynamic_sampling_mask(rewards).tolist() == [False, True, False]
     assert dynamic_sampling_mask(rewards, tol=0.0).tolist() == [True, True, True]
+
+
+def test_refill_batch_dapo_fills_the_batch_with_groups_that_have_variance():
+    # n = 3, round 0 = groups 0-2 (1 flat), round 1 = groups 3-5: DAPO needs all 3 with variance
+    picks, done = refill_batch([False, True, False, True, False, False], n=3, need=3)
+    assert picks == [0, 2, 4] and done  # the flat group 1 is replaced by round 1's first group with variance
+    # not yet full after one round: the flat slot stays (it will not train) and the caller samples again
+    assert refill_batch([False, True, False], n=3, need=3) == ([0, 1, 2], False)
+    # round 1 all flat too: still not full, still round 0's groups
+    assert refill_batch([False, True, False, True, True, True], n=3, need=3) == ([0, 1, 2], False)
+
+
+def test_refill_batch_gpg_stops_at_the_threshold_and_keeps_flat_groups():
+    flat = [True, True, True, True, False, False, False, True]  # n = 4: round 0 all flat, round 1 three valid
+    assert refill_batch(flat, n=4, need=2) == ([0, 1, 4, 5], True)  # 2 of 4 valid: (B - M) / B = 0.5
+    assert refill_batch(flat, n=4, need=4) == ([0, 4, 5, 6], False)  # 3 found, one flat slot left
+    # round 0 already meets the threshold: it is the batch, surplus groups with variance included
+    assert refill_batch([False, False, True, False], n=2, need=1) == ([0, 1], True)
+
+
+@pytest.mark.parametrize("flat, n, need", [([False], 2, 1), ([False, True], 2, 0), ([False, True], 2, 3)])
+def test_refill_batch_rejects_impossible_requests(flat, n, need):
+    with pytest.raises(WorkbenchError, match="refill_batch needs"):
+        refill_batch(flat, n=n, need=need)
 
 
 def test_tolerance_option_marks_near_flat_groups():

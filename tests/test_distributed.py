@@ -27,6 +27,10 @@ WORKER = textwrap.dedent("""
     from workbench.trainer import TrainConfig, Trainer
 
     out, config = Path(sys.argv[1]), eval(sys.argv[2])
+    if config.get("reward") == "red_flat":  # the zero-variance test reward of tests/test_trainer.py
+        from tests.test_trainer import red_flat
+        from workbench.rewards import REWARDS
+        REWARDS.register("red_flat")(red_flat)
     trainer = Trainer(TrainConfig(**config), out / "run")
     trainer.run()
     save_file({k: v.detach().contiguous() for k, v in trainer.params.items()},
@@ -34,10 +38,10 @@ WORKER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
+def train_on_two_processes(tmp_path: Path, config: dict) -> None:
+    """Run the worker under torchrun with 2 CPU processes; assert both end with identical, changed weights."""
     save_embedded(build_embedded(seed=0), tmp_path / "model")
-    config = CONFIG | {"model": str(tmp_path / "model")}
+    config = config | {"model": str(tmp_path / "model")}
     (tmp_path / "worker.py").write_text(WORKER)
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nnodes", "1", "--nproc_per_node", "2",
@@ -49,6 +53,12 @@ def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
     initial = dict(build_embedded(seed=0).transformer.named_parameters())
     assert set(rank0) == set(rank1) and all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     assert any(not torch.equal(rank0[k], initial[k]) for k in rank0)
+
+
+@pytest.mark.slow
+def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
+    train_on_two_processes(tmp_path, CONFIG)
+    config = CONFIG | {"model": str(tmp_path / "model")}
 
     run = runs.load_run(tmp_path / "run")
     assert run.state == "finished" and [r["iteration"] for r in run.metrics] == [0, 1, 2]
@@ -63,3 +73,16 @@ def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
     solo = runs.read_metrics(tmp_path / "single")
     assert abs(solo[1]["reward/mean"] - run.metrics[1]["reward/mean"]) < 1e-4
     assert abs(solo[1]["reward/std"] - run.metrics[1]["reward/std"]) < 1e-4
+
+
+@pytest.mark.slow
+def test_two_processes_refill_in_step(tmp_path):
+    """DAPO dynamic sampling: each process refills its own slots; all take the same rounds and updates."""
+    from tests.test_trainer import RED_FLAT_PROMPTS
+
+    train_on_two_processes(tmp_path, CONFIG | {"reward": "red_flat", "prompts": RED_FLAT_PROMPTS,
+                                               "dynamic_sampling": True, "iterations": 3, "eval_prompts": 0})
+    rows = runs.load_run(tmp_path / "run").metrics
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert all(r["rollout/kept_groups"] == 2 and r["train/transitions"] == 2 * 2 * 3 for r in rows)
+    assert any(r["rollout/rounds"] > 1 for r in rows)

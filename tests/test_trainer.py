@@ -137,6 +137,88 @@ def test_options_kl_chunk_sampling_noise_aware_dynamic_sampling(tmp_path):
     assert 0 < row["train/transitions"] < 2 * 2 * 3  # chunk sampling trained a part of the steps
 
 
+RED_FLAT_PROMPTS = ["a small red circle in the center on a black background",
+                    "a large red ring in the top left on a white background",
+                    "a small blue bar in the bottom right on a gray background",
+                    "a large green cross in the middle left on a black background"]
+
+
+def red_flat(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """0.5 for every image of a prompt with 'red', else the image mean (different for every sample): red
+    groups have zero reward variance, the others do not. Registered as 'red_flat' by the fixture below."""
+    red = torch.tensor(["red" in p for p in prompts])
+    return torch.where(red, torch.tensor(0.5), images.float().mean(dim=(1, 2, 3)))
+
+
+@pytest.fixture
+def red_is_flat(monkeypatch):
+    """TINY on RED_FLAT_PROMPTS with the reward 'red_flat' registered for this test."""
+    from workbench.rewards import REWARDS
+
+    monkeypatch.setitem(REWARDS._items, "red_flat", red_flat)
+    return replace(TINY, reward="red_flat", prompts=RED_FLAT_PROMPTS, iterations=3, eval_prompts=0,
+                   sample_every=1, checkpoint_every=10)
+
+
+def trained_prompts(config: TrainConfig, run_dir) -> tuple[list[dict], list[list[str]]]:
+    """Metrics rows and the prompts of every iteration's trained batch (from the 'samples' events)."""
+    events = []
+    Trainer(config, run_dir, fresh_policy()).run(callback=events.append)
+    return runs.read_metrics(run_dir), [e.data["prompts"] for e in events if e.kind == "samples"]
+
+
+def test_dapo_dynamic_sampling_refills_the_batch(tmp_path, red_is_flat):
+    rows, prompts = trained_prompts(replace(red_is_flat, dynamic_sampling=True), tmp_path / "dapo")
+    assert all(r["rollout/kept_groups"] == 2 and r["train/transitions"] == 2 * 2 * 3 for r in rows[1:])
+    assert all("red" not in p for batch in prompts for p in batch)  # every flat group was replaced
+    assert any(r["rollout/rounds"] > 1 for r in rows[1:])  # this seed draws red prompts: refills happened
+    for r in rows[1:]:
+        assert r["rollout/groups"] == 2 * r["rollout/rounds"] and r["adv/zero_std_frac"] == 0
+        assert r["rollout/zero_std_frac"] > 0 or r["rollout/rounds"] == 1
+    # capped at one round, the same seed keeps flat groups that do not train (the old behaviour)
+    capped, _ = trained_prompts(replace(red_is_flat, dynamic_sampling=True, max_sample_rounds=1), tmp_path / "one")
+    assert all(r["rollout/rounds"] == 1 for r in capped[1:])
+    assert any(r["rollout/kept_groups"] < 2 and r["train/transitions"] < 2 * 2 * 3 for r in capped[1:])
+
+
+def test_gpg_resamples_until_the_valid_fraction_reaches_its_threshold(tmp_path, red_is_flat):
+    mostly_red = [*RED_FLAT_PROMPTS[:3], "a small red bar in the top middle on a gray background"]  # 3 of 4 flat
+    gpg = replace(red_is_flat, objective="gpg", advantage="gpg", gpg_threshold=0.5, iterations=4, prompts=mostly_red)
+    rows, prompts = trained_prompts(gpg, tmp_path / "gpg")
+    for r, batch in zip(rows[1:], prompts):
+        assert r["adv/valid_frac"] >= 0.5 and sum("red" not in p for p in batch) >= 1
+        assert r["rollout/kept_groups"] == 2  # flat groups stay in GPG's batch (alpha counts them)
+    assert any(r["rollout/rounds"] > 1 for r in rows[1:])
+    strict, _ = trained_prompts(replace(gpg, gpg_threshold=1.0), tmp_path / "strict")
+    assert all(r["adv/valid_frac"] == 1.0 and r["adv/alpha"] == 1.0 for r in strict[1:])
+
+
+def test_refill_resumes_exactly(tmp_path, red_is_flat):
+    config = replace(red_is_flat, dynamic_sampling=True, iterations=2)
+    Trainer(config, tmp_path / "a", fresh_policy()).run()
+    first = Trainer(config, tmp_path / "b", fresh_policy())
+    first.run(callback=lambda e: first.request_stop() if e.kind == "iteration" and e.iteration == 1 else None)
+    Trainer.resume(tmp_path / "b", policy=fresh_policy()).run()
+    a, b = runs.read_metrics(tmp_path / "a")[-1], runs.read_metrics(tmp_path / "b")[-1]
+    assert {k: v for k, v in a.items() if not k.startswith("time/")} == \
+        {k: v for k, v in b.items() if not k.startswith("time/")}
+
+
+def test_clip_reward_folder_comes_from_the_config(tmp_path, monkeypatch):
+    from tests.test_rewards import write_tiny_clip
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    write_tiny_clip(tmp_path)
+    prompts = ["a large red circle in the center on a white background",
+               "a large blue ring in the center on a white background"]
+    config = replace(TINY, iterations=1, eval_prompts=0, prompts=prompts, reward="adherence,clip_score:0.5",
+                     clip_path=str(tmp_path / "clip"))
+    Trainer(config, tmp_path / "run", fresh_policy()).run()
+    row = runs.read_metrics(tmp_path / "run")[-1]
+    assert row["reward/mean"] == pytest.approx(row["reward/adherence/mean"] + 0.5 * row["reward/clip_score/mean"])
+    assert TrainConfig.from_dict(runs.load_run(tmp_path / "run").config).clip_path == str(tmp_path / "clip")
+
+
 def test_failure_is_recorded(tmp_path):
     def boom(event):
         if event.kind == "iteration" and event.iteration == 1:
@@ -162,6 +244,11 @@ def test_failure_is_recorded(tmp_path):
     ({"chunk_fraction": 1.5}, "chunk_fraction"),
     ({"reward": "nope"}, "valid rewards"),
     ({"window": (2, 9)}, "SDE window"),
+    ({"max_sample_rounds": 3}, "dynamic_sampling or advantage 'gpg'"),
+    ({"dynamic_sampling": True, "max_sample_rounds": 0}, "positive integer"),
+    ({"gpg_threshold": 1.5}, "gpg_threshold"),
+    ({"reward": "adherence,clip_score"}, "needs a local CLIP model folder; pass clip_path="),
+    ({"pickscore_path": "/tmp"}, "neither reward nor gfpo_metric uses 'pickscore'"),
 ])
 def test_bad_configs_are_rejected(overrides, message):
     with pytest.raises(WorkbenchError, match=message):

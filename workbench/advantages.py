@@ -10,7 +10,8 @@ Every estimator takes the rewards of N groups (prompts) of G samples each and re
 The std is the population std (unbiased=False, divide by G), as in flow_grpo's stat tracker
 (`np.std`). Groups whose reward std is below `tol` are zero-variance: they carry no learning signal,
 are reported in `zero_std` and get advantage 0; nothing is ever divided by a zero std.
-DAPO's dynamic sampling (arXiv 2503.14476) is `dynamic_sampling_mask`.
+DAPO's dynamic sampling (arXiv 2503.14476) is `dynamic_sampling_mask`; `refill_batch` says which
+groups of several sampling rounds make up a batch when DAPO or GPG sample more to replace flat groups.
 
     adv = ADVANTAGES.get("grpo")(torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
     adv.values  # tensor([[ 1.0000, -1.0000], [ 0.0000,  0.0000]]) (up to eps)
@@ -208,3 +209,26 @@ def dynamic_sampling_mask(rewards: torch.Tensor, tol: float = TOL) -> torch.Tens
     r = _check_rewards(rewards)
     _check_options(tol, None)
     return r.std(dim=1, unbiased=False) >= tol  # (N,)
+
+
+def refill_batch(flat: list[bool], n: int, need: int) -> tuple[list[int], bool]:
+    """Which of the groups sampled so far form a batch of n, and whether it holds `need` groups with variance.
+
+    flat: one flag per sampled group in sampling order (round 0's n groups first, then each further
+    round's), True for zero reward variance. The batch keeps round 0's groups with variance, adds groups
+    with variance from later rounds until it holds `need` of them, then fills its remaining slots with
+    the earliest flat groups. Returns (sorted indices into `flat`, len n), and True once the need is met.
+      DAPO dynamic sampling (arXiv 2503.14476): need = n, "sample more until the batch is full"; the flat
+        groups left in an unfilled batch do not train.
+      GPG (arXiv 2504.02546): need = ceil(threshold * n), resample until the valid fraction (B - M) / B
+        reaches the threshold; flat groups stay in the batch and count in alpha = B / (B - M).
+
+        refill_batch([True, False, False, True], n=2, need=2)  # ([1, 2], True): slot 0 refilled by round 1
+    """
+    if not 1 <= need <= n <= len(flat):
+        raise WorkbenchError(f"refill_batch needs 1 <= need ({need}) <= n ({n}) <= sampled groups ({len(flat)})")
+    valid = [i for i, f in enumerate(flat) if not f]
+    first = [i for i in valid if i < n]  # round 0's groups with variance all stay
+    taken = first + [i for i in valid if i >= n][:max(0, need - len(first))]
+    fill = [i for i, f in enumerate(flat) if f][:n - len(taken)]
+    return sorted(taken + fill), len(taken) >= need

@@ -22,7 +22,7 @@ from workbench.errors import WorkbenchError
 # flag destinations that are TrainConfig fields; every one defaults to None = "keep the preset's value"
 _BOOL_FLAGS = {"mixgrpo": "MixGRPO's sliding 4-step SDE window", "train_last_step": "also train the last transition",
                "noise_aware": "TempFlow-GRPO noise-aware step weights",
-               "dynamic_sampling": "DAPO: skip groups with zero reward variance"}
+               "dynamic_sampling": "DAPO: replace groups with zero reward variance by sampling more"}
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -81,6 +81,10 @@ def register(subparsers) -> None:
             ("clip-high", _float, "PPO clip range above 1"), ("kl-beta", non_negative_float, "KL weight"),
             ("chunk-fraction", _float, "GCPO weighted chunk sampling fraction"),
             ("gfpo-metric", str, "GFPO filter reward spec"), ("gfpo-keep", positive_int, "GFPO samples kept"),
+            ("gpg-threshold", _float, "GPG: resample while fewer groups than this fraction have variance"),
+            ("max-sample-rounds", positive_int, "most rollout rounds per iteration for DAPO / GPG refills"),
+            ("clip-path", str, "local CLIP folder for the clip_score reward"),
+            ("pickscore-path", str, "local PickScore folder for the pickscore reward"),
             ("seed", _int, "run seed"), ("dtype", str, "float32 or bfloat16"), ("device", str, "cuda, mps or cpu"),
             ("model", str, "local model folder (default: the embedded model)"),
             ("lora-rank", _int, "LoRA rank (0 = full fine-tuning)"), ("lora-alpha", _float, "LoRA alpha"),

@@ -7,6 +7,7 @@ override a few fields, each with its reason (flow_grpo recipes, nanoGPT `config/
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -29,6 +30,10 @@ class TrainConfig:
     """Chunk sizes over the TRAINED steps, summing to their count (GCPO [2,3,4,7] of 16); used by chunk_grpo."""
     reward: str = "adherence"
     """Reward spec for `build_reward`, e.g. 'adherence:1,sharpness:0.5'."""
+    clip_path: str | None = None
+    """Local CLIP folder (CLIPModel and CLIPTokenizer `save_pretrained`) for the reward 'clip_score'."""
+    pickscore_path: str | None = None
+    """Local PickScore folder (a CLIP model, arXiv 2305.01569) for the reward 'pickscore'."""
     advantage: str = "grpo"
     """Advantage estimator from ADVANTAGES: grpo (Flow-GRPO), dr_grpo, gpg (arXiv 2504.02546), gfpo."""
     prompts: list[str] | None = None
@@ -86,7 +91,14 @@ class TrainConfig:
     chunk_fraction: float | None = None
     """GCPO weighted chunk sampling: train this fraction of chunks, drawn by L1_rel (paper 0.5); None = all."""
     dynamic_sampling: bool = False
-    """DAPO (arXiv 2503.14476): do not train groups with zero reward variance (no refill)."""
+    """DAPO (arXiv 2503.14476): replace groups with zero reward variance by sampling more rounds until the
+    batch is full (at most max_sample_rounds); flat groups left in an unfilled batch do not train."""
+    gpg_threshold: float = 0.5
+    """GPG (arXiv 2504.02546; AMAP-ML/GPG code 0.5): with advantage 'gpg', sample more rounds while fewer than
+    this fraction of the batch's groups have reward variance (at most max_sample_rounds)."""
+    max_sample_rounds: int | None = None
+    """Most rollout rounds per iteration when refilling; None = DAPO 10 (verl recipe max_num_gen_batches),
+    GPG 20 (its code). Only with dynamic_sampling or advantage 'gpg'."""
     gfpo_metric: str | None = None
     """GFPO (arXiv 2508.09726): reward spec of the filter metric (higher kept); needs advantage='gfpo'."""
     gfpo_keep: int | None = None
@@ -140,9 +152,17 @@ class TrainConfig:
             raise WorkbenchError(f"prompt file {self.prompt_file} does not exist; give a text file, one prompt a line")
 
     def _check_options(self) -> None:
-        from workbench.rewards import parse_reward_spec
+        from workbench.rewards import MODEL_PATH_ARGS, check_model_folder, parse_reward_spec
 
-        parse_reward_spec(self.reward)
+        named = set(parse_reward_spec(self.reward))
+        if self.gfpo_metric is not None:
+            named |= set(parse_reward_spec(self.gfpo_metric))
+        for name, arg in MODEL_PATH_ARGS.items():  # model-based rewards need their folder, and only they
+            if name in named:
+                check_model_folder(name, getattr(self, arg))
+            elif getattr(self, arg) is not None:
+                raise WorkbenchError(f"{arg} is set but neither reward nor gfpo_metric uses '{name}'; "
+                                     f"add {name} to the reward spec or drop {arg}")
         if self.window is not None and self.mixgrpo:
             raise WorkbenchError("mixgrpo slides its own window; drop window or mixgrpo")
         if self.mixgrpo and self.steps < 4:
@@ -161,8 +181,15 @@ class TrainConfig:
         if (self.advantage == "gfpo") != (self.gfpo_metric is not None):
             raise WorkbenchError("advantage 'gfpo' and gfpo_metric go together: set both (e.g. gfpo_metric="
                                  "'sharpness') or neither")
-        if self.gfpo_metric is not None:
-            parse_reward_spec(self.gfpo_metric)
+        if not 0.0 <= self.gpg_threshold <= 1.0:
+            raise WorkbenchError(f"gpg_threshold is a fraction of the batch's groups, in [0, 1]; "
+                                 f"got {self.gpg_threshold}")
+        if self.max_sample_rounds is not None:
+            if not self.refills:
+                raise WorkbenchError("max_sample_rounds caps the refill of DAPO dynamic sampling or GPG; set "
+                                     "dynamic_sampling or advantage 'gpg', or leave it None")
+            if not isinstance(self.max_sample_rounds, int) or self.max_sample_rounds < 1:
+                raise WorkbenchError(f"max_sample_rounds must be a positive integer, got {self.max_sample_rounds!r}")
         if self.gfpo_keep is not None and not 1 <= self.gfpo_keep <= self.group:
             raise WorkbenchError(f"gfpo_keep must be in 1..group ({self.group}), got {self.gfpo_keep}")
         if self.uses_chunks:
@@ -186,6 +213,24 @@ class TrainConfig:
     @property
     def uses_chunks(self) -> bool:
         return self.objective == "chunk_grpo" or self.chunk_fraction is not None
+
+    @property
+    def refills(self) -> bool:
+        """Whether iterations sample more rounds to replace zero-variance groups (DAPO, GPG)."""
+        return self.dynamic_sampling or self.advantage == "gpg"
+
+    @property
+    def sample_rounds(self) -> int:
+        """Most rollout rounds per iteration: 1 without refill; else max_sample_rounds, DAPO 10, GPG 20."""
+        if not self.refills:
+            return 1
+        return self.max_sample_rounds or (10 if self.dynamic_sampling else 20)
+
+    def refill_need(self, n: int) -> int:
+        """Groups with reward variance a batch of n needs: all n (DAPO) or ceil(gpg_threshold * n), at least 1."""
+        if self.dynamic_sampling or not self.refills:
+            return n
+        return max(1, math.ceil(self.gpg_threshold * n - 1e-9))
 
     @property
     def sampling_steps(self) -> int:

@@ -1,22 +1,22 @@
 """Short RL fine-tunes of a flow policy: the `Trainer` loop (settings and presets: `train_config.py`).
 
-One iteration (METHODS.md sections 1-3): sample G SDE trajectories for each of N prompts (Flow-GRPO),
-score the final images, turn the (N, G) rewards into group-relative advantages, then re-score the
-stored transitions with gradient (`sampler.transition`) and minimise the registered objective
-(step GRPO, Chunk-GRPO / GCPO, GSPO, GPG, ...) with AdamW. Everything random derives from
-(seed, iteration), so a run stopped and resumed equals a run straight through.
+One iteration (METHODS.md sections 1-3): sample G SDE trajectories for each of N prompts (Flow-GRPO)
+and score the final images (`rollout.py`; DAPO and GPG sample more rounds to replace zero-variance
+groups), turn the (N, G) rewards into group-relative advantages, then re-score the stored transitions
+with gradient (`sampler.transition`) and minimise the registered objective (step GRPO, Chunk-GRPO /
+GCPO, GSPO, GPG, ...) with AdamW. Everything random derives from (seed, iteration), so a run stopped
+and resumed equals a run straight through.
 
 The trainer emits `TrainerEvent`s to a plain callback and writes the run store (`workbench.runs`);
 the app runs it as a subprocess and reads the store. Under `torchrun` / `accelerate launch` every
-process takes the groups r::world of an iteration, gradients are averaged across processes and
-only rank 0 writes.
+process takes the groups r::world of an iteration (`distributed.py`), gradients are averaged across
+processes and only rank 0 writes. What trains (all weights or LoRA) is set up in `trainable.py`.
 """
 
 from __future__ import annotations
 
 import copy
 import io
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -25,20 +25,22 @@ from typing import Callable
 import numpy as np
 import torch
 
-from workbench.advantages import ADVANTAGES, dynamic_sampling_mask
+from workbench.advantages import ADVANTAGES
 from workbench.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
+from workbench.distributed import gather, init_distributed, sync_gradients
 from workbench.dynamics import relative_change
 from workbench.errors import WorkbenchError
 from workbench.objectives import OBJECTIVES, PolicyInputs, gaussian_kl, noise_aware_weights
 from workbench.policy import Conditioning, FlowPolicy
 from workbench import runs
-from workbench.sampler import ode_sample, sample_groups, transition
+from workbench.rollout import RolloutSampler
+from workbench.sampler import ode_sample, transition
 from workbench.train_config import PRESETS, TrainConfig, preset  # noqa: F401 (PRESETS, preset re-exported)
+from workbench.trainable import (add_lora, copy_weights, load_base_policy,  # noqa: F401 (load_trained_policy
+                                 load_trained_policy, trainable_weights)  # re-exported)
 from workbench.trajectory import SamplingConfig, TrajectoryGroup
 
 EVAL_SEED = 1234  # fixed noise for the held-out ODE evaluation, the same for every run and seed
-# attention projections of diffusers' attention blocks (SD3 / FLUX MMDiT, UNet attn1 / attn2), matched by name suffix
-LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
 EVENT_KINDS = ("iteration", "samples", "checkpoint", "finished", "stopped", "failed")
 
 # ------------------------------------------------------------------------------------ events, summary
@@ -66,132 +68,7 @@ class RunSummary:
         return runs.clean_json(asdict(self))
 
 
-def iteration_seeds(seed: int, iteration: int, pool: int, count: int) -> tuple[list[int], list[int]]:
-    """(prompt indices, group seeds) of one iteration, derived only from (seed, iteration)."""
-    rng = np.random.default_rng([seed, iteration])
-    idx = rng.choice(pool, size=count, replace=pool < count).tolist()
-    return idx, rng.integers(0, 2**31 - 1, size=count).tolist()
-
-
-# ------------------------------------------------------------------------------------ distributed
-@dataclass
-class DistInfo:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed() -> DistInfo:
-    """Join the process group `torchrun` / `accelerate launch` describe in the environment (gloo on CPU)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return DistInfo()
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
-
-
-def gather(obj, info: DistInfo) -> list:
-    """Every process's `obj`, in rank order (a one-element list in a single process)."""
-    if info.world == 1:
-        return [obj]
-    import torch.distributed as dist
-
-    out = [None] * info.world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def sync_gradients(params: list[torch.Tensor], weight: float, info: DistInfo) -> bool:
-    """Average gradients over processes, weighted by each one's trained trajectories; False if none trained."""
-    import torch.distributed as dist
-
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) * weight for p in params]
-                     + [torch.tensor([weight], device=params[0].device, dtype=params[0].dtype)])
-    dist.all_reduce(flat)
-    total = float(flat[-1])
-    if total <= 0:
-        return False
-    offset = 0
-    for p in params:
-        p.grad = (flat[offset:offset + p.numel()] / total).view_as(p).clone()
-        offset += p.numel()
-    return True
-
-
-# ------------------------------------------------------------------------------------ models
-def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
-    """The policy named by config.model on config.device (per-process GPU under torchrun)."""
-    from workbench.adapters import default_device, load_policy
-
-    device = config.device or default_device()
-    if device == "cuda" and info.world > 1:
-        device = f"cuda:{info.local_rank}"
-        torch.cuda.set_device(info.local_rank)
-    pipeline = config.model is not None and (Path(config.model) / "model_index.json").is_file()
-    return load_policy(config.model, device=device, dtype=config.dtype if pipeline else "float32")
-
-
-def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> None:
-    """LoRA adapters on the attention projections (peft via diffusers' `add_adapter`); only they train."""
-    from peft import LoraConfig
-
-    transformer.requires_grad_(False)
-    try:
-        transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, init_lora_weights="gaussian",
-                                           target_modules=LORA_TARGETS))
-    except ValueError as err:  # peft: no module matches the targets
-        raise WorkbenchError(f"cannot add LoRA adapters to this model ({str(err).splitlines()[0]}); "
-                             "use lora_rank 0 for full fine-tuning") from None
-    for name, p in transformer.named_parameters():
-        if "lora_" in name:
-            p.data = p.data.float()
-            p.requires_grad_(True)
-
-
-def trainable_weights(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p for n, p in transformer.named_parameters() if p.requires_grad}
-
-
-def load_trained_policy(run_dir: str | Path, device: str | None = None) -> FlowPolicy:
-    """The policy of a run with its latest checkpoint applied (for sampling from a fine-tuned model)."""
-    run_dir = runs.check_run_dir(run_dir)
-    config = TrainConfig.from_dict(runs.read_json(run_dir / runs.CONFIG))
-    policy = load_base_policy(replace(config, device=device or config.device), DistInfo())
-    if config.lora_rank:
-        add_lora(policy.transformer, config.lora_rank, config.lora_alpha)
-    else:
-        policy.transformer.requires_grad_(True)
-    folder = runs.latest_checkpoint(run_dir)
-    if folder is not None:
-        _, weights, _ = runs.load_checkpoint(folder)
-        _copy_weights(policy.transformer, weights)
-    return policy
-
-
-def _copy_weights(transformer: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
-    params = trainable_weights(transformer)
-    if set(params) != set(weights):
-        raise WorkbenchError("the checkpoint's weights do not match the model's trainable parameters; "
-                             "was it made with another model or lora_rank?")
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(weights[name].to(p))
-
-
 # ------------------------------------------------------------------------------------ the loop
-def reward_metrics(rewards: torch.Tensor, components: dict[str, torch.Tensor]) -> dict[str, float]:
-    """reward/mean, reward/std, reward/min, reward/max over all N x G samples, reward/<name>/mean per component."""
-    out = {"reward/mean": rewards.mean().item(), "reward/std": rewards.std(unbiased=False).item(),
-           "reward/min": rewards.min().item(), "reward/max": rewards.max().item()}
-    return out | {f"reward/{name}/mean": v.mean().item() for name, v in components.items()}
-
-
 def _mean_stats(parts: list[dict]) -> dict[str, float]:
     """Mean of each key over the dicts that have a finite value for it (NaN-aware)."""
     keys = sorted({k for p in parts for k in p})
@@ -283,20 +160,22 @@ class Trainer:
         from workbench.world import split_scenes
 
         cfg = self.config
-        self.reward_fn = build_reward(cfg.reward)
-        self.metric_fn = build_reward(cfg.gfpo_metric) if cfg.gfpo_metric else None
+        paths = {"clip_path": cfg.clip_path, "pickscore_path": cfg.pickscore_path}
+        self.reward_fn = build_reward(cfg.reward, **paths)
+        self.metric_fn = build_reward(cfg.gfpo_metric, **paths) if cfg.gfpo_metric else None
         self.settings = cfg.objective_settings()
         self.objective = OBJECTIVES.get(cfg.objective)
         self.pool = cfg.prompt_pool()
         for prompt in self.pool:
             self.policy.check_prompt(prompt)
         self.eval_prompts = [s.prompt() for s in split_scenes()[1][:cfg.eval_prompts]]
+        self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist)
 
     def _restore(self) -> None:
         folder = runs.latest_checkpoint(self.run_dir)
         if folder is not None:
             self.iteration, weights, optimizer_state = runs.load_checkpoint(folder)
-            _copy_weights(self.policy.transformer, weights)
+            copy_weights(self.policy.transformer, weights)
             self.optimizer.load_state_dict(optimizer_state)
             self._saved = self.iteration
         if self.dist.main:  # only rank 0 reads and writes the store
@@ -318,34 +197,31 @@ class Trainer:
                 self._log(0, self._evaluate())
             while self.iteration < cfg.iterations:
                 it, t0 = self.iteration + 1, time.perf_counter()
-                # 1. rollout: G SDE trajectories for this process's prompts (groups r::world)
+                # 1-2. rollout and rewards: G SDE trajectories for this process's prompts (groups r::world),
+                #      scored and gathered, (N, G); DAPO and GPG sample more rounds to replace flat groups
                 scfg = cfg.sampling_config(it)
-                groups = self._rollout(it, scfg)
+                batch = self.sampler.collect(it, scfg)
                 t1 = time.perf_counter()
-                # 2. rewards of every group, gathered from all processes: (N, G)
-                rewards, components, metric = self._rewards(groups)
-                # 3. group-relative advantages (N, G); only groups with std > 0 train
-                adv = self._advantages(rewards, metric)
-                keep = (dynamic_sampling_mask(rewards) if cfg.dynamic_sampling
-                        else torch.ones(len(rewards), dtype=torch.bool))  # (N,) groups that train
+                # 3. group-relative advantages (N, G); with dynamic sampling flat groups do not train
+                adv = self._advantages(batch.rewards, batch.metric)
+                keep = ~batch.flat if cfg.dynamic_sampling else torch.ones(len(batch.flat), dtype=torch.bool)  # (N,)
                 mine = slice(self.dist.rank, None, self.dist.world)
                 t2 = time.perf_counter()
                 # 4. inner updates over minibatches of the stored transitions
-                stored = self._store(it, groups, scfg, adv.values[mine], keep[mine])
+                stored = self._store(it, batch.groups, scfg, adv.values[mine], keep[mine])
                 update = self._update(it, stored)
                 t3 = time.perf_counter()
-                # 5. metrics, events, checkpoint
-                metrics = reward_metrics(rewards, components) | adv.stats() | update | {  # adv/* incl. zero_std_frac
-                    "rollout/groups": float(len(rewards)), "rollout/trajectories": float(rewards.numel()),
+                # 5. metrics (reward/* over every sampled group, adv/* over the batch), events, checkpoint
+                metrics = batch.metrics() | adv.stats() | update | {
                     "rollout/kept_groups": float(keep.sum()), "sde/window_start": float(cfg.sde_window(it)[0]),
-                    "time/rollout_s": t1 - t0, "time/reward_s": t2 - t1, "time/update_s": t3 - t2,
+                    "time/reward_s": batch.seconds[1] + t2 - t1, "time/update_s": t3 - t2,
                     "time/iteration_s": time.perf_counter() - t0}
-                self.iteration, self.last_groups = it, groups
+                self.iteration, self.last_groups = it, batch.groups
                 if cfg.eval_prompts and (it % cfg.eval_every == 0 or it == cfg.iterations):
                     metrics |= self._evaluate()
                 self._log(it, metrics)
                 if it % cfg.sample_every == 0:
-                    self._save_samples(it, groups)
+                    self._save_samples(it, batch.groups)
                 stop = self._stop_requested()
                 if it % cfg.checkpoint_every == 0 or it == cfg.iterations or stop:
                     self._checkpoint()
@@ -358,34 +234,12 @@ class Trainer:
         return self._finish(state, start)
 
     # -------------------------------------------------------------------------------- stages
-    def _rollout(self, it: int, scfg: SamplingConfig) -> list[TrajectoryGroup]:
-        cfg = self.config
-        idx, seeds = iteration_seeds(cfg.seed, it, len(self.pool), cfg.prompts_per_iteration)
-        mine = range(self.dist.rank, cfg.prompts_per_iteration, self.dist.world)
-        with self._autocast():
-            return sample_groups(self.policy, [self.pool[idx[k]] for k in mine], scfg, [seeds[k] for k in mine])
-
-    def _rewards(self, groups: list[TrajectoryGroup]):
-        """Rewards (N, G), components name -> (N, G) and the GFPO metric (N, G) or None, in global group order."""
-        g = self.config.group
-        images = torch.cat([grp.images for grp in groups])  # (n * G, 3, H, W)
-        prompts = [grp.prompt for grp in groups for _ in range(g)]
-        comps = {k: v.view(-1, g) for k, v in self.reward_fn.components(images, prompts).items()}  # (n, G)
-        metric = self.metric_fn(images, prompts).view(-1, g) if self.metric_fn else None
-        parts = gather((comps, metric), self.dist)
-        world, n = self.dist.world, self.config.prompts_per_iteration
-
-        def assemble(per_rank: list[torch.Tensor]) -> torch.Tensor:  # group k: row k // world of rank k % world
-            return torch.stack([per_rank[k % world][k // world] for k in range(n)])  # (N, G)
-
-        components = {k: assemble([p[0][k] for p in parts]) for k in comps}
-        metric = assemble([p[1] for p in parts]) if metric is not None else None
-        return self.reward_fn.combine(components), components, metric
-
     def _advantages(self, rewards: torch.Tensor, metric: torch.Tensor | None):
         fn = ADVANTAGES.get(self.config.advantage)
         if self.config.advantage == "gfpo":
             return fn(rewards, metric=metric, keep=self.config.gfpo_keep)
+        if self.config.advantage == "gpg":
+            return fn(rewards, threshold=self.config.gpg_threshold)
         return fn(rewards)
 
     def _store(self, it: int, groups: list[TrajectoryGroup], scfg: SamplingConfig, adv: torch.Tensor,
