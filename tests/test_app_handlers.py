@@ -253,9 +253,28 @@ def test_train_form_matches_the_train_command_line(tmp_path):
     from workbench.train_cli import config_overrides
 
     parsed = build_parser().parse_args(["train", *args])
-    assert config_overrides(parsed) | {"out": parsed.out} == {
+    assert config_overrides(parsed) | {"out": parsed.out, "preset": parsed.preset} == {
         "objective": "gspo", "reward": "adherence:1,sharpness:0.5", "chunks": "4,4", "lr": 1e-4, "iterations": 2,
-        "group": 4, "steps": 8, "lora_rank": 4, "model": "/m", "out": str(tmp_path / "r")}
+        "group": 4, "steps": 8, "lora_rank": 4, "model": "/m", "out": str(tmp_path / "r"), "preset": "gspo"}
+
+
+@pytest.mark.parametrize("objective, expected", [
+    ("dapo", {"dynamic_sampling": True, "advantage": "grpo"}),
+    ("gpg", {"advantage": "gpg", "minibatch_size": 4 * 4 * 8}),  # one update per rollout at the form's G and T
+    ("gfpo", {"advantage": "gfpo", "gfpo_metric": "sharpness"}),
+    ("chunk_grpo", {"advantage": "grpo", "dynamic_sampling": False, "minibatch_size": 4 * 8}),
+])
+def test_train_form_brings_each_method_with_its_companions(tmp_path, objective, expected):
+    from workbench.cli import build_parser
+    from workbench.train_cli import config_overrides
+    from workbench.train_config import TrainConfig, preset
+
+    parsed = build_parser().parse_args(["train", *TrainForm(objective=objective, chunks="8", group=4,
+                                                             steps=8).args(tmp_path / "r")])
+    overrides = config_overrides(parsed)
+    config = preset(parsed.preset, **overrides) if parsed.preset else TrainConfig(**overrides)
+    assert config.objective == objective and (config.group, config.steps) == (4, 8)
+    assert {k: getattr(config, k) for k in expected} == expected
 
 
 @pytest.mark.parametrize("field, value, message", [("objective", "ppo", "unknown objective 'ppo'"),

@@ -238,6 +238,7 @@ def test_failure_is_recorded(tmp_path):
     ({"noise_level": 0.0}, "noise_level must be > 0"),
     ({"prompts": ["a red circle"], "prompt_file": "p.txt"}, "not both"),
     ({"minibatch": 4}, "multiple of 3 trained steps"),
+    ({"minibatch": -3}, "minibatch must be None"),
     ({"grad_accum": 4}, "grad_accum"),
     ({"group": 1}, "group must be >= 2"),
     ({"dtype": "float16"}, "float32 or bfloat16"),
@@ -267,7 +268,9 @@ def test_presets():
     assert set(PRESETS.names()) >= {"embedded_demo", "gcpo", "flow_grpo", "gspo", "gpg"}
     g = preset("gcpo")
     assert (g.objective, g.chunks, g.lr, g.clip_low, g.max_grad_norm) == ("chunk_grpo", "2,3,4,7", 1e-5, 5e-5, 0.01)
-    assert preset("flow_grpo").lora_rank == 32 and preset("gpg").minibatch == 4 * 8 * 16
+    assert preset("flow_grpo").lora_rank == 32 and preset("gpg").minibatch_size == 4 * 8 * 16
+    assert preset("gpg", group=4, steps=8, chunks="8").minibatch_size == 4 * 4 * 8  # 0 = all, whatever G and T
+    assert preset("gfpo").advantage == "gfpo" and preset("dapo").dynamic_sampling
     assert preset("gcpo", iterations=3).iterations == 3
     with pytest.raises(WorkbenchError, match="valid presets: dance_grpo"):
         preset("nope")

@@ -33,23 +33,9 @@ def _window(text: str) -> tuple[int, int]:
     return start, end
 
 
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
 def register(subparsers) -> None:
     """Add the `train` command to an argparse subparsers object."""
-    from workbench.cli import non_negative_float, positive_int
+    from workbench.cli import integer, non_negative_float, non_negative_int, number, positive_int
 
     p = subparsers.add_parser("train", help="RL fine-tune a model (Chunk-GRPO, Flow-GRPO, ...) into a run folder",
                               description="Fine-tune with a registered objective; writes runs/<id>/ (config, "
@@ -65,29 +51,29 @@ def register(subparsers) -> None:
     p.add_argument("--prompt", dest="prompts", action="append", help="a training prompt (repeatable)")
     p.add_argument("--prompt-file", help="text file with one training prompt per line")
     for name, kind, text in (
-            ("eval-prompts", _int, "held-out prompts for eval/reward_mean (0 = none)"),
+            ("eval-prompts", integer, "held-out prompts for eval/reward_mean (0 = none)"),
             ("eval-every", positive_int, "evaluate every N iterations"),
             ("prompts-per-iteration", positive_int, "prompts (groups) per iteration, N"),
             ("group", positive_int, "trajectories per prompt, G"), ("steps", positive_int, "trained transitions T"),
             ("noise-level", non_negative_float, "SDE noise level a"), ("sde", str, "flow_grpo, dance_grpo or cps"),
-            ("shift", _float, "schedule shift"), ("guidance-scale", _float, "CFG scale during rollouts"),
+            ("shift", number, "schedule shift"), ("guidance-scale", number, "CFG scale during rollouts"),
             ("window", _window, "SDE/training window START,END over the T steps"),
-            ("iterations", positive_int, "training iterations"), ("lr", _float, "AdamW learning rate"),
+            ("iterations", positive_int, "training iterations"), ("lr", number, "AdamW learning rate"),
             ("weight-decay", non_negative_float, "AdamW weight decay"),
             ("inner-epochs", positive_int, "passes over each iteration's transitions"),
-            ("minibatch", positive_int, "transitions per optimizer step (whole trajectories)"),
+            ("minibatch", non_negative_int, "transitions per optimizer step (whole trajectories; 0 = all)"),
             ("grad-accum", positive_int, "minibatches per optimizer step"),
-            ("max-grad-norm", _float, "gradient-norm clip"), ("clip-low", _float, "PPO clip range below 1"),
-            ("clip-high", _float, "PPO clip range above 1"), ("kl-beta", non_negative_float, "KL weight"),
-            ("chunk-fraction", _float, "GCPO weighted chunk sampling fraction"),
+            ("max-grad-norm", number, "gradient-norm clip"), ("clip-low", number, "PPO clip range below 1"),
+            ("clip-high", number, "PPO clip range above 1"), ("kl-beta", non_negative_float, "KL weight"),
+            ("chunk-fraction", number, "GCPO weighted chunk sampling fraction"),
             ("gfpo-metric", str, "GFPO filter reward spec"), ("gfpo-keep", positive_int, "GFPO samples kept"),
-            ("gpg-threshold", _float, "GPG: resample while fewer groups than this fraction have variance"),
+            ("gpg-threshold", number, "GPG: resample while fewer groups than this fraction have variance"),
             ("max-sample-rounds", positive_int, "most rollout rounds per iteration for DAPO / GPG refills"),
             ("clip-path", str, "local CLIP folder for the clip_score reward"),
             ("pickscore-path", str, "local PickScore folder for the pickscore reward"),
-            ("seed", _int, "run seed"), ("dtype", str, "float32 or bfloat16"), ("device", str, "cuda, mps or cpu"),
+            ("seed", integer, "run seed"), ("dtype", str, "float32 or bfloat16"), ("device", str, "cuda, mps or cpu"),
             ("model", str, "local model folder (default: the embedded model)"),
-            ("lora-rank", _int, "LoRA rank (0 = full fine-tuning)"), ("lora-alpha", _float, "LoRA alpha"),
+            ("lora-rank", integer, "LoRA rank (0 = full fine-tuning)"), ("lora-alpha", number, "LoRA alpha"),
             ("sample-every", positive_int, "save rollout images every N iterations"),
             ("checkpoint-every", positive_int, "save a checkpoint every N iterations")):
         p.add_argument(f"--{name}", type=kind, default=None, help=text)
@@ -116,6 +102,8 @@ def progress_line(event, total: int) -> str | None:
     line = (f"iter {event.iteration}/{total}  reward {d.get('reward/mean', float('nan')):.4f} "
             f"+- {d.get('reward/std', float('nan')):.4f}  clip {d.get('policy/clip_frac') or 0:.3f}  "
             f"approx_kl {d.get('policy/approx_kl') or 0:.2e}  {d.get('time/iteration_s', 0):.2f}s")
+    if (d.get("rollout/rounds") or 1) > 1:  # DAPO / GPG sampled more rounds to replace zero-variance groups
+        line += f"  rounds {int(d['rollout/rounds'])} (kept {int(d.get('rollout/kept_groups') or 0)} groups)"
     return line + (f"  eval {d['eval/reward_mean']:.4f}" if d.get("eval/reward_mean") is not None else "")
 
 

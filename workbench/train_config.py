@@ -75,7 +75,8 @@ class TrainConfig:
     inner_epochs: int = 1
     """Passes over each iteration's transitions (Flow-GRPO 1)."""
     minibatch: int | None = None
-    """Transitions per optimizer step (whole trajectories: a multiple of the trained steps); None = one group."""
+    """Transitions per optimizer step (whole trajectories: a multiple of the trained steps); None = one group;
+    0 = every transition of the iteration in one step (GPG's one update per rollout)."""
     grad_accum: int = 1
     """Minibatches whose gradients are accumulated per optimizer step."""
     max_grad_norm: float = 1.0
@@ -136,6 +137,9 @@ class TrainConfig:
                      "sample_every", "checkpoint_every"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise WorkbenchError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.minibatch is not None and (not isinstance(self.minibatch, int) or self.minibatch < 0):
+            raise WorkbenchError(f"minibatch must be None (one group), 0 (all transitions) or a positive number of "
+                                 f"transitions, got {self.minibatch!r}")
         if self.group < 2:
             raise WorkbenchError(f"group must be >= 2 (advantages compare samples of one prompt), got {self.group}")
         if not 0 <= self.eval_prompts <= 200:
@@ -238,7 +242,9 @@ class TrainConfig:
 
     @property
     def minibatch_size(self) -> int:
-        """Transitions per optimizer step; the default is one group: G x trained steps."""
+        """Transitions per optimizer step; the default is one group: G x trained steps; 0 = all N x G x S."""
+        if self.minibatch == 0:
+            return self.prompts_per_iteration * self.group * len(self.trained_steps(1))
         return self.minibatch or self.group * len(self.trained_steps(1))
 
     def sde_window(self, iteration: int) -> tuple[int, int]:
@@ -371,8 +377,8 @@ def gspo() -> TrainConfig:
 @PRESETS.register("gpg")
 def gpg() -> TrainConfig:
     """GPG (arXiv 2504.02546): no ratio, alpha-scaled advantages, one update per rollout."""
-    base = TrainConfig(objective="gpg", advantage="gpg")
-    return replace(base, minibatch=base.prompts_per_iteration * base.group * base.steps)  # all transitions
+    return TrainConfig(objective="gpg", advantage="gpg",
+                       minibatch=0)  # one update per rollout: all of an iteration's transitions, whatever N, G, T
 
 
 @PRESETS.register("dapo")
@@ -380,3 +386,10 @@ def dapo() -> TrainConfig:
     """DAPO (arXiv 2503.14476): token-level step loss, clip-higher, dynamic sampling."""
     base = TrainConfig(objective="dapo", dynamic_sampling=True)
     return replace(base, clip_high=base.clip_low * 0.28 / 0.2)  # DAPO's 0.2 / 0.28 asymmetry
+
+
+@PRESETS.register("gfpo")
+def gfpo() -> TrainConfig:
+    """GFPO (arXiv 2508.09726): GRPO advantages over the kept half of each group, filtered by a second score."""
+    return TrainConfig(objective="gfpo", advantage="gfpo",
+                       gfpo_metric="sharpness")  # the paper keeps the shortest responses; here the sharpest images

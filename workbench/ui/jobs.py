@@ -20,6 +20,7 @@ from workbench import runs
 from workbench.chunking import parse_chunk_spec
 from workbench.errors import WorkbenchError
 from workbench.objectives import OBJECTIVES
+from workbench.train_config import PRESETS
 from workbench.ui.guard import number, whole_number
 
 TRAIN_COMMAND = (sys.executable, "-m", "workbench", "train")
@@ -58,8 +59,10 @@ class TrainForm:
             raise WorkbenchError(f"learning rate must be in (0, 1), e.g. 1e-4; got {self.lr}")
 
     def args(self, out: Path) -> list[str]:
-        """Command-line flags of `workbench train` for this form."""
-        flags = ["--objective", self.objective, "--chunks", self.chunks.replace(" ", ""), "--reward", self.reward,
+        """Command-line flags of `workbench train` for this form; dapo, gpg, gspo and gfpo start from their
+        presets, which add what the method pairs with its loss (DAPO's dynamic sampling, GPG's advantages, ...)."""
+        flags = ["--preset", self.objective] if self.objective in PRESETS else []
+        flags += ["--objective", self.objective, "--chunks", self.chunks.replace(" ", ""), "--reward", self.reward,
                  "--group", str(self.group), "--steps", str(self.steps), "--iterations", str(self.iterations),
                  "--lr", repr(self.lr), "--out", str(out)]
         if self.lora_rank > 0:

@@ -103,7 +103,9 @@ def _chunks_tab(wb, session, tab) -> None:
 
 def _finetune_tab(wb, session) -> None:
     with gr.Row():
-        objective = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective")
+        objective = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective",
+                                info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, GPG advantages, "
+                                     "...)")
         reward = gr.Textbox("adherence", label="Reward spec and weights", info="e.g. adherence:1,sharpness:0.5")
         chunks = gr.Textbox("2,3,4,7", label="Chunk schedule (sizes, sum = steps)", elem_id="train-chunks")
     with gr.Row():
