@@ -14,11 +14,11 @@ from pathlib import Path
 from workbench.errors import WorkbenchError
 
 
-def integer(text: str) -> int:
+def integer(text: str, kind: str = "an integer") -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
 
 
 def number(text: str) -> float:
@@ -29,14 +29,14 @@ def number(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
-    value = integer(text)
+    value = integer(text, "a positive integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
 
 
 def non_negative_int(text: str) -> int:
-    value = integer(text)
+    value = integer(text, "an integer >= 0")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
     return value
