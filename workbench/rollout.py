@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable, ContextManager
 
 import numpy as np
 import torch
@@ -72,9 +73,9 @@ class RolloutSampler:
     """Samples and scores an iteration's groups for a trainer (one per process)."""
 
     def __init__(self, policy: FlowPolicy, config: TrainConfig, pool: list[str], reward_fn: RewardFunction,
-                 metric_fn: RewardFunction | None, dist: DistInfo):
+                 metric_fn: RewardFunction | None, dist: DistInfo, autocast: Callable[[], ContextManager]):
         self.policy, self.config, self.pool = policy, config, pool
-        self.reward_fn, self.metric_fn, self.dist = reward_fn, metric_fn, dist
+        self.reward_fn, self.metric_fn, self.dist, self.autocast = reward_fn, metric_fn, dist, autocast
 
     def collect(self, it: int, scfg: SamplingConfig) -> Rollout:
         """Sample rounds of N groups until every process's batch is complete (`refill_batch`), or R rounds."""
@@ -111,7 +112,7 @@ class RolloutSampler:
         cfg = self.config
         idx, seeds = iteration_seeds(cfg.seed, it, len(self.pool), cfg.prompts_per_iteration, round)
         mine = range(self.dist.rank, cfg.prompts_per_iteration, self.dist.world)
-        with torch.autocast(self.policy.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16"):
+        with self.autocast():
             return sample_groups(self.policy, [self.pool[idx[k]] for k in mine], scfg, [seeds[k] for k in mine])
 
     def score(self, groups: list[TrajectoryGroup]):

@@ -169,7 +169,8 @@ class Trainer:
         for prompt in self.pool:
             self.policy.check_prompt(prompt)
         self.eval_prompts = [s.prompt() for s in split_scenes()[1][:cfg.eval_prompts]]
-        self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist)
+        self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
+                                      self._autocast)
 
     def _restore(self) -> None:
         folder = runs.latest_checkpoint(self.run_dir)
