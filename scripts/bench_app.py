@@ -41,7 +41,7 @@ def free_port() -> int:
 def model_folder(given: str | None) -> str | None:
     """The model to benchmark: the given folder, the embedded weights, or a random-init stand-in."""
     sys.path.insert(0, str(ROOT))
-    from workbench.embedded import DEFAULT_WEIGHTS, build_embedded, save_embedded
+    from workbench.models.embedded import DEFAULT_WEIGHTS, build_embedded, save_embedded
 
     if given or (DEFAULT_WEIGHTS / "model.safetensors").is_file():
         return given

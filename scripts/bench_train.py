@@ -1,107 +1,14 @@
-"""Benchmark the trainer on the embedded model: seconds per Chunk-GRPO iteration and trainer overhead.
+"""Benchmark the trainer: `python scripts/bench_train.py [--iterations 6] [--prompts 2]`.
 
-    .venv/bin/python scripts/bench_train.py [--iterations 6] [--threads 2] [--random]
-
-Runs the default chunk_grpo config (G=8, T=16, 2 prompts, no eval, no samples) and, after every
-iteration, re-times the raw model compute of the same iteration on a copy of the transformer: the
-rollout forwards (T + 1 steps on the N x G batch) plus forward/backward/AdamW on the same minibatches
-of the same stored transitions (and the KL reference's forward when kl_beta > 0), with none of the
-trainer's bookkeeping (rewards, advantages, masks, metrics, store). The ratio trainer / raw is the
-overhead. Prints figures and the targets; no asserts.
+A thin wrapper over `workbench.cli.bench_train` (also `python -m workbench bench train`).
 """
 
-from __future__ import annotations
-
-import argparse
-from dataclasses import replace
-import copy
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.embedded import build_embedded  # noqa: E402
-from workbench.policy import EmbeddedPolicy  # noqa: E402
-from workbench.trainer import TrainConfig, Trainer  # noqa: E402
-
-TARGET_SECONDS, TARGET_RATIO = 3.0, 1.15
-
-
-def raw_compute(trainer: Trainer, transformer: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float:
-    """Seconds of the model compute of the trainer's last iteration, on `transformer` (a copy)."""
-    policy, cfg, groups = copy.copy(trainer.policy), trainer.config, trainer.last_groups
-    policy.transformer = transformer
-    states = torch.cat([g.states for g in groups])  # (L, T + 1, C, H, W)
-    sigmas = groups[0].sigmas
-    cond = policy.encode([g.prompt for g in groups]).repeat(cfg.group)  # L rows
-    steps = torch.tensor(cfg.trained_steps(trainer.iteration))  # (S,)
-    per_mb = cfg.minibatch_size // len(steps)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for t in range(cfg.sampling_steps):
-            policy.velocity(states[:, t], sigmas[t].expand(len(states)), cond)
-    for idx in torch.randperm(len(states)).split(per_mb):
-        x = states[idx][:, steps].flatten(0, 1)  # (M * S, C, H, W)
-        sigma, rows = sigmas[steps].repeat(len(idx)), cond.index(idx).repeat(len(steps))
-        if trainer.reference is not None:  # the KL term's forward of the frozen reference
-            with torch.no_grad():
-                trainer.reference.velocity(x, sigma, rows)
-        v = policy.velocity(x, sigma, rows)
-        v.float().square().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return time.perf_counter() - t0
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=6, help="iterations; the first is a warm-up")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (target: 2 cores)")
-    parser.add_argument("--random", action="store_true", help="random-init weights (if the trained ones are missing)")
-    parser.add_argument("--prompts", type=int, default=None,
-                        help="prompts (groups of G=8) per iteration (default: TrainConfig's, 4; the target was set at 2)")
-    args, rest = parser.parse_known_args()  # `workbench bench train` runs this file with its own words in argv
-    if any(word.startswith("-") for word in rest):
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    torch.set_num_threads(args.threads)
-    policy = EmbeddedPolicy(build_embedded(seed=0)) if args.random else EmbeddedPolicy.load()
-    config = TrainConfig(iterations=args.iterations, eval_prompts=0, sample_every=10**6, checkpoint_every=10**6)
-    if args.prompts is not None:
-        config = replace(config, prompts_per_iteration=args.prompts)
-    trainer = Trainer(config, Path(tempfile.mkdtemp()) / "bench", policy)
-    shadow = copy.deepcopy(policy.transformer)
-    shadow_opt = torch.optim.AdamW(shadow.parameters(), lr=1e-12)
-    wall, raw, stage = [], [], []
-    last = [time.perf_counter()]
-
-    def on_event(event) -> None:
-        if event.kind != "iteration" or event.iteration == 0:
-            last[0] = time.perf_counter()
-            return
-        wall.append(time.perf_counter() - last[0])  # the trainer's whole iteration, bookkeeping included
-        stage.append(event.data)
-        raw.append(raw_compute(trainer, shadow, shadow_opt))
-        last[0] = time.perf_counter()
-
-    trainer.run(callback=on_event)
-    keep = slice(1, None) if len(wall) > 1 else slice(None)
-    w, r = statistics.median(wall[keep]), statistics.median(raw[keep])
-    parts = {k: statistics.median(d[k] for d in stage[keep]) for k in ("time/rollout_s", "time/reward_s",
-                                                                       "time/update_s")}
-    print(f"embedded model, chunk_grpo, G={config.group}, T={config.steps} (+1 untrained), "
-          f"{config.prompts_per_iteration} prompts, {config.minibatch_size} transitions per optimizer step, "
-          f"{torch.get_num_threads()} threads, {len(wall[keep])} timed iterations (medians)")
-    print(f"seconds per iteration:        {w:.3f} s   (target < {TARGET_SECONDS:.1f} s on 2 cores)")
-    print("  of which rollout / reward+advantage / update: "
-          + " / ".join(f"{v:.3f}" for v in parts.values()) + " s")
-    print(f"raw model compute, same work: {r:.3f} s")
-    print(f"trainer / raw compute ratio:  {w / r:.3f}     (target <= {TARGET_RATIO})")
-
+from workbench.cli.bench_train import main
 
 if __name__ == "__main__":
     main()

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.chunking import CHUNKERS
-from workbench.credit import measure_credit
-from workbench.dynamics import dynamics_curve
-from workbench.policy import EmbeddedPolicy
+from workbench.flow.dynamics import dynamics_curve
+from workbench.flow.sampler import sample_group
+from workbench.flow.trajectory import SamplingConfig
+from workbench.models.embedded import EmbeddedPolicy
 from workbench.rewards import build_reward
-from workbench.sampler import sample_group
-from workbench.trajectory import SamplingConfig
-from workbench.world import split_scenes
+from workbench.rl.chunking import CHUNKERS
+from workbench.rl.credit import measure_credit
+from workbench.toyworld.world import split_scenes
 
 
 def schedules(steps: int, l1_rel: torch.Tensor) -> dict[str, list[int]]:

@@ -32,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench import runs  # noqa: E402
-from workbench.chunking import CHUNKERS  # noqa: E402
-from workbench.trainer import TrainConfig, Trainer  # noqa: E402
+from workbench.rl.chunking import CHUNKERS
+from workbench.train import TrainConfig, Trainer
+from workbench.train import store as runs
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
 
@@ -145,8 +145,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder for objectives.md and the curves")
     parser.add_argument("--runs", default=None, help="folder for the run folders")
     args = parser.parse_args()
-    from workbench.embedded import build_embedded
-    from workbench.policy import EmbeddedPolicy
+    from workbench.models.embedded import EmbeddedPolicy, build_embedded
 
     if args.quick:
         base = TrainConfig(group=2, steps=4, iterations=args.iterations or 2, eval_prompts=4, eval_every=1,

@@ -16,14 +16,17 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from workbench.embedded import DEFAULT_WEIGHTS, load_embedded  # noqa: E402
-from workbench.imaging import grid, save_image  # noqa: E402
-from workbench.policy import EmbeddedPolicy  # noqa: E402
-from workbench.pretrain import evaluate  # noqa: E402
-from workbench.sampler import ode_sample  # noqa: E402
-from workbench.world import split_scenes  # noqa: E402
+from workbench.core.imaging import grid, save_image
+from workbench.flow.sampler import ode_sample
+from workbench.models.embedded import (
+    DEFAULT_WEIGHTS,
+    EmbeddedPolicy,
+    load_embedded,
+)
+from workbench.models.pretrain import evaluate
+from workbench.toyworld.world import split_scenes
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -15,8 +15,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture(scope="session")
 def random_policy():
     """The embedded architecture with random weights (seed 0): fast, and independent of the shipped file."""
-    from workbench.embedded import build_embedded
-    from workbench.policy import EmbeddedPolicy
+    from workbench.models.embedded import EmbeddedPolicy, build_embedded
 
     model = build_embedded(seed=0)
     model.text_encoder.eval().requires_grad_(False)
@@ -27,6 +26,6 @@ def random_policy():
 @pytest.fixture(scope="session")
 def shipped_policy():
     """The shipped embedded weights."""
-    from workbench.policy import EmbeddedPolicy
+    from workbench.models.embedded import EmbeddedPolicy
 
     return EmbeddedPolicy.load()

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.adapters import FluxPolicy, SD3Policy, default_device, flux_pipeline_sigmas, load_policy
-from workbench.errors import WorkbenchError
-from workbench.policy import EmbeddedPolicy
-from workbench.sampler import initial_noise, rescore, sample_group, transition
-from workbench.trajectory import SamplingConfig
+from workbench.core.errors import WorkbenchError
+from workbench.flow.sampler import initial_noise, rescore, sample_group, transition
+from workbench.flow.trajectory import SamplingConfig
+from workbench.models.adapters import FluxPolicy, SD3Policy, default_device, flux_pipeline_sigmas, load_policy
+from workbench.models.embedded import EmbeddedPolicy
 
 PX = 16  # image side; the tiny VAE has one block, so latents are 16 x 16 too
 SEQ = 8  # T5 tokens
@@ -232,7 +232,7 @@ def test_flux_schedule_matches_the_scheduler(flux):
 
 
 def test_load_policy_embedded_folder_and_default(tmp_path, monkeypatch):
-    import workbench.embedded as embedded
+    import workbench.models.embedded as embedded
 
     folder = embedded.save_embedded(embedded.build_embedded(), tmp_path / "embedded")
     assert isinstance(load_policy(folder, device="cpu"), EmbeddedPolicy)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from workbench.advantages import ADVANTAGES, dynamic_sampling_mask, gfpo_keep_mask, refill_batch
-from workbench.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError
+from workbench.rl.advantages import ADVANTAGES, dynamic_sampling_mask, gfpo_keep_mask, refill_batch
 
 EPS = 1e-4
 

@@ -20,7 +20,7 @@ def client(tmp_path_factory):
     from gradio_client import Client
 
     from app import create_app
-    from workbench.embedded import build_embedded, save_embedded
+    from workbench.models.embedded import build_embedded, save_embedded
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
     demo, _ = create_app(str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")))

@@ -20,9 +20,9 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from workbench import runs
-from workbench.chunking import CHUNKERS
-from workbench.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError
+from workbench.rl.chunking import CHUNKERS
+from workbench.train import store as runs
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
 from workbench.ui.jobs import TrainForm
@@ -65,7 +65,7 @@ FAKE_TRAIN = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from workbench.embedded import build_embedded, save_embedded
+    from workbench.models.embedded import build_embedded, save_embedded
 
     return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
 
@@ -247,10 +247,10 @@ def test_train_form_matches_the_train_command_line(tmp_path):
     form = TrainForm(objective="gspo", reward="adherence:1,sharpness:0.5", chunks="4,4", lr=1e-4, iterations=2,
                      group=4, steps=8, lora_rank=4, model="/m")
     args = form.args(tmp_path / "r")
-    if importlib.util.find_spec("workbench.train_cli") is None:
-        pytest.skip("workbench.train_cli is not there yet")
-    from workbench.cli import build_parser
-    from workbench.train_cli import config_overrides
+    if importlib.util.find_spec("workbench.cli.train") is None:
+        pytest.skip("workbench.cli.train is not there yet")
+    from workbench.cli.main import build_parser
+    from workbench.cli.train import config_overrides
 
     parsed = build_parser().parse_args(["train", *args])
     assert config_overrides(parsed) | {"out": parsed.out, "preset": parsed.preset} == {
@@ -265,9 +265,9 @@ def test_train_form_matches_the_train_command_line(tmp_path):
     ("chunk_grpo", {"advantage": "grpo", "dynamic_sampling": False, "minibatch_size": 4 * 8}),
 ])
 def test_train_form_brings_each_method_with_its_companions(tmp_path, objective, expected):
-    from workbench.cli import build_parser
-    from workbench.train_cli import config_overrides
-    from workbench.train_config import TrainConfig, preset
+    from workbench.cli.main import build_parser
+    from workbench.cli.train import config_overrides
+    from workbench.train import TrainConfig, preset
 
     parsed = build_parser().parse_args(["train", *TrainForm(objective=objective, chunks="8", group=4,
                                                              steps=8).args(tmp_path / "r")])
@@ -342,8 +342,8 @@ def test_a_running_run_on_disk_makes_the_device_busy(tmp_path, model_dir):
 
 @pytest.mark.slow
 def test_real_training_run_two_iterations(tmp_path, model_dir):
-    if importlib.util.find_spec("workbench.train_cli") is None:
-        pytest.skip("workbench.train_cli is not there yet")
+    if importlib.util.find_spec("workbench.cli.train") is None:
+        pytest.skip("workbench.cli.train is not there yet")
     command = [sys.executable, "-m", "workbench", "train", "--eval-prompts", "0", "--prompts-per-iteration", "1"]
     wb = h.Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
     session = start(wb, iterations=2)[2]
@@ -372,7 +372,8 @@ def test_runs_table_compare_and_download(tmp_path, model_dir):
     make_run(wb.jobs.root, "a", [0.1, 0.2])
     make_run(wb.jobs.root, "b", [0.3, 0.4, 0.5], checkpoint=True)
     table, chosen, pick, metric, status = rh.refresh_runs(wb)
-    assert [row[:5] for row in table.values.tolist()] == [["b", "finished", 3, "step_grpo", 0.5], ["a", "finished", 2, "step_grpo", 0.2]]
+    assert [row[:5] for row in table.values.tolist()] == [["b", "finished", 3, "step_grpo", 0.5],
+                                                          ["a", "finished", 2, "step_grpo", 0.2]]
     assert chosen.choices == [("b", "b"), ("a", "a")] and metric.value == "reward/mean"
     fig, status = rh.compare(wb, ["a", "b"], "loss/policy")
     assert {t.name: list(t.y) for t in fig.data} == {"a": [-0.1, -0.2], "b": [-0.3, -0.4, -0.5]}

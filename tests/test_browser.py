@@ -37,12 +37,12 @@ def browser_type_launch_args(browser_type_launch_args):
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     """The app on a random-init tiny model; training is the real `workbench train` when it exists."""
-    from workbench.embedded import build_embedded, save_embedded
+    from workbench.models.embedded import build_embedded, save_embedded
     from workbench.ui.handlers import Workbench
     from workbench.ui.layout import build_app
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
-    if importlib.util.find_spec("workbench.train_cli") is not None:
+    if importlib.util.find_spec("workbench.cli.train") is not None:
         command = [sys.executable, "-m", "workbench", "train", "--eval-prompts", "0", "--prompts-per-iteration", "1"]
     else:  # the fake trainer of the handler tests
         from tests.test_app_handlers import FAKE_TRAIN

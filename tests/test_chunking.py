@@ -5,10 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.chunking import (CHUNKERS, chunk_boundaries, chunk_ids, chunk_mean, chunk_sampling_weights,
-                                chunk_sum, parse_chunk_spec, sample_chunks, step_mask_from_chunks)
-from workbench.errors import WorkbenchError
-
+from workbench.core.errors import WorkbenchError
+from workbench.rl.chunking import (
+    CHUNKERS,
+    chunk_boundaries,
+    chunk_ids,
+    chunk_mean,
+    chunk_sampling_weights,
+    chunk_sum,
+    parse_chunk_spec,
+    sample_chunks,
+    step_mask_from_chunks,
+)
 
 # Parsing
 
@@ -167,7 +175,8 @@ def test_unknown_chunker_lists_valid_names():
 # Weighted chunk sampling
 
 def test_chunk_sampling_weights_hand_case():
-    assert torch.allclose(chunk_sampling_weights([2, 2], torch.tensor([1.0, 1.0, 3.0, 3.0])), torch.tensor([0.25, 0.75]))
+    weights = chunk_sampling_weights([2, 2], torch.tensor([1.0, 1.0, 3.0, 3.0]))
+    assert torch.allclose(weights, torch.tensor([0.25, 0.75]))
     assert torch.allclose(chunk_sampling_weights([1, 3], torch.tensor([2.0, 1.0, 2.0, 3.0])), torch.tensor([0.5, 0.5]))
 
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from workbench.cli import main
-from workbench.embedded import build_embedded, save_embedded
+from workbench.cli.main import main
+from workbench.models.embedded import build_embedded, save_embedded
 
 PROMPT = "a large red circle in the top left on a white background"
 

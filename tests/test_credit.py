@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from workbench.credit import Credit, continuation_rewards, measure_credit
-from workbench.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError
+from workbench.flow.sampler import sample_group
+from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import build_reward
-from workbench.sampler import sample_group
-from workbench.trajectory import SamplingConfig
+from workbench.rl.credit import Credit, continuation_rewards, measure_credit
 
 PROMPT = "a large red circle in the top left on a white background"
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from workbench import runs
-from workbench.embedded import build_embedded, save_embedded
-from workbench.trainer import TrainConfig, Trainer
+from workbench.models.embedded import build_embedded, save_embedded
+from workbench.train import TrainConfig, Trainer
+from workbench.train import store as runs
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = dict(group=2, steps=3, chunks="1,2", iterations=2, prompts_per_iteration=2, eval_prompts=2, eval_every=1,
@@ -24,7 +24,7 @@ WORKER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from safetensors.torch import save_file
-    from workbench.trainer import TrainConfig, Trainer
+    from workbench.train import TrainConfig, Trainer
 
     out, config = Path(sys.argv[1]), eval(sys.argv[2])
     if config.get("reward") == "red_flat":  # the zero-variance test reward of tests/test_trainer.py

@@ -7,9 +7,15 @@ import math
 import pytest
 import torch
 
-from workbench.errors import WorkbenchError
-from workbench.objectives import (
-    OBJECTIVES, ObjectiveSettings, PolicyInputs, gaussian_kl, k3_kl, mixgrpo_window, noise_aware_weights,
+from workbench.core.errors import WorkbenchError
+from workbench.rl.objectives import (
+    OBJECTIVES,
+    ObjectiveSettings,
+    PolicyInputs,
+    gaussian_kl,
+    k3_kl,
+    mixgrpo_window,
+    noise_aware_weights,
     sde_window_mask,
 )
 

@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from workbench.embedded import DEFAULT_WEIGHTS, X0_MIN_SIGMA, EmbeddedConfig, build_embedded, load_embedded
-from workbench.errors import WorkbenchError
-from workbench.perception import check
-from workbench.pretrain import PretrainConfig, main, pretrain
-from workbench.sampler import ode_sample
-from workbench.world import Scene
+from workbench.core.errors import WorkbenchError
+from workbench.flow.sampler import ode_sample
+from workbench.models.embedded import DEFAULT_WEIGHTS, X0_MIN_SIGMA, EmbeddedConfig, build_embedded, load_embedded
+from workbench.models.pretrain import PretrainConfig, main, pretrain
+from workbench.toyworld.perception import check
+from workbench.toyworld.world import Scene
 
 
 def test_a_few_steps_lower_the_loss_and_save_loadable_weights(tmp_path):
@@ -55,7 +55,8 @@ def test_shipped_model_draws_the_right_colour(shipped_policy):
     scenes = [Scene("circle", "red", "large", "center", "white"), Scene("ring", "blue", "large", "top left", "black"),
               Scene("bar", "green", "large", "bottom right", "gray"),
               Scene("cross", "yellow", "large", "middle left", "black"),
-              Scene("circle", "purple", "large", "top right", "white"), Scene("ring", "orange", "large", "center", "gray")]
+              Scene("circle", "purple", "large", "top right", "white"),
+              Scene("ring", "orange", "large", "center", "gray")]
     images = ode_sample(shipped_policy, [s.prompt() for s in scenes], steps=16, seed=0)
     hits = [check(img, s)["color"] for img, s in zip(images, scenes)]
     assert sum(hits) >= 5, hits

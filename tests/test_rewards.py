@@ -9,10 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-import workbench.rewards as rewards_module
-from workbench.errors import WorkbenchError
-from workbench.rewards import (REWARDS, RewardFunction, build_reward, parse_reward_spec, reward_names)
-from workbench.world import BACKGROUNDS, COLORS, GRID_CENTERS, SIZES, Scene, all_scenes, render, shape_mask
+from workbench.core.errors import WorkbenchError
+from workbench.rewards import (
+    REWARDS,
+    RewardFunction,
+    attributes,
+    build_reward,
+    clip,
+    parse_reward_spec,
+    pixels,
+    reward_names,
+)
+from workbench.toyworld.world import BACKGROUNDS, COLORS, GRID_CENTERS, SIZES, Scene, all_scenes, render, shape_mask
 
 PROMPT = "a large red circle in the center on a white background"
 SINGLE = ("color_match", "shape_match", "position_match", "size_match")
@@ -109,8 +117,8 @@ def test_jpeg_size_grows_with_noise_as_in_ddpo():
 
 
 def test_reward_docstring_examples_hold():
-    result = doctest.testmod(rewards_module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted >= 16 and result.failed == 0
+    results = [doctest.testmod(module, optionflags=doctest.ELLIPSIS) for module in (attributes, pixels, clip)]
+    assert sum(r.attempted for r in results) >= 16 and sum(r.failed for r in results) == 0
 
 
 def test_parse_reward_spec():

@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from workbench import runs
-from workbench.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError
+from workbench.train import store as runs
 
 
 def make_run(root, name: str, rewards: list[float], state: str = "finished", started: float = 0.0):

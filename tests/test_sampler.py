@@ -4,10 +4,10 @@ import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from workbench.dynamics import dynamics_curve, relative_change
-from workbench.errors import WorkbenchError
-from workbench.sampler import ode_sample, rescore, sample_group, sample_groups
-from workbench.trajectory import SamplingConfig, TrajectoryGroup
+from workbench.core.errors import WorkbenchError
+from workbench.flow.dynamics import dynamics_curve, relative_change
+from workbench.flow.sampler import ode_sample, rescore, sample_group, sample_groups
+from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 
 PROMPT = "a large red circle in the top left on a white background"
 
@@ -45,7 +45,8 @@ def test_batched_groups_equal_single_groups(random_policy):
 
 def test_rescoring_with_the_same_weights_gives_ratio_one(random_policy):
     for cfg in (SamplingConfig(group=3, steps=4), SamplingConfig(group=2, steps=4, sde="dance_grpo", noise_level=0.3),
-                SamplingConfig(group=2, steps=4, sde="cps", noise_level=0.5), SamplingConfig(group=2, steps=4, window=(1, 3)),
+                SamplingConfig(group=2, steps=4, sde="cps", noise_level=0.5),
+                SamplingConfig(group=2, steps=4, window=(1, 3)),
                 SamplingConfig(group=2, steps=3, guidance_scale=2.0)):
         g = sample_group(random_policy, PROMPT, cfg)
         ratio = torch.exp(rescore(random_policy, g) - g.log_probs)

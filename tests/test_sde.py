@@ -6,9 +6,9 @@ import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from workbench.errors import WorkbenchError
-from workbench.schedule import sd3_sigmas
-from workbench.sde import SDE_KINDS, gaussian_log_prob, sde_step_with_logprob, step_mean_std
+from workbench.core.errors import WorkbenchError
+from workbench.flow.schedule import sd3_sigmas
+from workbench.flow.sde import SDE_KINDS, gaussian_log_prob, sde_step_with_logprob, step_mean_std
 
 
 def _inputs(b=3, seed=0):

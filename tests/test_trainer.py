@@ -8,12 +8,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from workbench import runs
-from workbench.embedded import build_embedded, save_embedded
-from workbench.errors import WorkbenchError
-from workbench.policy import EmbeddedPolicy
-from workbench.train_cli import main as train_main
-from workbench.trainer import PRESETS, TrainConfig, Trainer, load_trained_policy, preset
+from workbench.cli.train import main as train_main
+from workbench.core.errors import WorkbenchError
+from workbench.models.embedded import EmbeddedPolicy, build_embedded, save_embedded
+from workbench.train import PRESETS, TrainConfig, Trainer, load_trained_policy, preset
+from workbench.train import store as runs
 
 # 2 prompts x 2 trajectories x 3 trained steps: each iteration takes well under a second on one core
 TINY = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, eval_every=2,

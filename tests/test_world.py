@@ -1,10 +1,21 @@
 import numpy as np
 import pytest
 
-from workbench.errors import WorkbenchError
-from workbench.perception import check, detect
-from workbench.world import (BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES, VOCABULARY, Scene, all_scenes,
-                             parse_prompt, render, split_scenes)
+from workbench.core.errors import WorkbenchError
+from workbench.toyworld.perception import check, detect
+from workbench.toyworld.world import (
+    BACKGROUNDS,
+    COLORS,
+    POSITIONS,
+    SHAPES,
+    SIZES,
+    VOCABULARY,
+    Scene,
+    all_scenes,
+    parse_prompt,
+    render,
+    split_scenes,
+)
 
 
 def test_world_has_required_variety():

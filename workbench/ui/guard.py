@@ -14,7 +14,7 @@ import logging
 
 import gradio as gr
 
-from workbench.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError
 
 log = logging.getLogger("workbench.app")
 

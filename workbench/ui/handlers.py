@@ -13,10 +13,10 @@ from dataclasses import replace
 import gradio as gr
 import torch
 
-from workbench.chunking import CHUNKERS, parse_chunk_spec
-from workbench.errors import WorkbenchError
-from workbench.imaging import filmstrip, to_pil
-from workbench.trajectory import SamplingConfig
+from workbench.core.errors import WorkbenchError
+from workbench.core.imaging import filmstrip, to_pil
+from workbench.flow.trajectory import SamplingConfig
+from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
 from workbench.ui import plots
 from workbench.ui.guard import escape, guarded, number, ok, whole_number
 from workbench.ui.jobs import TRAIN_COMMAND, JobManager
@@ -35,7 +35,7 @@ class Workbench:
 
     def __init__(self, model: str | None = None, device: str | None = None, runs_root: str = "runs",
                  train_command=TRAIN_COMMAND, curve_prompts: int = CURVE_PROMPTS):
-        from workbench.adapters import default_device
+        from workbench.models.adapters import default_device
 
         self.model_path, self.explicit_device, self.curve_prompts = model, device, curve_prompts
         self.device = device or default_device()
@@ -48,7 +48,7 @@ class Workbench:
         """The FlowPolicy, loaded on first use (WorkbenchError if the model folder is bad)."""
         with self._lock:
             if self._policy is None:
-                from workbench.adapters import load_policy
+                from workbench.models.adapters import load_policy
 
                 self._policy = load_policy(self.model_path, device=self.device)
             return self._policy
@@ -74,8 +74,8 @@ class Workbench:
             return self._curves[key]
 
     def _measure_curve(self, steps: int, noise_level: float):
-        from workbench.dynamics import dynamics_curve
-        from workbench.world import all_scenes
+        from workbench.flow.dynamics import dynamics_curve
+        from workbench.toyworld.world import all_scenes
 
         scenes = all_scenes()
         n = self.curve_prompts
@@ -92,9 +92,9 @@ def _tracker(progress, label: str):
 
 def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str, session: Session, progress):
     """Sample and score a group; returns the new session."""
-    from workbench.advantages import ADVANTAGES
+    from workbench.flow.sampler import sample_group
     from workbench.rewards import build_reward
-    from workbench.sampler import sample_group
+    from workbench.rl.advantages import ADVANTAGES
 
     if config.group < 2:
         raise WorkbenchError("group size must be at least 2: advantages compare images of the same prompt")
@@ -165,8 +165,8 @@ def credit_plot(session: Session):
 @guarded(4)
 def attribute(wb: Workbench, branches: float, session: Session, progress=gr.Progress()):
     """Attribution tab -> (credit heatmap, rates Markdown, session, status)."""
-    from workbench.credit import measure_credit
     from workbench.rewards import build_reward
+    from workbench.rl.credit import measure_credit
 
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
@@ -266,8 +266,8 @@ def _learn_comparison(session: Session) -> str:
 @guarded(5)
 def learn_example(wb: Workbench, session: Session, progress=gr.Progress()):
     """Learn tab button (streams) -> (gallery, credit heatmap, explanation Markdown, session, status)."""
-    from workbench.credit import measure_credit
     from workbench.rewards import build_reward
+    from workbench.rl.credit import measure_credit
 
     yield gr.skip(), gr.skip(), f"Sampling a group of {LEARN['group']} images...", gr.skip(), "… sampling"
     config = SamplingConfig(group=LEARN["group"], steps=LEARN["steps"], noise_level=0.7, seed=0)

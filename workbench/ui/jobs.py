@@ -2,7 +2,7 @@
 
 A run is `python -m workbench train ... --out <runs>/<id>` started with `subprocess.Popen`, so a crash
 or an out-of-memory kill in training ends that process only, never the app. The trainer writes
-config.json, status.json, metrics.jsonl and samples/ into the run folder (see `workbench.runs`); the
+config.json, status.json, metrics.jsonl and samples/ into the run folder (see `workbench.train.store`); the
 app only reads them. Writing `<run>/STOP` asks the trainer to stop within one iteration.
 """
 
@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench import runs
-from workbench.chunking import parse_chunk_spec
-from workbench.errors import WorkbenchError
-from workbench.objectives import OBJECTIVES
-from workbench.train_config import PRESETS
+from workbench.core.errors import WorkbenchError
+from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.objectives import OBJECTIVES
+from workbench.train import store as runs
+from workbench.train.presets import PRESETS
 from workbench.ui.guard import number, whole_number
 
 TRAIN_COMMAND = (sys.executable, "-m", "workbench", "train")
@@ -33,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # so `-m workbench` imports thi
 class TrainForm:
     """The Fine-tune tab's fields, checked before any process starts."""
 
-    objective: str = "chunk_grpo"  # a registered objective (workbench.objectives.OBJECTIVES)
+    objective: str = "chunk_grpo"  # a registered objective (workbench.rl.objectives.OBJECTIVES)
     reward: str = "adherence"  # reward spec "name:weight,..." (workbench.rewards)
     chunks: str = "2,3,4,7"  # chunk sizes over the trained steps (GCPO's temporal chunks)
     lr: float = 3e-5  # AdamW learning rate (the trainer's embedded_demo default)

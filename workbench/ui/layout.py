@@ -10,15 +10,15 @@ from functools import partial
 
 import gradio as gr
 
-from workbench.chunking import parse_chunk_spec
 from workbench.rewards import reward_names
+from workbench.rl.chunking import parse_chunk_spec
+from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import EXAMPLE, INTRO
 from workbench.ui.plots import empty_figure
 from workbench.ui.state import Session
-from workbench.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 
 EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a small blue ring in the center on a black background",
@@ -104,8 +104,8 @@ def _chunks_tab(wb, session, tab) -> None:
 def _finetune_tab(wb, session) -> None:
     with gr.Row():
         objective = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective",
-                                info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, GPG advantages, "
-                                     "...)")
+                                info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
+                                     "GPG advantages, ...)")
         reward = gr.Textbox("adherence", label="Reward spec and weights", info="e.g. adherence:1,sharpness:0.5")
         chunks = gr.Textbox("2,3,4,7", label="Chunk schedule (sizes, sum = steps)", elem_id="train-chunks")
     with gr.Row():

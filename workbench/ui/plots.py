@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from workbench.chunking import chunk_boundaries
+from workbench.rl.chunking import chunk_boundaries
 
 STEP_AXIS = "denoising step t (0 = pure noise)"
 BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")

@@ -17,8 +17,8 @@ import gradio as gr
 import pandas as pd
 from PIL import Image
 
-from workbench import runs
-from workbench.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError
+from workbench.train import store as runs
 from workbench.ui import plots
 from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.handlers import Workbench

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from workbench.chunking import CHUNKERS, chunk_boundaries, check_sizes
-from workbench.credit import Credit
-from workbench.errors import WorkbenchError
-from workbench.trajectory import TrajectoryGroup
+from workbench.core.errors import WorkbenchError
+from workbench.flow.trajectory import TrajectoryGroup
+from workbench.rl.chunking import CHUNKERS, check_sizes, chunk_boundaries
+from workbench.rl.credit import Credit
 
 DEFAULT_STEPS = 16  # T of the chunk editor before any group exists (the papers' 16 trained steps)
 

@@ -1,0 +1,126 @@
+"""Benchmarks that print figures against the project's targets (no assertions: read the numbers).
+
+    python -m workbench bench sampling   # recording trajectories vs a plain diffusers Euler loop
+    python -m workbench bench credit     # Monte-Carlo credit and re-chunking
+    python -m workbench bench train      # fine-tuning iterations (workbench.cli.bench_train)
+    python -m workbench bench load       # loading the shipped weights
+    python -m workbench bench all
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from workbench.flow.trajectory import SamplingConfig
+
+PROMPT = "a large red circle in the top left on a white background"
+
+
+def _timed(fn, repeats: int) -> float:
+    """Median wall time of fn() over `repeats` runs after one warm-up run."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _timed_pair(a, b, repeats: int) -> tuple[float, float]:
+    """Median wall times of a() and b(), run alternately so that machine load hits both alike."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        for fn, times in ((a, ta), (b, tb)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 9) -> dict:
+    """Trajectories per second: our recording SDE sampler vs a plain Euler loop with diffusers' scheduler."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    from workbench.flow.sampler import sample_group
+
+    config = SamplingConfig(group=group, steps=steps)
+
+    def recorded():
+        sample_group(policy, PROMPT, config)
+
+    @torch.no_grad()
+    def plain():
+        sched = FlowMatchEulerDiscreteScheduler(shift=policy.default_shift)
+        sched.set_timesteps(steps)
+        cond = policy.encode([PROMPT]).repeat(group)
+        x = torch.randn(group, *policy.latent_shape)
+        for i, t in enumerate(sched.timesteps):
+            v = policy.denoise(x, sched.sigmas[i].expand(group), cond.embeds, cond.pooled)
+            x = sched.step(v, t, x).prev_sample
+        policy.decode(x)
+
+    t_rec, t_plain = _timed_pair(recorded, plain, repeats)
+    return {"group": group, "steps": steps, "recorded_traj_per_s": group / t_rec,
+            "plain_traj_per_s": group / t_plain, "overhead": t_rec / t_plain - 1, "target_overhead": 0.10}
+
+
+def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, repeats: int = 2) -> dict:
+    """Seconds for Monte-Carlo credit of one group, and milliseconds to re-chunk the result."""
+    from workbench.flow.sampler import sample_group
+    from workbench.rewards import build_reward
+    from workbench.rl.credit import measure_credit
+
+    reward = build_reward("adherence")
+    g = sample_group(policy, PROMPT, SamplingConfig(group=group, steps=steps))
+    holder = {}
+
+    def credit():
+        holder["c"] = measure_credit(policy, g, reward, branches=branches, chunks=f"{steps}")
+
+    t_credit = _timed(credit, repeats)
+    specs = ["2,3,4,7", "4,4,4,4", "1" + ",1" * (steps - 1), f"{steps}"] if steps == 16 else [f"{steps}"]
+
+    def rechunk():
+        for spec in specs:
+            holder["c"].rechunk(spec).misattribution()
+
+    t_rechunk = _timed(rechunk, 5) / len(specs)
+    return {"group": group, "steps": steps, "branches": branches, "credit_s": t_credit, "target_credit_s": 20.0,
+            "rechunk_ms": 1000 * t_rechunk, "target_rechunk_ms": 20.0}
+
+
+def bench_load(repeats: int = 3) -> dict:
+    """Seconds to load the shipped embedded weights (target < 2 s)."""
+    from workbench.models.embedded import load_embedded
+
+    return {"load_s": _timed(load_embedded, repeats), "target_load_s": 2.0}
+
+
+def bench_train() -> None:
+    from workbench.cli.bench_train import main
+
+    main([])
+
+
+def run(which: str, policy) -> None:
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if which in ("load", "all"):
+        r = bench_load()
+        print(f"load      embedded weights: {r['load_s']:.2f} s (target < {r['target_load_s']:.0f} s)")
+    if which in ("sampling", "all"):
+        r = bench_sampling(policy)
+        print(f"sampling  G={r['group']} T={r['steps']}: recorded {r['recorded_traj_per_s']:.1f} traj/s, "
+              f"plain diffusers Euler {r['plain_traj_per_s']:.1f} traj/s, recording overhead "
+              f"{100 * r['overhead']:+.1f} % (target <= {100 * r['target_overhead']:.0f} %)")
+    if which in ("credit", "all"):
+        r = bench_credit(policy)
+        print(f"credit    G={r['group']} T={r['steps']} K={r['branches']}: {r['credit_s']:.2f} s "
+              f"(target < {r['target_credit_s']:.0f} s); re-chunk {r['rechunk_ms']:.2f} ms "
+              f"(target < {r['target_rechunk_ms']:.0f} ms)")
+    if which in ("train", "all"):
+        bench_train()

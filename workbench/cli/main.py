@@ -1,0 +1,199 @@
+"""Command line: `python -m workbench <command>` (also installed as `workbench`).
+
+Every command has --help. Bad input ends with a one-line `error: ...` on stderr and exit status 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from workbench.cli.args import add_model_args, non_negative_float, positive_int, run_command
+from workbench.cli.train import register as register_train
+from workbench.core.errors import WorkbenchError
+
+
+def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> None:
+    p.add_argument("--prompt", required=True, help='e.g. "a large red circle in the top left on a white background"')
+    p.add_argument("--group", "--num", dest="group", type=positive_int, default=group_default,
+                   help=f"trajectories (images) per prompt, G (default {group_default})")
+    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--noise-level", type=non_negative_float, default=0.7,
+                   help="SDE noise level a; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
+    p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps")
+    p.add_argument("--shift", type=float, default=None, help="schedule shift (default: the model's)")
+    p.add_argument("--guidance-scale", type=float, default=None,
+                   help="classifier-free guidance, 1 = off (default: 1; for `sample`, the model's default_guidance)")
+    p.add_argument("--no-shared-noise", action="store_true", help="independent x_T per trajectory")
+    p.add_argument("--seed", type=int, default=0, help="group seed (default 0)")
+    add_model_args(p)
+
+
+def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
+    """The SamplingConfig of the command line; `guidance` is the CFG scale when --guidance-scale is not given."""
+    from workbench.flow.trajectory import SamplingConfig
+
+    scale = guidance if args.guidance_scale is None else args.guidance_scale
+    return SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, sde=args.sde,
+                          shift=args.shift, guidance_scale=scale,
+                          shared_noise=not args.no_shared_noise, seed=args.seed)
+
+
+def load_model(args: argparse.Namespace):
+    from workbench.models.adapters import load_policy
+
+    return load_policy(args.model, device=args.device)
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from workbench.core.imaging import filmstrip, grid, save_image
+    from workbench.flow.dynamics import relative_change
+    from workbench.flow.sampler import sample_group
+
+    sampling_config(args)  # validates the arguments before the model loads
+    out = Path(args.out)
+    if out.suffix.lower() in (".png", ".jpg", ".jpeg") and args.json:
+        raise WorkbenchError("--json needs --out to be a folder (the group is saved there), not an image file")
+    policy = load_model(args)
+    config = sampling_config(args, policy.default_guidance)
+    policy.check_prompt(args.prompt)
+    group = sample_group(policy, args.prompt, config)
+    if out.suffix.lower() in (".png", ".jpg", ".jpeg"):
+        print(f"wrote {save_image(grid(group.images), out)}")
+        return 0
+    group.save(out)
+    files = {"group": str(out / "group.safetensors"), "meta": str(out / "group.json"),
+             "grid": str(save_image(grid(group.images), out / "grid.png")),
+             "filmstrip": str(save_image(filmstrip(policy.decode(group.x0_preds.flatten(0, 1))
+                                                   .unflatten(0, group.x0_preds.shape[:2])), out / "filmstrip.png"))}
+    if args.json:
+        print(json.dumps({"prompt": group.prompt, "group": group.group_size, "steps": group.num_steps,
+                          "sigmas": _round(group.sigmas.tolist()), "log_prob": _round(group.log_probs.tolist()),
+                          "l1_rel": _round(relative_change(group.states).tolist()), "files": files}))
+    else:
+        print(f"wrote {len(files)} files to {out}: " + ", ".join(Path(f).name for f in files.values()))
+    return 0
+
+
+def _round(x, digits: int = 6):
+    return [_round(v, digits) for v in x] if isinstance(x, list) else round(float(x), digits)
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    from workbench.flow.sampler import sample_group
+    from workbench.rewards import build_reward
+    from workbench.rl.credit import measure_credit
+
+    config = sampling_config(args)
+    reward = build_reward(args.reward)
+    policy = load_model(args)
+    policy.check_prompt(args.prompt)
+    group = sample_group(policy, args.prompt, config)
+    credit = measure_credit(policy, group, reward, branches=args.branches, chunks=args.chunks,
+                            advantage=args.advantage, seed=args.seed, progress=_progress("branching"))
+    summary = credit.summary()
+    if args.json:
+        print(json.dumps({k: _round(v) if isinstance(v, (list, float)) and k != "chunks" else v
+                          for k, v in summary.items()}))
+        return 0
+    print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} K={args.branches} chunks {credit.sizes}")
+    for i, a in enumerate(credit.advantages.tolist()):
+        marks = "".join("x" if m else "." for m in credit.misattributed_steps()[i].tolist())
+        print(f"  traj {i}: reward {credit.rewards[i]:.3f}  A {a:+.2f}  misattributed steps {marks}")
+    print(f"step misattribution  {summary['step_misattribution']:.3f} +- {summary['step_misattribution_se']:.3f}")
+    print(f"chunk misattribution {summary['chunk_misattribution']:.3f} +- {summary['chunk_misattribution_se']:.3f}")
+    return 0
+
+
+def cmd_chunks(args: argparse.Namespace) -> int:
+    from workbench.flow.dynamics import dynamics_curve
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rl.chunking import CHUNKERS
+    from workbench.toyworld.world import all_scenes
+
+    chunker = CHUNKERS.get(args.method)
+    options = {k: v for k, v in (("size", args.size), ("num_chunks", args.num_chunks),
+                                 ("max_size", args.max_size), ("sizes", args.sizes)) if v is not None}
+    policy = load_model(args)
+    scenes = all_scenes()
+    prompts = [scenes[i].prompt() for i in range(0, len(scenes), max(1, len(scenes) // args.prompts))][: args.prompts]
+    config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, seed=args.seed)
+    curve = dynamics_curve(policy, prompts, config, metric=args.metric, progress=_progress("trajectories"))
+    sizes = chunker(args.steps, curve.mean, **options)
+    if args.json:
+        print(json.dumps({"method": args.method, "steps": args.steps, "sizes": sizes, "metric": args.metric,
+                          "l1_rel": _round(curve.mean.tolist()), "l1_rel_std": _round(curve.std.tolist()),
+                          "prompts": len(prompts)}))
+    else:
+        print(f"{args.method} chunks over {args.steps} steps: {sizes}")
+        print("mean " + args.metric + "_rel per step: " + " ".join(f"{v:.3f}" for v in curve.mean.tolist()))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from workbench.cli.bench import run
+
+    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None)
+    return 0
+
+
+def _progress(label: str):
+    def report(done: int, total: int) -> None:
+        end = "\n" if done == total else ""
+        print(f"\r{label}: {done}/{total}", end=end, file=sys.stderr, flush=True)
+    return report
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description="Chunk-GRPO Workbench command line.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    p = sub.add_parser("sample", help="sample a group of trajectories and save images",
+                       description="Sample G trajectories of one prompt with the Flow-GRPO SDE and save them.")
+    add_sampling_args(p, group_default=4)
+    p.add_argument("--out", required=True, help="an image path (grid.png) or a folder for the whole group")
+    p.add_argument("--json", action="store_true", help="print a JSON summary (needs a folder --out)")
+    p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser("attribute", help="measure step vs chunk advantage misattribution (Monte-Carlo credit)",
+                       description="Sample a group, branch K continuations from every state, and compare "
+                                   "each step's measured credit with the uniform GRPO advantage.")
+    add_sampling_args(p)
+    p.add_argument("--branches", type=positive_int, default=4, help="continuations per state, K (default 4)")
+    p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
+    p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
+    p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_attribute)
+
+    p = sub.add_parser("chunks", help="chunk boundaries from the temporal-dynamics curve",
+                       description="Sample trajectories over many prompts, average their L1_rel curve, and cut "
+                                   "chunks with a chunker (uniform, fixed, temporal, adaptive, equal_mass).")
+    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--method", default="adaptive", help="chunker name (default adaptive)")
+    p.add_argument("--prompts", type=positive_int, default=32, help="prompts to average over (default 32)")
+    p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
+    p.add_argument("--noise-level", type=non_negative_float, default=0.7, help="SDE noise level (default 0.7)")
+    p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")
+    p.add_argument("--size", type=positive_int, default=None, help="chunk size for uniform")
+    p.add_argument("--num-chunks", type=positive_int, default=None, help="number of chunks for equal_mass")
+    p.add_argument("--max-size", type=positive_int, default=None, help="largest chunk for adaptive")
+    p.add_argument("--sizes", default=None, help="sizes for fixed, e.g. 2,3,4,7")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_model_args(p)
+    p.set_defaults(func=cmd_chunks)
+
+    p = sub.add_parser("bench", help="print benchmark figures against the targets")
+    p.add_argument("which", nargs="?", default="all", choices=["load", "sampling", "credit", "train", "all"])
+    add_model_args(p)
+    p.set_defaults(func=cmd_bench)
+
+    register_train(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser().parse_args(argv))

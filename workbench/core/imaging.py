@@ -1,0 +1,53 @@
+"""Images to pictures: grids of final images and filmstrips of x0 predictions, as PIL images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from workbench.core.errors import WorkbenchError
+
+
+def to_uint8(images: torch.Tensor) -> np.ndarray:
+    """(B, 3, H, W) floats in [0, 1] -> (B, H, W, 3) uint8."""
+    return (images.detach().float().clamp(0, 1) * 255).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+
+
+def to_pil(image: torch.Tensor, scale: int = 4) -> Image.Image:
+    """One (3, H, W) image in [0, 1] as a PIL image, enlarged `scale` times with nearest neighbours."""
+    pil = Image.fromarray(to_uint8(image[None])[0])
+    return pil.resize((pil.width * scale, pil.height * scale), Image.NEAREST) if scale > 1 else pil
+
+
+def grid(images: torch.Tensor, ncol: int | None = None, scale: int = 4, pad: int = 2) -> Image.Image:
+    """Tile (B, 3, H, W) images in rows of `ncol` (default: a near-square grid) with a white gap."""
+    b, _, h, w = images.shape
+    ncol = ncol or int(np.ceil(np.sqrt(b)))
+    nrow = int(np.ceil(b / ncol))
+    cell_h, cell_w = h * scale + pad, w * scale + pad
+    canvas = Image.new("RGB", (ncol * cell_w + pad, nrow * cell_h + pad), "white")
+    for i, image in enumerate(images):
+        r, c = divmod(i, ncol)
+        canvas.paste(to_pil(image, scale), (pad + c * cell_w, pad + r * cell_h))
+    return canvas
+
+
+def filmstrip(x0_preds: torch.Tensor, scale: int = 3) -> Image.Image:
+    """x0 predictions (G, T, 3, H, W) in [0, 1]: one row per trajectory, one column per step."""
+    g, t = x0_preds.shape[:2]
+    return grid(x0_preds.reshape(g * t, *x0_preds.shape[2:]), ncol=t, scale=scale)
+
+
+def save_image(image: Image.Image, path: str | Path) -> Path:
+    """Write a PIL image, creating parent folders; an unwritable path is a WorkbenchError."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        image.save(path)
+    except (OSError, ValueError) as err:
+        raise WorkbenchError(f"cannot write {path}: {getattr(err, 'strerror', None) or err}; "
+                             "choose a writable path ending in .png or .jpg") from None
+    return path

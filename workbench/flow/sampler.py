@@ -1,0 +1,116 @@
+"""Sampling loops over a `FlowPolicy`: the deterministic Euler ODE, and grouped SDE trajectories with
+exact log-probs (`sample_group`, Flow-GRPO arXiv 2505.05470, METHODS.md section 1)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from workbench.flow.policy import Conditioning, FlowPolicy
+from workbench.flow.sde import StepOutput, sde_step_with_logprob
+from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
+
+
+def initial_noise(shape: tuple[int, ...], seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """x_T ~ N(0, I) of the given shape, reproducible from seed on any device (drawn on the CPU)."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+@torch.no_grad()
+def ode_sample(policy: FlowPolicy, prompts: list[str], steps: int = 16, seed: int = 0,
+               shift: float | None = None, guidance_scale: float = 1.0) -> torch.Tensor:
+    """One image per prompt with the deterministic Euler ODE x_{t+dt} = x_t + v dt.
+
+    Returns RGB images (B, 3, H, W) in [0, 1].
+    """
+    sigmas = policy.schedule(steps, shift)
+    cond = policy.encode(prompts, cfg=guidance_scale != 1.0)
+    x = initial_noise((len(prompts), *policy.latent_shape), seed, policy.device)  # (B, C, H, W)
+    for i in range(steps):
+        v = policy.velocity(x, sigmas[i].expand(len(prompts)), cond, guidance_scale)
+        x = x + (sigmas[i + 1] - sigmas[i]) * v.float()
+    return policy.decode(x)
+
+
+def group_noise(config: SamplingConfig, latent_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Generator]:
+    """x_T for one group (G, C, H, W) and the generator that then draws its SDE noise, both from config.seed."""
+    gen = torch.Generator().manual_seed(config.seed)
+    n = 1 if config.shared_noise else config.group
+    x_T = torch.randn((n, *latent_shape), generator=gen).expand(config.group, *latent_shape)
+    return x_T.contiguous(), gen
+
+
+def transition(policy: FlowPolicy, x: torch.Tensor, sigmas: torch.Tensor, step: torch.Tensor | int,
+               cond: Conditioning, config: SamplingConfig, noise: torch.Tensor | None = None,
+               x_next: torch.Tensor | None = None) -> StepOutput:
+    """One step for a batch: sample x_next (given `noise`) or score a stored `x_next`.
+
+    x: (B, C, H, W); step: int or (B,) step indices into sigmas. Steps outside the SDE window (or
+    noise_level 0) are deterministic Euler steps with log_prob 0. This is the function re-scoring
+    and training differentiate through.
+    """
+    step = torch.as_tensor(step, device=sigmas.device).expand(x.shape[0])  # (B,)
+    sigma, sigma_next = sigmas[step], sigmas[step + 1]  # (B,)
+    v = policy.velocity(x, sigma, cond, config.guidance_scale)
+    level = config.noise_level * config.sde_mask().to(sigmas.device)[step].float()  # (B,): 0 on ODE steps
+    return sde_step_with_logprob(x, v, sigma, sigma_next, level, config.sde, noise, x_next,
+                                 sigma_max=sigmas[1].expand(x.shape[0]))
+
+
+@torch.no_grad()
+def sample_groups(policy: FlowPolicy, prompts: list[str], config: SamplingConfig,
+                  seeds: list[int] | None = None, progress=None) -> list[TrajectoryGroup]:
+    """G SDE trajectories for each prompt, batched across groups, recording every state and log-prob.
+
+    seeds: one group seed per prompt (default config.seed + i). `progress(done, total)` is called after
+    each step.
+    """
+    for prompt in prompts:
+        policy.check_prompt(prompt)
+    seeds = [config.seed + i for i in range(len(prompts))] if seeds is None else seeds
+    configs = [replace(config, seed=s) for s in seeds]
+    sigmas = policy.schedule(config.steps, config.shift)
+    noise = [group_noise(c, policy.latent_shape) for c in configs]
+    x = torch.cat([x_T for x_T, _ in noise]).to(policy.device)  # (N * G, C, H, W)
+    cond = policy.encode(prompts, cfg=config.guidance_scale != 1.0).repeat(config.group)
+    steps, sde = config.steps, config.sde_mask()
+    states, x0s, means, stds, lps = [x], [], [], [], []
+    for t in range(steps):
+        eps = (torch.cat([torch.randn(x_T.shape, generator=gen) for x_T, gen in noise]).to(policy.device)
+               if sde[t] else None)  # (N * G, C, H, W)
+        out = transition(policy, x, sigmas, t, cond, config, noise=eps)
+        x = out.x_next
+        states.append(x), x0s.append(out.x0_pred), means.append(out.mean)
+        stds.append(out.std), lps.append(out.log_prob)
+        if progress is not None:
+            progress(t + 1, steps)
+    images = policy.decode(x)  # (N * G, 3, H', W')
+
+    def per_group(items: list[torch.Tensor], i: int) -> torch.Tensor:  # -> (G, len(items), ...)
+        return torch.stack(items, dim=1)[i * config.group:(i + 1) * config.group].cpu()
+
+    return [TrajectoryGroup(prompt=p, config=c, sigmas=sigmas.cpu(), states=per_group(states, i),
+                            x0_preds=per_group(x0s, i), means=per_group(means, i), stds=per_group(stds, i),
+                            log_probs=per_group(lps, i), images=images[i * config.group:(i + 1) * config.group].cpu(),
+                            meta={"model": policy.name})
+            for i, (p, c) in enumerate(zip(prompts, configs))]
+
+
+def sample_group(policy: FlowPolicy, prompt: str, config: SamplingConfig, progress=None) -> TrajectoryGroup:
+    """G trajectories of one prompt with group seed config.seed (see `sample_groups`)."""
+    return sample_groups(policy, [prompt], config, [config.seed], progress)[0]
+
+
+@torch.no_grad()
+def rescore(policy: FlowPolicy, group: TrajectoryGroup) -> torch.Tensor:
+    """Recompute the log-probs (G, T) of a stored group's transitions under `policy`.
+
+    With the weights that sampled the group every ratio exp(new - old) is 1 (to float32 precision).
+    """
+    cfg = group.config
+    cond = policy.encode([group.prompt], cfg=cfg.guidance_scale != 1.0).repeat(group.group_size)
+    sigmas, states = group.sigmas.to(policy.device), group.states.to(policy.device)
+    out = [transition(policy, states[:, t], sigmas, t, cond, cfg, x_next=states[:, t + 1]).log_prob
+           for t in range(group.num_steps)]
+    return torch.stack(out, dim=1).cpu()  # (G, T)

@@ -1,0 +1,35 @@
+"""Timestep schedules for rectified-flow sampling (SD3-style shift).
+
+`sd3_sigmas` reproduces diffusers' `FlowMatchEulerDiscreteScheduler(shift=...).set_timesteps(N).sigmas`
+exactly (tested), so the embedded model and real SD3 models run on the same grid. FLUX's
+resolution-dependent schedule lives with its adapter (`workbench.models.adapters.flux_pipeline_sigmas`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from workbench.core.errors import WorkbenchError
+
+NUM_TRAIN_TIMESTEPS = 1000
+
+
+def shift_sigmas(sigmas: np.ndarray, shift: float) -> np.ndarray:
+    """SD3 time shift: sigma -> shift * sigma / (1 + (shift - 1) * sigma). shift > 1 spends more
+    steps at high noise."""
+    return shift * sigmas / (1 + (shift - 1) * sigmas)
+
+
+def sd3_sigmas(steps: int, shift: float = 3.0) -> torch.Tensor:
+    """Sigmas (T + 1,) from 1 down to 0 for `steps` = T Euler transitions; the last one is 0."""
+    if steps < 1:
+        raise WorkbenchError(f"steps must be a positive integer, got {steps}")
+    if shift <= 0:
+        raise WorkbenchError(f"shift must be positive, got {shift}")
+    # diffusers computes sigma_min in float32 at construction, the rest in float64
+    sigma_min = float(shift_sigmas(torch.tensor(1.0 / NUM_TRAIN_TIMESTEPS, dtype=torch.float32), shift))
+    base = np.linspace(1.0 * NUM_TRAIN_TIMESTEPS, sigma_min * NUM_TRAIN_TIMESTEPS, steps) / NUM_TRAIN_TIMESTEPS
+    sigmas = torch.from_numpy(shift_sigmas(base, shift)).to(torch.float32)  # (T,)
+    return torch.cat([sigmas, torch.zeros(1)])  # (T + 1,)
+

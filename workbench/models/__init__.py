@@ -1,0 +1,1 @@
+"""Concrete policies: the embedded tiny model (and its pretraining, text encoder) and diffusers SD3 / FLUX adapters."""

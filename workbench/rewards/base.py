@@ -1,0 +1,156 @@
+"""Reward specs: the registries, the weighted sum of named rewards, and `build_reward`.
+
+A reward is `fn(images, prompts) -> scores`: images (B, 3, H, W) float RGB in [0, 1], prompts a list
+of B strings, scores (B,) float32 with a documented range. Weight-free rewards are registered in
+`REWARDS` (`attributes.py`, `pixels.py`); model-based ones in `MODEL_REWARDS` as factories that declare
+the one setting naming their local model folder (`clip.py`). A spec such as "adherence:1,sharpness:0.5"
+names a weighted sum of rewards, built by `build_reward`.
+
+    reward = build_reward("adherence:1,sharpness:0.5")
+    reward(images, prompts)             # (B,) weighted sum
+    reward.components(images, prompts)  # {"adherence": (B,), "sharpness": (B,)}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.registry import Registry
+
+RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
+REWARDS: Registry[RewardFn] = Registry("reward")
+
+
+@dataclass(frozen=True)
+class ModelReward:
+    """A reward that needs a local model folder: how to check the folder and how to load the reward."""
+
+    folder_arg: str  # the setting that names the folder: build_reward's keyword, TrainConfig's field, the CLI flag
+    check: Callable[[str, str | None], Path]  # (reward name, folder or None) -> the folder, else WorkbenchError
+    load: Callable[[str, Path], RewardFn]  # (reward name, checked folder) -> the reward (loads lazily)
+
+
+MODEL_REWARDS: Registry[ModelReward] = Registry("model-based reward")
+
+
+def register_model_reward(name: str, folder_arg: str, check: Callable[[str, str | None], Path]):
+    """Decorator: register `load(name, folder) -> RewardFn` as the model-based reward `name`."""
+    def decorate(load: Callable[[str, Path], RewardFn]):
+        MODEL_REWARDS.register(name)(ModelReward(folder_arg, check, load))
+        return load
+    return decorate
+
+
+def folder_args() -> dict[str, str]:
+    """Model-based reward name -> the setting naming its folder, e.g. {"clip_score": "clip_path"}."""
+    return {name: MODEL_REWARDS.get(name).folder_arg for name in MODEL_REWARDS.names()}
+
+
+def check_folders(names, folders: dict[str, str | None]) -> None:
+    """Every model-based reward among `names` has a valid folder, and no folder is given without its reward."""
+    for name, arg in folder_args().items():
+        if name in names:
+            MODEL_REWARDS.get(name).check(name, folders.get(arg))
+        elif folders.get(arg) is not None:
+            raise WorkbenchError(f"{arg} is set but neither reward nor gfpo_metric uses '{name}'; "
+                                 f"add {name} to the reward spec or drop {arg}")
+
+def reward_names() -> list[str]:
+    """Every name a reward spec may use: the weight-free rewards and the model-based ones."""
+    return sorted(REWARDS.names() + MODEL_REWARDS.names())
+
+
+def parse_reward_spec(spec: str) -> dict[str, float]:
+    """"adherence:1,sharpness:0.5" -> {"adherence": 1.0, "sharpness": 0.5}; a bare name has weight 1."""
+    example = "e.g. 'adherence:1,sharpness:0.5'"
+    if not spec or not spec.strip():
+        raise WorkbenchError(f"the reward spec is empty; name rewards with weights, {example}; "
+                             f"valid rewards: {', '.join(reward_names())}")
+    weights: dict[str, float] = {}
+    for item in spec.split(","):
+        name, colon, text = (part.strip() for part in item.partition(":"))
+        if not name:
+            raise WorkbenchError(f"the reward spec {spec!r} has an empty entry; write it as {example}")
+        if name not in reward_names():
+            raise WorkbenchError(f"unknown reward '{name}'; valid rewards: {', '.join(reward_names())}")
+        if name in weights:
+            raise WorkbenchError(f"the reward spec {spec!r} names '{name}' twice; give each reward once")
+        try:
+            weight = float(text) if colon else 1.0
+        except ValueError:
+            weight = float("nan")
+        if not np.isfinite(weight):
+            raise WorkbenchError(f"the weight {text!r} of reward '{name}' is not a finite number; {example}")
+        weights[name] = weight
+    return weights
+
+
+class RewardFunction:
+    """A weighted sum of named rewards: `reward(images, prompts) -> (B,)`, built by `build_reward`."""
+
+    def __init__(self, weights: dict[str, float], functions: dict[str, RewardFn]):
+        self.weights = dict(weights)
+        self._functions = functions
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.weights)
+
+    def components(self, images: torch.Tensor, prompts: list[str]) -> dict[str, torch.Tensor]:
+        """Each reward's raw (unweighted) score, name -> (B,) float32; raises on NaN or inf."""
+        if images.ndim != 4 or images.shape[0] != len(prompts):
+            raise WorkbenchError(f"rewards need images (B, 3, H, W) and B prompts; got images of shape "
+                                 f"{tuple(images.shape)} and {len(prompts)} prompts")
+        bad = (~torch.isfinite(images.flatten(1))).any(dim=1).nonzero()
+        if bad.numel():
+            i = int(bad[0])
+            raise WorkbenchError(f"image {i} (prompt {prompts[i]!r}) contains NaN or inf values; "
+                                 "check the sampler or policy that produced it")
+        out = {}
+        for name in self.names:
+            with torch.no_grad():
+                scores = self._functions[name](images, prompts)
+            _check_scores(name, scores, prompts)
+            out[name] = scores.float()
+        return out
+
+    def combine(self, components: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Weighted sum of `components` (as returned by `components`), (B,)."""
+        return sum(self.weights[name] * components[name] for name in self.names)
+
+    def __call__(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        return self.combine(self.components(images, prompts))
+
+
+def _check_scores(name: str, scores: torch.Tensor, prompts: list[str]) -> None:
+    if scores.shape != (len(prompts),):
+        raise WorkbenchError(f"reward '{name}' returned shape {tuple(scores.shape)}, expected "
+                             f"({len(prompts)},): one score per image")
+    bad = (~torch.isfinite(scores)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise WorkbenchError(f"reward '{name}' is {scores[i].item()} for image {i} (prompt {prompts[i]!r}) "
+                             "although the image is finite; fix that reward or leave it out of the spec")
+
+
+def build_reward(spec: str, **folders: str | None) -> RewardFunction:
+    """The `RewardFunction` of a spec; model folders (e.g. clip_path=...) are checked now, loaded on first call."""
+    weights = parse_reward_spec(spec)
+    unknown = sorted(set(folders) - set(folder_args().values()))
+    if unknown:
+        valid = ", ".join(sorted(folder_args().values()))
+        raise WorkbenchError(f"unknown reward folder setting(s) {unknown}; valid: {valid}")
+    functions: dict[str, RewardFn] = {}
+    for name in weights:
+        if name in MODEL_REWARDS:
+            entry = MODEL_REWARDS.get(name)
+            functions[name] = entry.load(name, entry.check(name, folders.get(entry.folder_arg)))
+        else:
+            functions[name] = REWARDS.get(name)
+    return RewardFunction(weights, functions)

@@ -1,0 +1,308 @@
+"""Chunk schedules over the T trained denoising steps (GCPO, arXiv 2510.21583; METHODS.md sections 3-4).
+
+A schedule is a list of K positive chunk sizes summing to T, e.g. the paper's [2, 3, 4, 7] for 16
+trained transitions. The chunk log-ratio is the mean of the step log-ratios inside the chunk
+(`chunk_mean`), so the chunk ratio exp(chunk_mean(l)) is their geometric mean.
+
+Chunkers are registered in `CHUNKERS` with one signature,
+`fn(num_steps, l1_rel=None, **options) -> list[int]`, where l1_rel (T,) is GCPO's relative L1 change
+||x_t - x_{t-1}||_1 / ||x_t||_1 per step, averaged over trajectories:
+
+    CHUNKERS.get("temporal")(16)  # [2, 3, 4, 7]
+    CHUNKERS.get("uniform")(10, size=4)  # [4, 4, 2]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from numbers import Integral
+
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.registry import Registry
+
+CHUNKERS = Registry("chunker")
+
+TEMPORAL_SIZES = (2, 3, 4, 7)  # GCPO's fixed chunking of 16 trained steps (17-step FLUX schedule, shift 3)
+
+
+# 1. Schedules: parsing, validation, indices
+
+def _check_num_steps(num_steps: int) -> None:
+    if not isinstance(num_steps, Integral) or isinstance(num_steps, bool) or num_steps < 1:
+        raise WorkbenchError(f"the number of trained steps must be a positive integer, got {num_steps!r}")
+
+
+def check_sizes(sizes: Sequence[int]) -> list[int]:
+    """Validate a schedule: a non-empty list of positive integers. Returns it as a list of int."""
+    if len(sizes) == 0:
+        raise WorkbenchError("chunk sizes are empty; give at least one chunk, e.g. [16] for one chunk of 16 steps")
+    for s in sizes:
+        if not isinstance(s, Integral) or isinstance(s, bool):
+            raise WorkbenchError(f"chunk sizes must be integers, got {s!r} in {list(sizes)}")
+        if s < 1:
+            raise WorkbenchError(f"chunk sizes must be >= 1, got {s} in {list(sizes)}; remove or enlarge that chunk")
+    return [int(s) for s in sizes]
+
+
+def _parse_ints(spec: str | Sequence[int]) -> list[int]:
+    """'2, 3,4' or '[2,3,4]' or [2, 3, 4] -> [2, 3, 4]."""
+    if not isinstance(spec, (str, Sequence)):
+        raise WorkbenchError(f"chunk spec must be a string like '2,3,4,7' or a list of integers, got {spec!r}")
+    if not isinstance(spec, str):
+        values = list(spec)
+        bad = [v for v in values if not isinstance(v, Integral) or isinstance(v, bool)]
+        if bad:
+            raise WorkbenchError(f"chunk spec {values} must contain only integers, found {bad[0]!r}")
+        return [int(v) for v in values]
+    text = spec.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1].strip()
+    if not text:
+        return []
+    values = []
+    for item in text.split(","):
+        try:
+            values.append(int(item.strip()))
+        except ValueError:
+            raise WorkbenchError(f"chunk spec '{spec}' is not a comma-separated list of integers "
+                                 f"('{item.strip()}' is not an integer); write it like '2,3,4,7'") from None
+    return values
+
+
+def parse_chunk_spec(spec: str | Sequence[int], num_steps: int, as_boundaries: bool = False) -> list[int]:
+    """Chunk sizes from a spec: sizes "2,3,4,7", or with as_boundaries cut points "2,5,9" -> [2,3,4,T-9].
+
+    Cut points are the start indices of every chunk after the first, strictly increasing in 1..T-1.
+    """
+    _check_num_steps(num_steps)
+    values = _parse_ints(spec)
+    kind = "boundaries" if as_boundaries else "sizes"
+    if not values:
+        raise WorkbenchError(f"chunk {kind} spec is empty; give e.g. sizes '2,3,4,7' "
+                             f"(or sizes '{num_steps}' for one chunk of all {num_steps} steps)")
+    if as_boundaries:
+        if any(b < 1 or b > num_steps - 1 for b in values):
+            raise WorkbenchError(f"chunk boundaries {values} must lie in 1..{num_steps - 1} "
+                                 f"(cut points inside {num_steps} steps)")
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise WorkbenchError(f"chunk boundaries {values} must be strictly increasing; sort them and drop repeats")
+        cuts = [0, *values, num_steps]
+        return [b - a for a, b in zip(cuts, cuts[1:])]
+    sizes = check_sizes(values)
+    if sum(sizes) != num_steps:
+        raise WorkbenchError(f"chunk sizes {sizes} sum to {sum(sizes)} but there are {num_steps} trained steps; "
+                             f"change the sizes so they sum to {num_steps}")
+    return sizes
+
+
+def chunk_ids(sizes: Sequence[int]) -> torch.Tensor:
+    """LongTensor (T,): the chunk index of each step, e.g. [2, 3] -> [0, 0, 1, 1, 1]."""
+    sizes = check_sizes(sizes)
+    return torch.tensor([k for k, size in enumerate(sizes) for _ in range(size)], dtype=torch.long)  # (T,)
+
+
+def chunk_boundaries(sizes: Sequence[int]) -> list[int]:
+    """Cut points (start step of every chunk after the first), e.g. [2, 3, 4, 7] -> [2, 5, 9]."""
+    sizes = check_sizes(sizes)
+    return torch.tensor(sizes).cumsum(0)[:-1].tolist()
+
+
+# 2. Reductions over chunks
+
+def chunk_sum(x: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Sum of x (B, T) over the steps of each chunk -> (B, K). Any leading dims work: (..., T) -> (..., K)."""
+    sizes = check_sizes(sizes)
+    if x.dim() < 1 or x.shape[-1] != sum(sizes):
+        raise WorkbenchError(f"chunk sizes {sizes} cover {sum(sizes)} steps but x has shape {tuple(x.shape)}; "
+                             "the last dim must be the number of trained steps")
+    ids = chunk_ids(sizes).to(x.device)  # (T,)
+    out = x.new_zeros(*x.shape[:-1], len(sizes))  # (B, K)
+    return out.index_add(-1, ids, x)  # (B, K)
+
+
+def chunk_mean(x: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Mean of x (B, T) over the steps of each chunk -> (B, K); of step log-ratios it is GCPO's chunk log-ratio."""
+    counts = torch.tensor(check_sizes(sizes), dtype=x.dtype, device=x.device)  # (K,)
+    return chunk_sum(x, sizes) / counts  # (B, K)
+
+
+def _check_l1_rel(l1_rel: torch.Tensor | None, num_steps: int, who: str) -> torch.Tensor:
+    """Validate the (T,) L1_rel curve: present, 1-D of length T, finite, non-negative."""
+    if l1_rel is None:
+        raise WorkbenchError(f"{who} needs l1_rel, the (T,) relative L1 change per step; "
+                             "compute it from sampled trajectories or use the 'temporal' chunker")
+    if not isinstance(l1_rel, torch.Tensor) or l1_rel.dim() != 1 or l1_rel.shape[0] != num_steps:
+        shape = tuple(l1_rel.shape) if isinstance(l1_rel, torch.Tensor) else type(l1_rel).__name__
+        raise WorkbenchError(f"{who} needs l1_rel of shape ({num_steps},), got {shape}; "
+                             "average per-trajectory curves over dim 0 first")
+    if not torch.isfinite(l1_rel).all() or (l1_rel < 0).any():
+        raise WorkbenchError(f"{who}: l1_rel must be finite and >= 0 (a relative L1 norm), got {l1_rel.tolist()}")
+    return l1_rel.double()
+
+
+# 3. Chunkers
+
+@CHUNKERS.register("uniform")
+def uniform(num_steps: int, l1_rel: torch.Tensor | None = None, size: int = 4) -> list[int]:
+    """Chunks of `size` steps; the last chunk takes the remainder ([4, 4, 2] for T=10). size=1 is step GRPO."""
+    _check_num_steps(num_steps)
+    if not isinstance(size, Integral) or isinstance(size, bool) or size < 1:
+        raise WorkbenchError(f"uniform chunk size must be a positive integer, got {size!r}")
+    full, rest = divmod(num_steps, size)
+    return [size] * full + ([rest] if rest else [])
+
+
+@CHUNKERS.register("fixed")
+def fixed(num_steps: int, l1_rel: torch.Tensor | None = None, sizes: str | Sequence[int] | None = None
+          ) -> list[int]:
+    """The schedule given in `sizes` ("2,3,4,7" or a list), validated to sum to num_steps."""
+    if sizes is None:
+        raise WorkbenchError("the 'fixed' chunker needs sizes, e.g. sizes='2,3,4,7'")
+    return parse_chunk_spec(sizes, num_steps)
+
+
+@CHUNKERS.register("temporal")
+def temporal(num_steps: int, l1_rel: torch.Tensor | None = None) -> list[int]:
+    """GCPO's fixed temporal chunking: [2, 3, 4, 7] for T=16 (short chunks at high noise).
+
+    Our generalisation to other T (the paper only gives T=16): scale the fractions 2/16, 3/16, 4/16,
+    7/16 to T, round by largest remainder (ties to the earlier chunk), then lift any empty chunk to 1
+    step by taking a step from the largest chunk (ties to the later one). T < 4 gives T chunks of 1.
+    """
+    _check_num_steps(num_steps)
+    if num_steps <= len(TEMPORAL_SIZES):
+        return [1] * num_steps
+    quotas = [num_steps * s / sum(TEMPORAL_SIZES) for s in TEMPORAL_SIZES]
+    sizes = [math.floor(q) for q in quotas]
+    by_remainder = sorted(range(len(sizes)), key=lambda j: (-(quotas[j] - sizes[j]), j))
+    for j in by_remainder[: num_steps - sum(sizes)]:
+        sizes[j] += 1
+    for j in range(len(sizes)):
+        if sizes[j] == 0:
+            largest = max(range(len(sizes)), key=lambda k: (sizes[k], k))
+            sizes[largest] -= 1
+            sizes[j] = 1
+    return sizes
+
+
+def _signs_per_step(curve: torch.Tensor, order: int) -> torch.Tensor:
+    """Sign (-1, 0, +1) of the order-th backward difference of curve (T,) at each step -> (T,).
+
+    D^k[s] = D^{k-1}[s] - D^{k-1}[s-1] is defined for steps s >= k (torch.diff gives it at index s - k);
+    steps s < k have no k-th difference and take the sign of step k. If order >= T no difference exists
+    and every step gets sign 0 (a single-sign chunk).
+    """
+    t = curve.shape[0]
+    if order >= t:
+        return torch.zeros(t)
+    diff = torch.diff(curve, n=order)  # (T - order,), diff[i] belongs to step i + order
+    return torch.cat([diff[:1].expand(order), diff]).sign()  # (T,)
+
+
+def _sign_runs(signs: torch.Tensor) -> list[int]:
+    """Lengths of the runs of equal consecutive values in signs (n,)."""
+    _, counts = torch.unique_consecutive(signs, return_counts=True)
+    return counts.tolist()
+
+
+def _split_adaptive(curve: torch.Tensor, start: int, size: int, order: int, max_size: int) -> list[int]:
+    """Chunk sizes for steps [start, start + size) of curve (T,) by order-th derivative signs, recursing."""
+    if size <= max_size:
+        return [size]
+    runs = _sign_runs(_signs_per_step(curve, order)[start:start + size])
+    if len(runs) == 1:  # a single sign: split at the midpoint, the later half takes the odd step
+        runs = [size // 2, size - size // 2]
+    sizes, offset = [], start
+    for run in runs:  # every piece is smaller than the chunk, so the recursion ends
+        sizes += _split_adaptive(curve, offset, run, order + 1, max_size)
+        offset += run
+    return sizes
+
+
+@CHUNKERS.register("adaptive")
+def adaptive(num_steps: int, l1_rel: torch.Tensor | None = None, max_size: int = 4) -> list[int]:
+    """GCPO adaptive chunking (paper v3, no released code; this precise reading is ours).
+
+    1. Take the first backward difference of l1_rel (T,): D[s] = l1_rel[s] - l1_rel[s-1], a length T-1
+       sequence assigned to steps 1..T-1; step 0 takes step 1's value. So a step belongs to the trend
+       that led into it (the minimum of a dip ends the falling chunk).
+    2. Group consecutive steps whose derivative has the same sign (-1, 0 or +1).
+    3. If the whole chunk has a single sign, split it at its midpoint (the later half gets the odd step).
+    4. Recurse inside every piece larger than max_size with the next-order backward difference of the
+       whole curve (steps s < k take the sign of step k for order k), until each chunk has <= max_size
+       steps. Chunks of 1 or 2 steps are never split, hence max_size >= 2.
+    """
+    _check_num_steps(num_steps)
+    curve = _check_l1_rel(l1_rel, num_steps, "the 'adaptive' chunker")
+    if not isinstance(max_size, Integral) or isinstance(max_size, bool) or max_size < 2:
+        raise WorkbenchError(f"adaptive max_size must be an integer >= 2, got {max_size!r}; "
+                             "for one-step chunks use the 'uniform' chunker with size=1")
+    return _split_adaptive(curve, 0, num_steps, 1, max_size)
+
+
+@CHUNKERS.register("equal_mass")
+def equal_mass(num_steps: int, l1_rel: torch.Tensor | None = None, num_chunks: int = 4) -> list[int]:
+    """Contiguous chunks with about equal sum of l1_rel (T,); every chunk >= 1 step, min(num_chunks, T) chunks.
+
+    Cut k is the prefix length whose l1_rel mass is closest to k/K of the total, searched left to right
+    inside the range that leaves at least one step for each remaining chunk (ties to the earlier cut).
+    A curve of all zeros is treated as uniform mass.
+    """
+    _check_num_steps(num_steps)
+    mass = _check_l1_rel(l1_rel, num_steps, "the 'equal_mass' chunker")
+    if not isinstance(num_chunks, Integral) or isinstance(num_chunks, bool) or num_chunks < 1:
+        raise WorkbenchError(f"equal_mass num_chunks must be a positive integer, got {num_chunks!r}")
+    if mass.sum() <= 0:
+        mass = torch.ones_like(mass)
+    k_total = min(int(num_chunks), num_steps)
+    prefix = torch.cat([mass.new_zeros(1), mass.cumsum(0)])  # (T + 1,), prefix[i] = mass of steps < i
+    cuts = [0]
+    for k in range(1, k_total):
+        lo, hi = cuts[-1] + 1, num_steps - (k_total - k)  # allowed cut range, inclusive
+        target = prefix[-1] * k / k_total
+        cuts.append(lo + int(torch.argmin((prefix[lo:hi + 1] - target).abs())))
+    cuts.append(num_steps)
+    return [b - a for a, b in zip(cuts, cuts[1:])]
+
+
+# 4. Weighted chunk sampling (GCPO)
+
+def chunk_sampling_weights(sizes: Sequence[int], l1_rel: torch.Tensor) -> torch.Tensor:
+    """(K,) probabilities mean_{t in j} l1_rel / sum_k mean_{t in k} l1_rel; uniform if l1_rel is all 0."""
+    sizes = check_sizes(sizes)
+    curve = _check_l1_rel(l1_rel, sum(sizes), "chunk sampling")
+    means = chunk_mean(curve[None], sizes)[0]  # (K,)
+    if means.sum() <= 0:
+        return torch.full((len(sizes),), 1.0 / len(sizes), dtype=l1_rel.dtype)
+    return (means / means.sum()).to(l1_rel.dtype)  # (K,)
+
+
+def sample_chunks(sizes: Sequence[int], l1_rel: torch.Tensor, fraction: float = 0.5,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """GCPO weighted chunk sampling: LongTensor of distinct chunk indices, sorted ascending.
+
+    Draws max(1, round(fraction * K)) chunks without replacement (torch.multinomial) with the
+    probabilities of `chunk_sampling_weights`; round is half-up (0.5 * 5 chunks -> 3).
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise WorkbenchError(f"chunk sampling fraction must be in (0, 1], got {fraction}")
+    probs = chunk_sampling_weights(sizes, l1_rel).double()  # (K,)
+    count = max(1, math.floor(fraction * len(probs) + 0.5))
+    positive = int((probs > 0).sum())
+    if positive < count:
+        raise WorkbenchError(f"only {positive} of {len(probs)} chunks have l1_rel mass > 0, cannot draw {count} "
+                             "without replacement; lower the fraction")
+    chosen = torch.multinomial(probs, count, replacement=False, generator=generator)  # (count,)
+    return chosen.sort().values
+
+
+def step_mask_from_chunks(sizes: Sequence[int], chosen: torch.Tensor | Sequence[int]) -> torch.Tensor:
+    """BoolTensor (T,): True at the steps of the chosen chunks."""
+    ids = chunk_ids(sizes)  # (T,)
+    chosen = torch.as_tensor(chosen, dtype=torch.long).reshape(-1)
+    if ((chosen < 0) | (chosen >= len(sizes))).any():
+        raise WorkbenchError(f"chosen chunks {chosen.tolist()} must be indices in 0..{len(sizes) - 1}")
+    return torch.isin(ids, chosen)  # (T,)

@@ -1,0 +1,295 @@
+"""`TrainConfig`, the settings of a fine-tuning run (named presets: `presets.py`).
+
+Each field has a one-line docstring with its meaning, unit and source paper; `__post_init__` rejects
+bad combinations with a message that says what to change, once, for the CLI, the app and the notebooks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from workbench.core.errors import WorkbenchError
+from workbench.flow.trajectory import SamplingConfig
+from workbench.rl.advantages import ADVANTAGES
+from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, mixgrpo_window
+
+
+@dataclass
+class TrainConfig:
+    """A fine-tuning run. Defaults: Chunk-GRPO on the embedded model, tuned to raise held-out adherence
+    in 30 CPU iterations (see `embedded_demo`)."""
+
+    objective: str = "chunk_grpo"
+    """Policy objective from OBJECTIVES: step_grpo (Flow-GRPO), chunk_grpo (GCPO arXiv 2510.21583), gspo, gpg, ..."""
+    chunks: str = "2,3,4,7"
+    """Chunk sizes over the TRAINED steps, summing to their count (GCPO [2,3,4,7] of 16); used by chunk_grpo."""
+    reward: str = "adherence"
+    """Reward spec for `build_reward`, e.g. 'adherence:1,sharpness:0.5'."""
+    clip_path: str | None = None
+    """Local CLIP folder (CLIPModel and CLIPTokenizer `save_pretrained`) for the reward 'clip_score'."""
+    pickscore_path: str | None = None
+    """Local PickScore folder (a CLIP model, arXiv 2305.01569) for the reward 'pickscore'."""
+    advantage: str = "grpo"
+    """Advantage estimator from ADVANTAGES: grpo (Flow-GRPO), dr_grpo, gpg (arXiv 2504.02546), gfpo."""
+    prompts: list[str] | None = None
+    """Training prompts; None = the prompts of the world's training scenes (never the held-out ones)."""
+    prompt_file: str | None = None
+    """Text file with one training prompt per line (blank lines and '#' comments skipped); excludes prompts."""
+    eval_prompts: int = 16
+    """Held-out scenes scored with the deterministic ODE for eval/reward_mean; 0 = no evaluation."""
+    eval_every: int = 10
+    """Evaluate every this many iterations (and before training, and at the last iteration)."""
+    prompts_per_iteration: int = 4
+    """N, prompts (groups) sampled per iteration."""
+    group: int = 8
+    """G, trajectories per prompt (GCPO 12, Flow-GRPO 24)."""
+    steps: int = 16
+    """T, transitions that carry a log-prob; sampling adds one untrained last step unless train_last_step."""
+    noise_level: float = 0.7
+    """SDE noise level a (Flow-GRPO 0.7; eta for dance_grpo, angle fraction for cps)."""
+    sde: str = "flow_grpo"
+    """SDE kind: flow_grpo (arXiv 2505.05470), dance_grpo, cps (arXiv 2509.05952)."""
+    shift: float | None = None
+    """Schedule shift; None = the model's default (3 for the embedded model, GCPO uses 3)."""
+    guidance_scale: float = 1.0
+    """Classifier-free guidance during rollouts (Flow-GRPO SD3: 4.5; 1 = off, the default: it halves the cost)."""
+    shared_noise: bool = True
+    """One x_T per group (DanceGRPO, GCPO --init_same_noise)."""
+    window: tuple[int, int] | None = None
+    """SDE (and training) only on steps [start, end) of the T, ODE elsewhere (Flow-GRPO-Fast); None = all T."""
+    mixgrpo: bool = False
+    """MixGRPO (arXiv 2507.21802): a 4-step SDE window that slides one step every 25 iterations."""
+    train_last_step: bool = False
+    """Sample T transitions and train all; False = T + 1 transitions, the last deterministic and untrained (GCPO)."""
+    iterations: int = 30
+    """Training iterations (rollout + update)."""
+    lr: float = 3e-5
+    """AdamW learning rate (GCPO 1e-5 full FT of FLUX; Flow-GRPO 3e-4 LoRA); tuned, see `embedded_demo`."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay (Flow-GRPO 1e-4)."""
+    inner_epochs: int = 1
+    """Passes over each iteration's transitions (Flow-GRPO 1)."""
+    minibatch: int | None = None
+    """Transitions per optimizer step (whole trajectories: a multiple of the trained steps); None = one group;
+    0 = every transition of the iteration in one step (GPG's one update per rollout)."""
+    grad_accum: int = 1
+    """Minibatches whose gradients are accumulated per optimizer step."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip (GCPO 0.01, Flow-GRPO 1.0)."""
+    clip_low: float = 1e-3
+    """PPO clip range eps below 1 (Flow-GRPO 1e-4, GCPO 5e-5); embedded-model ratios move ~2e-5, see `embedded_demo`."""
+    clip_high: float | None = None
+    """Clip range above 1; None = clip_low (DAPO clip-higher, GSPO 4e-4)."""
+    kl_beta: float = 0.0
+    """Weight of the closed-form KL to the initial model (Flow-GRPO 0.01-0.04; 0 in GCPO); see `embedded_demo`."""
+    noise_aware: bool = False
+    """TempFlow-GRPO (arXiv 2508.04324) step weights proportional to the step std."""
+    chunk_fraction: float | None = None
+    """GCPO weighted chunk sampling: train this fraction of chunks, drawn by L1_rel (paper 0.5); None = all."""
+    dynamic_sampling: bool = False
+    """DAPO (arXiv 2503.14476): replace groups with zero reward variance by sampling more rounds until the
+    batch is full (at most max_sample_rounds); flat groups left in an unfilled batch do not train."""
+    gpg_threshold: float = 0.5
+    """GPG (arXiv 2504.02546; AMAP-ML/GPG code 0.5): with advantage 'gpg', sample more rounds while fewer than
+    this fraction of the batch's groups have reward variance (at most max_sample_rounds)."""
+    max_sample_rounds: int | None = None
+    """Most rollout rounds per iteration when refilling; None = DAPO 10 (verl recipe max_num_gen_batches),
+    GPG 20 (its code). Only with dynamic_sampling or advantage 'gpg'."""
+    gfpo_metric: str | None = None
+    """GFPO (arXiv 2508.09726): reward spec of the filter metric (higher kept); needs advantage='gfpo'."""
+    gfpo_keep: int | None = None
+    """GFPO: samples kept per group (paper 8 of 16); None = G // 2."""
+    seed: int = 0
+    """Seed of prompts, noise and minibatch order: everything derives from (seed, iteration)."""
+    dtype: str = "float32"
+    """Compute dtype: float32 or bfloat16 (autocast; trained weights stay float32)."""
+    device: str | None = None
+    """cuda, mps or cpu; None = the best available."""
+    model: str | None = None
+    """Local model folder (SD3 / FLUX / embedded format); None = the shipped embedded model."""
+    lora_rank: int = 0
+    """0 = full fine-tuning; > 0 = LoRA of this rank on the attention projections (Flow-GRPO r 32)."""
+    lora_alpha: float | None = None
+    """LoRA alpha; None = 2 * rank (Flow-GRPO r 32 / alpha 64)."""
+    sample_every: int = 5
+    """Save a grid of the rollout images every this many iterations."""
+    checkpoint_every: int = 10
+    """Save weights + optimizer every this many iterations (always at the end and on stop)."""
+
+    def __post_init__(self):
+        if isinstance(self.window, list):
+            self.window = tuple(self.window)
+        OBJECTIVES.get(self.objective)  # unknown names raise, listing the valid ones
+        ADVANTAGES.get(self.advantage)
+        self._check_counts()
+        self._check_prompts()
+        self._check_options()
+        self.sampling_config(1)  # validates steps, window, noise level, sde
+        self.check_batches()
+
+    def _check_counts(self) -> None:
+        for name in ("eval_every", "prompts_per_iteration", "steps", "iterations", "inner_epochs", "grad_accum",
+                     "sample_every", "checkpoint_every"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise WorkbenchError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.minibatch is not None and (not isinstance(self.minibatch, int) or self.minibatch < 0):
+            raise WorkbenchError(f"minibatch must be None (one group), 0 (all transitions) or a positive number of "
+                                 f"transitions, got {self.minibatch!r}")
+        if self.group < 2:
+            raise WorkbenchError(f"group must be >= 2 (advantages compare samples of one prompt), got {self.group}")
+        if not 0 <= self.eval_prompts <= 200:
+            raise WorkbenchError(f"eval_prompts must be in 0..200 (the held-out scenes), got {self.eval_prompts}")
+        if self.lora_rank < 0:
+            raise WorkbenchError(f"lora_rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}")
+
+    def _check_prompts(self) -> None:
+        if self.prompts is not None and self.prompt_file is not None:
+            raise WorkbenchError("give prompts or prompt_file, not both")
+        if self.prompts is not None and not [p for p in self.prompts if p.strip()]:
+            raise WorkbenchError("prompts is empty; give at least one prompt or leave it None for the world's")
+        if self.prompt_file is not None and not Path(self.prompt_file).is_file():
+            raise WorkbenchError(f"prompt file {self.prompt_file} does not exist; give a text file, one prompt a line")
+
+    def _check_options(self) -> None:
+        from workbench.rewards import check_folders, parse_reward_spec
+
+        named = set(parse_reward_spec(self.reward))
+        if self.gfpo_metric is not None:
+            named |= set(parse_reward_spec(self.gfpo_metric))
+        check_folders(named, self.reward_folders())  # model-based rewards need their folder, and only they
+        if self.window is not None and self.mixgrpo:
+            raise WorkbenchError("mixgrpo slides its own window; drop window or mixgrpo")
+        if self.mixgrpo and self.steps < 4:
+            raise WorkbenchError(f"mixgrpo needs steps >= 4 (a 4-step window), got {self.steps}")
+        if self.window is not None and not 0 <= self.window[0] < self.window[1] <= self.steps:
+            raise WorkbenchError(f"SDE window {self.window} must satisfy 0 <= start < end <= steps ({self.steps})")
+        if self.noise_level <= 0:
+            raise WorkbenchError("noise_level must be > 0 for training: the ODE (0) has no log-probs to train")
+        if self.lr <= 0 or self.max_grad_norm <= 0 or self.weight_decay < 0:
+            raise WorkbenchError("lr and max_grad_norm must be > 0 and weight_decay >= 0")
+        self.objective_settings()  # validates clip_low, clip_high, kl_beta
+        if self.dtype not in ("float32", "bfloat16"):
+            raise WorkbenchError(f"dtype must be float32 or bfloat16, got '{self.dtype}'")
+        if self.chunk_fraction is not None and not 0 < self.chunk_fraction <= 1:
+            raise WorkbenchError(f"chunk_fraction must be in (0, 1] or None, got {self.chunk_fraction}")
+        if (self.advantage == "gfpo") != (self.gfpo_metric is not None):
+            raise WorkbenchError("advantage 'gfpo' and gfpo_metric go together: set both (e.g. gfpo_metric="
+                                 "'sharpness') or neither")
+        if not 0.0 <= self.gpg_threshold <= 1.0:
+            raise WorkbenchError(f"gpg_threshold is a fraction of the batch's groups, in [0, 1]; "
+                                 f"got {self.gpg_threshold}")
+        if self.max_sample_rounds is not None:
+            if not self.refills:
+                raise WorkbenchError("max_sample_rounds caps the refill of DAPO dynamic sampling or GPG; set "
+                                     "dynamic_sampling or advantage 'gpg', or leave it None")
+            if not isinstance(self.max_sample_rounds, int) or self.max_sample_rounds < 1:
+                raise WorkbenchError(f"max_sample_rounds must be a positive integer, got {self.max_sample_rounds!r}")
+        if self.gfpo_keep is not None and not 1 <= self.gfpo_keep <= self.group:
+            raise WorkbenchError(f"gfpo_keep must be in 1..group ({self.group}), got {self.gfpo_keep}")
+        if self.uses_chunks:
+            parse_chunk_spec(self.chunks, len(self.trained_steps(1)))
+
+    def check_batches(self, world: int = 1) -> None:
+        """Minibatches hold whole trajectories (chunk ratios need all steps) and split evenly over processes."""
+        s = len(self.trained_steps(1))
+        total = self.prompts_per_iteration * self.group * s  # transitions per iteration
+        mb = self.minibatch_size
+        if self.prompts_per_iteration % world:
+            raise WorkbenchError(f"prompts_per_iteration ({self.prompts_per_iteration}) must be a multiple of "
+                                 f"the number of processes ({world})")
+        if mb % (s * world) or total % mb:
+            raise WorkbenchError(f"minibatch ({mb} transitions) must be a multiple of {s} trained steps x {world} "
+                                 f"process(es) and divide the {total} transitions of an iteration")
+        if (total // mb) % self.grad_accum:
+            raise WorkbenchError(f"grad_accum ({self.grad_accum}) must divide the {total // mb} minibatches per "
+                                 "iteration; change minibatch or grad_accum")
+
+    @property
+    def uses_chunks(self) -> bool:
+        return self.objective == "chunk_grpo" or self.chunk_fraction is not None
+
+    @property
+    def refills(self) -> bool:
+        """Whether iterations sample more rounds to replace zero-variance groups (DAPO, GPG)."""
+        return self.dynamic_sampling or self.advantage == "gpg"
+
+    @property
+    def sample_rounds(self) -> int:
+        """Most rollout rounds per iteration: 1 without refill; else max_sample_rounds, DAPO 10, GPG 20."""
+        if not self.refills:
+            return 1
+        return self.max_sample_rounds or (10 if self.dynamic_sampling else 20)
+
+    def refill_need(self, n: int) -> int:
+        """Groups with reward variance a batch of n needs: all n (DAPO) or ceil(gpg_threshold * n), at least 1."""
+        if self.dynamic_sampling or not self.refills:
+            return n
+        return max(1, math.ceil(self.gpg_threshold * n - 1e-9))
+
+    @property
+    def sampling_steps(self) -> int:
+        return self.steps + (0 if self.train_last_step else 1)
+
+    @property
+    def minibatch_size(self) -> int:
+        """Transitions per optimizer step; the default is one group: G x trained steps; 0 = all N x G x S."""
+        if self.minibatch == 0:
+            return self.prompts_per_iteration * self.group * len(self.trained_steps(1))
+        return self.minibatch or self.group * len(self.trained_steps(1))
+
+    def sde_window(self, iteration: int) -> tuple[int, int]:
+        """[start, end) of the SDE (= trained) steps at this iteration (1-based)."""
+        if self.mixgrpo:
+            start, size = mixgrpo_window(iteration - 1, self.steps)
+            return start, start + size
+        return self.window or (0, self.steps)
+
+    def trained_steps(self, iteration: int) -> list[int]:
+        """Step indices trained at this iteration: the SDE window without zero-std steps (cps's last)."""
+        start, end = self.sde_window(iteration)
+        steps = [t for t in range(start, end) if not (self.sde == "cps" and t == self.sampling_steps - 1)]
+        if not steps:
+            raise WorkbenchError("no step carries noise to train; widen the window or use more steps")
+        return steps
+
+    def sampling_config(self, iteration: int, seed: int = 0) -> SamplingConfig:
+        return SamplingConfig(group=self.group, steps=self.sampling_steps, noise_level=self.noise_level,
+                              sde=self.sde, shift=self.shift, window=self.sde_window(iteration),
+                              guidance_scale=self.guidance_scale, shared_noise=self.shared_noise, seed=seed)
+
+    def objective_settings(self) -> ObjectiveSettings:
+        chunks = parse_chunk_spec(self.chunks, len(self.trained_steps(1))) if self.objective == "chunk_grpo" else None
+        return ObjectiveSettings(clip_low=self.clip_low, clip_high=self.clip_high, chunks=chunks,
+                                 kl_beta=self.kl_beta)
+
+    def prompt_pool(self) -> list[str]:
+        if self.prompts is not None:
+            return [p.strip() for p in self.prompts if p.strip()]
+        if self.prompt_file is not None:
+            lines = [line.strip() for line in Path(self.prompt_file).read_text().splitlines()]
+            pool = [line for line in lines if line and not line.startswith("#")]
+            if not pool:
+                raise WorkbenchError(f"prompt file {self.prompt_file} has no prompts")
+            return pool
+        from workbench.toyworld.world import split_scenes
+        return [s.prompt() for s in split_scenes()[0]]
+
+    def reward_folders(self) -> dict[str, str | None]:
+        """The model folders of model-based rewards, keyed by the setting that names them (e.g. clip_path)."""
+        from workbench.rewards import folder_args
+
+        return {arg: getattr(self, arg) for arg in folder_args().values()}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise WorkbenchError(f"unknown training settings {unknown}; valid: {', '.join(sorted(names))}")
+        return cls(**data)

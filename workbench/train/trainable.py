@@ -1,0 +1,82 @@
+"""What a fine-tune trains: the base policy, LoRA adapters or all weights, and checkpoint weights.
+
+Full fine-tuning for the embedded model; LoRA (peft, through diffusers' `add_adapter`) on the
+attention projections of real SD3 / FLUX transformers (Flow-GRPO r 32 / alpha 64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.flow.policy import FlowPolicy
+from workbench.train import store as runs
+from workbench.train.config import TrainConfig
+from workbench.train.distributed import DistInfo
+
+# attention projections of diffusers' attention blocks (SD3 / FLUX MMDiT, UNet attn1 / attn2), matched by name suffix
+LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
+
+
+def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
+    """The policy named by config.model on config.device (per-process GPU under torchrun)."""
+    from workbench.models.adapters import default_device, load_policy
+
+    device = config.device or default_device()
+    if device == "cuda" and info.world > 1:
+        device = f"cuda:{info.local_rank}"
+        torch.cuda.set_device(info.local_rank)
+    pipeline = config.model is not None and (Path(config.model) / "model_index.json").is_file()
+    return load_policy(config.model, device=device, dtype=config.dtype if pipeline else "float32")
+
+
+def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> None:
+    """LoRA adapters on the attention projections (peft via diffusers' `add_adapter`); only they train."""
+    from peft import LoraConfig
+
+    transformer.requires_grad_(False)
+    try:
+        transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, init_lora_weights="gaussian",
+                                           target_modules=LORA_TARGETS))
+    except ValueError as err:  # peft: no module matches the targets
+        raise WorkbenchError(f"cannot add LoRA adapters to this model ({str(err).splitlines()[0]}); "
+                             "use lora_rank 0 for full fine-tuning") from None
+    for name, p in transformer.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.float()
+            p.requires_grad_(True)
+
+
+def trainable_weights(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """name -> parameter of everything that trains (all weights, or only the LoRA adapters)."""
+    return {n: p for n, p in transformer.named_parameters() if p.requires_grad}
+
+
+def load_trained_policy(run_dir: str | Path, device: str | None = None) -> FlowPolicy:
+    """The policy of a run with its latest checkpoint applied (for sampling from a fine-tuned model)."""
+    run_dir = runs.check_run_dir(run_dir)
+    config = TrainConfig.from_dict(runs.read_json(run_dir / runs.CONFIG))
+    policy = load_base_policy(replace(config, device=device or config.device), DistInfo())
+    if config.lora_rank:
+        add_lora(policy.transformer, config.lora_rank, config.lora_alpha)
+    else:
+        policy.transformer.requires_grad_(True)
+    folder = runs.latest_checkpoint(run_dir)
+    if folder is not None:
+        _, weights, _ = runs.load_checkpoint(folder)
+        copy_weights(policy.transformer, weights)
+    return policy
+
+
+def copy_weights(transformer: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Load checkpoint `weights` into the transformer's trainable parameters (names must match exactly)."""
+    params = trainable_weights(transformer)
+    if set(params) != set(weights):
+        raise WorkbenchError("the checkpoint's weights do not match the model's trainable parameters; "
+                             "was it made with another model or lora_rank?")
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(weights[name].to(p))

@@ -1,0 +1,417 @@
+"""Short RL fine-tunes of a flow policy: the `Trainer` loop (settings and presets: `train_config.py`).
+
+One iteration (METHODS.md sections 1-3): sample G SDE trajectories for each of N prompts (Flow-GRPO)
+and score the final images (`rollout.py`; DAPO and GPG sample more rounds to replace zero-variance
+groups), turn the (N, G) rewards into group-relative advantages, then re-score the stored transitions
+with gradient (`sampler.transition`) and minimise the registered objective (step GRPO, Chunk-GRPO /
+GCPO, GSPO, GPG, ...) with AdamW. Everything random derives from (seed, iteration), so a run stopped
+and resumed equals a run straight through.
+
+The trainer emits `TrainerEvent`s to a plain callback and writes the run store (`workbench.train.store`);
+the app runs it as a subprocess and reads the store. Under `torchrun` / `accelerate launch` every
+process takes the groups r::world of an iteration (`distributed.py`), gradients are averaged across
+processes and only rank 0 writes. What trains (all weights or LoRA) is set up in `trainable.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.flow.dynamics import relative_change
+from workbench.flow.policy import Conditioning, FlowPolicy
+from workbench.flow.sampler import ode_sample, transition
+from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
+from workbench.rl.advantages import ADVANTAGES
+from workbench.rl.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
+from workbench.rl.objectives import OBJECTIVES, PolicyInputs, gaussian_kl, noise_aware_weights
+from workbench.train import store as runs
+from workbench.train.config import TrainConfig
+from workbench.train.distributed import gather, init_distributed, sync_gradients
+from workbench.train.rollout import RolloutSampler
+from workbench.train.trainable import add_lora, copy_weights, load_base_policy, trainable_weights
+
+EVAL_SEED = 1234  # fixed noise for the held-out ODE evaluation, the same for every run and seed
+EVENT_KINDS = ("iteration", "samples", "checkpoint", "finished", "stopped", "failed")
+
+# ------------------------------------------------------------------------------------ events, summary
+@dataclass
+class TrainerEvent:
+    """Something the trainer did; `data` is JSON-friendly (metrics, file paths, the summary)."""
+
+    kind: str  # one of EVENT_KINDS
+    iteration: int
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    run_dir: str
+    state: str  # finished, stopped or failed
+    iterations: int  # completed iterations
+    first_reward_mean: float | None
+    last_reward_mean: float | None
+    first_eval_reward: float | None  # before training (iteration 0)
+    last_eval_reward: float | None
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return runs.clean_json(asdict(self))
+
+
+# ------------------------------------------------------------------------------------ the loop
+def _mean_stats(parts: list[dict]) -> dict[str, float]:
+    """Mean of each key over the dicts that have a finite value for it (NaN-aware)."""
+    keys = sorted({k for p in parts for k in p})
+    out = {}
+    for k in keys:
+        vals = [p[k] for p in parts if k in p and p[k] is not None and np.isfinite(p[k])]
+        out[k] = float(np.mean(vals)) if vals else float("nan")
+    return out
+
+
+def _seed(*parts: int) -> int:
+    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
+@dataclass
+class _Stored:
+    """One iteration's stored transitions on this process: L = local groups x G trajectories, S trained steps."""
+
+    states: torch.Tensor  # (L, T + 1, C, H, W)
+    old_log_prob: torch.Tensor  # (L, S) log-probs at sampling time
+    advantages: torch.Tensor  # (L,)
+    rows: torch.Tensor  # (L,) bool, trajectories that train (dynamic sampling drops flat groups)
+    cond: Conditioning  # L rows
+    step_mask: torch.Tensor  # (S,) bool, chunk sampling
+    step_weights: torch.Tensor | None  # (S,) noise-aware weights
+    steps: torch.Tensor  # (S,) trained step indices
+    sigmas: torch.Tensor  # (T + 1,)
+    config: SamplingConfig
+
+
+class Trainer:
+    """Fine-tunes `policy` (default: config.model) with `config`, writing the run store in `run_dir`.
+
+        trainer = Trainer(TrainConfig(iterations=5), runs.new_run_dir())
+        summary = trainer.run(callback=lambda event: print(event.kind, event.iteration))
+    """
+
+    def __init__(self, config: TrainConfig, run_dir: str | Path, policy: FlowPolicy | None = None,
+                 resume: bool = False):
+        self.config, self.run_dir = config, Path(run_dir)
+        self.dist = init_distributed()
+        config.check_batches(self.dist.world)
+        if not resume and self.dist.main and (self.run_dir / runs.CONFIG).exists():
+            raise WorkbenchError(f"{self.run_dir} already holds a run; resume it (--resume) or choose a new --out")
+        self.policy = policy or load_base_policy(config, self.dist)
+        self.reference = self._frozen_copy() if config.kl_beta > 0 else None
+        if config.lora_rank:
+            add_lora(self.policy.transformer, config.lora_rank, config.lora_alpha)
+        else:
+            self.policy.transformer.requires_grad_(True)
+        self.params = trainable_weights(self.policy.transformer)
+        self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr,
+                                           weight_decay=config.weight_decay)
+        self._setup_data()
+        self.iteration, self.history, self.last_groups = 0, [], []
+        self._stop, self._saved, self._callback = False, -1, None
+        if resume:
+            self._restore()
+        elif self.dist.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            runs.write_json(self.run_dir / runs.CONFIG, config.to_dict())
+        if self.dist.main:
+            runs.clear_stop(self.run_dir)
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, policy: FlowPolicy | None = None, iterations: int | None = None) -> Trainer:
+        """Continue the run in run_dir from its latest checkpoint (optionally to a new iteration count)."""
+        run_dir = runs.check_run_dir(run_dir)
+        config = TrainConfig.from_dict(runs.read_json(run_dir / runs.CONFIG))
+        return cls(replace(config, iterations=iterations or config.iterations), run_dir, policy, resume=True)
+
+    def request_stop(self) -> None:
+        """Stop after the current iteration with a checkpoint and state 'stopped'."""
+        self._stop = True
+
+    def _frozen_copy(self) -> FlowPolicy:
+        """The KL reference: a shallow copy of the policy denoising with a frozen copy of the initial transformer."""
+        frozen = copy.deepcopy(self.policy.transformer).requires_grad_(False).eval()
+        ref = copy.copy(self.policy)
+        ref.transformer = frozen
+        model = getattr(ref, "model", None)
+        if getattr(model, "transformer", None) is self.policy.transformer:  # EmbeddedPolicy denoises via its model
+            ref.model = copy.copy(model)
+            ref.model.transformer = frozen
+        return ref
+
+    def _setup_data(self) -> None:
+        from workbench.rewards import build_reward
+        from workbench.toyworld.world import split_scenes
+
+        cfg = self.config
+        folders = cfg.reward_folders()
+        self.reward_fn = build_reward(cfg.reward, **folders)
+        self.metric_fn = build_reward(cfg.gfpo_metric, **folders) if cfg.gfpo_metric else None
+        self.settings = cfg.objective_settings()
+        self.objective = OBJECTIVES.get(cfg.objective)
+        self.pool = cfg.prompt_pool()
+        for prompt in self.pool:
+            self.policy.check_prompt(prompt)
+        self.eval_prompts = [s.prompt() for s in split_scenes()[1][:cfg.eval_prompts]]
+        self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
+                                      self._autocast)
+
+    def _restore(self) -> None:
+        folder = runs.latest_checkpoint(self.run_dir)
+        if folder is not None:
+            self.iteration, weights, optimizer_state = runs.load_checkpoint(folder)
+            copy_weights(self.policy.transformer, weights)
+            self.optimizer.load_state_dict(optimizer_state)
+            self._saved = self.iteration
+        if self.dist.main:  # only rank 0 reads and writes the store
+            runs.truncate_metrics(self.run_dir, self.iteration)
+            runs.write_json(self.run_dir / runs.CONFIG, self.config.to_dict())
+            self.history = runs.read_metrics(self.run_dir)
+
+    def _autocast(self):
+        return torch.autocast(self.policy.device.type, dtype=torch.bfloat16, enabled=self.config.dtype == "bfloat16")
+
+    # -------------------------------------------------------------------------------- run
+    def run(self, callback: Callable[[TrainerEvent], None] | None = None) -> RunSummary:
+        """Train until config.iterations or a stop request; returns the summary (re-raises on failure)."""
+        cfg, start, state = self.config, time.time(), "finished"
+        self._callback = callback
+        try:
+            self._status("running")
+            if cfg.eval_prompts and not any(r.get("iteration") == 0 for r in self.history):
+                self._log(0, self._evaluate())
+            while self.iteration < cfg.iterations:
+                it, t0 = self.iteration + 1, time.perf_counter()
+                # 1-2. rollout and rewards: G SDE trajectories for this process's prompts (groups r::world),
+                #      scored and gathered, (N, G); DAPO and GPG sample more rounds to replace flat groups
+                scfg = cfg.sampling_config(it)
+                batch = self.sampler.collect(it, scfg)
+                t1 = time.perf_counter()
+                # 3. group-relative advantages (N, G); with dynamic sampling flat groups do not train
+                adv = self._advantages(batch.rewards, batch.metric)
+                keep = ~batch.flat if cfg.dynamic_sampling else torch.ones(len(batch.flat), dtype=torch.bool)  # (N,)
+                mine = slice(self.dist.rank, None, self.dist.world)
+                t2 = time.perf_counter()
+                # 4. inner updates over minibatches of the stored transitions
+                stored = self._store(it, batch.groups, scfg, adv.values[mine], keep[mine])
+                update = self._update(it, stored)
+                t3 = time.perf_counter()
+                # 5. metrics (reward/* over every sampled group, adv/* over the batch), events, checkpoint
+                metrics = batch.metrics() | adv.stats() | update | {
+                    "rollout/kept_groups": float(keep.sum()), "sde/window_start": float(cfg.sde_window(it)[0]),
+                    "time/reward_s": batch.seconds[1] + t2 - t1, "time/update_s": t3 - t2,
+                    "time/iteration_s": time.perf_counter() - t0}
+                self.iteration, self.last_groups = it, batch.groups
+                if cfg.eval_prompts and (it % cfg.eval_every == 0 or it == cfg.iterations):
+                    metrics |= self._evaluate()
+                self._log(it, metrics)
+                if it % cfg.sample_every == 0:
+                    self._save_samples(it, batch.groups)
+                stop = self._stop_requested()
+                if it % cfg.checkpoint_every == 0 or it == cfg.iterations or stop:
+                    self._checkpoint()
+                if stop:
+                    state = "stopped"
+                    break
+        except BaseException as err:
+            self._fail(err)
+            raise
+        return self._finish(state, start)
+
+    # -------------------------------------------------------------------------------- stages
+    def _advantages(self, rewards: torch.Tensor, metric: torch.Tensor | None):
+        fn = ADVANTAGES.get(self.config.advantage)
+        if self.config.advantage == "gfpo":
+            return fn(rewards, metric=metric, keep=self.config.gfpo_keep)
+        if self.config.advantage == "gpg":
+            return fn(rewards, threshold=self.config.gpg_threshold)
+        return fn(rewards)
+
+    def _store(self, it: int, groups: list[TrajectoryGroup], scfg: SamplingConfig, adv: torch.Tensor,
+               keep: torch.Tensor) -> _Stored:
+        """This process's transitions of the iteration, on the device, with their masks and constants."""
+        dev, g = self.policy.device, self.config.group
+        steps = torch.tensor(self.config.trained_steps(it), device=dev)  # (S,)
+        stds = groups[0].stds[0, steps.cpu()]  # (S,) the same for every trajectory
+        return _Stored(
+            states=torch.cat([grp.states for grp in groups]).to(dev),  # (L, T + 1, C, H, W)
+            old_log_prob=torch.cat([grp.log_probs for grp in groups]).to(dev)[:, steps],  # (L, S)
+            advantages=adv.reshape(-1).to(dev), rows=keep.repeat_interleave(g).to(dev),  # (L,)
+            cond=self.policy.encode([grp.prompt for grp in groups], cfg=scfg.guidance_scale != 1.0).repeat(g),
+            step_mask=self._chunk_mask(it, groups, steps.cpu()).to(dev),
+            step_weights=noise_aware_weights(stds).to(dev) if self.config.noise_aware else None,
+            steps=steps, sigmas=groups[0].sigmas.to(dev), config=scfg)
+
+    def _chunk_mask(self, it: int, groups: list[TrajectoryGroup], steps: torch.Tensor) -> torch.Tensor:
+        """(S,) bool: all steps, or GCPO's weighted sample of chunks drawn by the mean L1_rel over all groups."""
+        cfg = self.config
+        if cfg.chunk_fraction is None:
+            return torch.ones(len(steps), dtype=torch.bool)
+        sizes = parse_chunk_spec(cfg.chunks, len(steps))
+        l1 = torch.cat([relative_change(grp.states) for grp in groups])[:, steps]  # (L, S)
+        parts = gather((l1.sum(0), l1.shape[0]), self.dist)
+        curve = sum(p[0] for p in parts) / sum(p[1] for p in parts)  # (S,)
+        gen = torch.Generator().manual_seed(_seed(cfg.seed, it, 1))
+        return step_mask_from_chunks(sizes, sample_chunks(sizes, curve, cfg.chunk_fraction, gen))
+
+    def _update(self, it: int, stored: _Stored) -> dict[str, float]:
+        """Inner epochs over shuffled minibatches of whole trajectories; returns the averaged diagnostics."""
+        cfg, n_rows = self.config, stored.states.shape[0]
+        per_mb = cfg.minibatch_size // (len(stored.steps) * self.dist.world)  # trajectories per process
+        stats, norms, trained, transitions = [], [], 0.0, 0.0
+        self.policy.transformer.train()
+        for epoch in range(cfg.inner_epochs):
+            gen = torch.Generator().manual_seed(_seed(cfg.seed, it, epoch, self.dist.rank))
+            for b, idx in enumerate(torch.randperm(n_rows, generator=gen).split(per_mb)):
+                out = self._loss(stored, idx.to(stored.states.device))
+                if out is not None:
+                    (out.loss / cfg.grad_accum).backward()
+                    stats.append(out.stats() | self._chunk_stats(out))
+                    trained += float(stored.rows[idx].sum())
+                    transitions += float(stored.step_mask.sum()) * float(stored.rows[idx].sum())
+                if (b + 1) % cfg.grad_accum == 0:
+                    norm = self._optimizer_step(trained)
+                    norms += [] if norm is None else [norm]
+                    trained = 0.0
+        self.policy.transformer.eval()
+        parts = gather((stats, norms, transitions), self.dist)
+        out = _mean_stats([s for p in parts for s in p[0]])
+        out["policy/grad_norm"] = float(np.mean(norms)) if norms else float("nan")
+        out["train/optimizer_steps"] = float(len(norms))
+        out["train/transitions"] = float(sum(p[2] for p in parts))
+        return out
+
+    @staticmethod
+    def _chunk_stats(out) -> dict[str, float]:
+        return ({f"chunk/ratio_mean_{j}": v for j, v in enumerate(out.chunk_ratio_mean)}
+                | {f"chunk/ratio_std_{j}": v for j, v in enumerate(out.chunk_ratio_std)})
+
+    def _loss(self, stored: _Stored, idx: torch.Tensor):
+        """Objective on the trajectories idx: re-score their trained transitions with gradient."""
+        m, s = len(idx), len(stored.steps)
+        mask = stored.step_mask[None, :] & stored.rows[idx, None]  # (M, S)
+        if not bool(mask.any()):
+            return None
+        x = stored.states[idx][:, stored.steps].flatten(0, 1)  # (M * S, C, H, W), row m * S + s
+        x_next = stored.states[idx][:, stored.steps + 1].flatten(0, 1)  # (M * S, C, H, W)
+        step = stored.steps.repeat(m)  # (M * S,)
+        cond = stored.cond.index(idx).repeat(s)  # (M * S) rows, row m * S + s is trajectory m
+        with self._autocast():
+            out = transition(self.policy, x, stored.sigmas, step, cond, stored.config, x_next=x_next)
+            kl = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref = transition(self.reference, x, stored.sigmas, step, cond, stored.config, x_next=x_next)
+                kl = gaussian_kl(out.mean, ref.mean, out.std).view(m, s)  # (M, S)
+        inputs = PolicyInputs(out.log_prob.view(m, s), stored.old_log_prob[idx], stored.advantages[idx],
+                              step_mask=mask, step_weights=stored.step_weights, kl=kl)
+        return self.objective(inputs, self.settings)
+
+    def _optimizer_step(self, trained: float) -> float | None:
+        """Average gradients over processes, clip, AdamW step; None when no trajectory trained anywhere."""
+        params = list(self.params.values())
+        if self.dist.world > 1:
+            if not sync_gradients(params, trained, self.dist):
+                self.optimizer.zero_grad(set_to_none=True)
+                return None
+        elif trained == 0:
+            return None
+        norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    # -------------------------------------------------------------------------------- evaluation, store, events
+    def _evaluate(self) -> dict[str, float]:
+        """eval/reward_mean (and per component) of the held-out prompts with the deterministic ODE (rank 0)."""
+        if not self.dist.main or not self.eval_prompts:
+            return {}
+        t0, cfg = time.perf_counter(), self.config
+        with self._autocast():
+            images = ode_sample(self.policy, self.eval_prompts, steps=cfg.sampling_steps, seed=EVAL_SEED,
+                                shift=cfg.shift, guidance_scale=cfg.guidance_scale)
+        comps = self.reward_fn.components(images, self.eval_prompts)
+        return ({"eval/reward_mean": self.reward_fn.combine(comps).mean().item()}
+                | {f"eval/{k}/mean": v.mean().item() for k, v in comps.items()}
+                | {"time/eval_s": time.perf_counter() - t0})
+
+    def _log(self, it: int, metrics: dict[str, float]) -> None:
+        """The one logging function: history, metrics.jsonl, status and the 'iteration' event."""
+        record = runs.clean_json({"iteration": it, **metrics})
+        self.history.append(record)
+        if self.dist.main:
+            runs.append_metrics(self.run_dir, record)
+            self._status("running")
+            self._emit("iteration", it, record)
+
+    def _emit(self, kind: str, iteration: int, data: dict) -> None:
+        if self.dist.main and self._callback is not None:
+            self._callback(TrainerEvent(kind, iteration, data))
+
+    def _status(self, state: str, error: str | None = None) -> None:
+        if self.dist.main:
+            runs.write_status(self.run_dir, state, self.iteration, error)
+
+    def _save_samples(self, it: int, groups: list[TrajectoryGroup]) -> None:
+        from workbench.core.imaging import grid
+
+        if not self.dist.main:
+            return
+        buf = io.BytesIO()
+        grid(torch.cat([g.images for g in groups]), ncol=self.config.group).save(buf, format="PNG")
+        path = runs.atomic_write(self.run_dir / "samples" / f"iter_{it:04d}.png", buf.getvalue())
+        self._emit("samples", it, {"path": str(path), "prompts": [g.prompt for g in groups]})
+
+    def _stop_requested(self) -> bool:
+        flag = self._stop or (self.dist.main and runs.stop_requested(self.run_dir))
+        if self.dist.world > 1:
+            import torch.distributed as dist
+
+            t = torch.tensor([float(flag)], device=self.policy.device if dist.get_backend() == "nccl" else "cpu")
+            dist.broadcast(t, 0)
+            flag = bool(t.item())
+        return flag
+
+    def _checkpoint(self) -> None:
+        if self.dist.main and self._saved != self.iteration:
+            path = runs.save_checkpoint(self.run_dir, self.iteration, self.params, self.optimizer.state_dict())
+            self._saved = self.iteration
+            self._emit("checkpoint", self.iteration, {"path": str(path)})
+
+    def _summary(self, state: str, start: float) -> RunSummary:
+        def values(key: str) -> list[float]:
+            return [r[key] for r in self.history if r.get(key) is not None]
+
+        rewards, evals = values("reward/mean"), values("eval/reward_mean")
+        first_eval = next((r.get("eval/reward_mean") for r in self.history if r.get("iteration") == 0), None)
+        return RunSummary(str(self.run_dir), state, self.iteration, rewards[0] if rewards else None,
+                          rewards[-1] if rewards else None, first_eval, evals[-1] if evals else None,
+                          time.time() - start)
+
+    def _finish(self, state: str, start: float) -> RunSummary:
+        if self.dist.main:
+            runs.clear_stop(self.run_dir)
+        self._status(state)
+        summary = self._summary(state, start)
+        self._emit(state, self.iteration, summary.to_dict())
+        return summary
+
+    def _fail(self, err: BaseException) -> None:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        self._status("failed", f"{type(err).__name__}: {message}")
+        self._emit("failed", self.iteration, {"error": message, "type": type(err).__name__})
