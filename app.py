@@ -18,8 +18,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def create_app(model: str | None = None, device: str | None = None, runs_root: str = "runs", warm: bool = False):
     """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background."""
-    from workbench.ui.handlers import Workbench
     from workbench.ui.layout import build_app
+    from workbench.ui.workbench import Workbench
 
     wb = Workbench(model=model, device=device, runs_root=runs_root)
     if warm:

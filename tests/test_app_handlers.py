@@ -27,6 +27,7 @@ from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
 from workbench.ui.jobs import TrainForm
 from workbench.ui.state import Session, merge_at, split_at
+from workbench.ui.workbench import Workbench
 
 PROMPT = "a large red circle in the top left on a white background"
 FAKE_TRAIN = textwrap.dedent('''
@@ -72,7 +73,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wb(model_dir, tmp_path_factory):
-    return h.Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
+    return Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
                        curve_prompts=2)
 
 
@@ -84,10 +85,10 @@ def sampled(wb):
     return h.attribute(wb, 2, session)[-2]
 
 
-def fake_workbench(tmp_path, model_dir, mode="ok") -> h.Workbench:
+def fake_workbench(tmp_path, model_dir, mode="ok") -> Workbench:
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAIN)
-    return h.Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"),
+    return Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"),
                        train_command=[sys.executable, str(script), "--mode", mode])
 
 
@@ -147,7 +148,7 @@ def test_generate_bad_inputs_give_messages(wb, inputs, message):
 
 
 def test_unexpected_errors_are_a_short_message_and_logged(model_dir, tmp_path, caplog):
-    broken = h.Workbench(model=str(model_dir), runs_root=str(tmp_path))
+    broken = Workbench(model=str(model_dir), runs_root=str(tmp_path))
     broken.policy = lambda: (_ for _ in ()).throw(RuntimeError("boom\nTraceback line"))
     out = h.generate(broken, PROMPT, 2, 2, 0.7, 0, "adherence", Session())
     assert out[-1].startswith("⚠ Unexpected error (RuntimeError: boom)") and "Traceback" not in out[-1]
@@ -155,7 +156,7 @@ def test_unexpected_errors_are_a_short_message_and_logged(model_dir, tmp_path, c
 
 
 def test_bad_model_folder_is_a_message(tmp_path):
-    wb = h.Workbench(model=str(tmp_path / "missing"), runs_root=str(tmp_path))
+    wb = Workbench(model=str(tmp_path / "missing"), runs_root=str(tmp_path))
     out = h.generate(wb, PROMPT, 2, 2, 0.7, 0, "adherence", Session())
     assert "does not exist" in out[-1]
 
@@ -345,7 +346,7 @@ def test_real_training_run_two_iterations(tmp_path, model_dir):
     if importlib.util.find_spec("workbench.cli.train") is None:
         pytest.skip("workbench.cli.train is not there yet")
     command = [sys.executable, "-m", "workbench", "train", "--eval-prompts", "0", "--prompts-per-iteration", "1"]
-    wb = h.Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
+    wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
     session = start(wb, iterations=2)[2]
     assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive, timeout=120)
     fig, _, timer, text = rh.poll_run(wb, session)

@@ -38,8 +38,8 @@ def browser_type_launch_args(browser_type_launch_args):
 def url(tmp_path_factory):
     """The app on a random-init tiny model; training is the real `workbench train` when it exists."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.handlers import Workbench
     from workbench.ui.layout import build_app
+    from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
     if importlib.util.find_spec("workbench.cli.train") is not None:

@@ -49,8 +49,9 @@ def load_model(args: argparse.Namespace):
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from workbench.core.imaging import filmstrip, grid, save_image
+    from workbench.core.imaging import grid, save_image
     from workbench.flow.dynamics import relative_change
+    from workbench.flow.pictures import x0_filmstrip
     from workbench.flow.sampler import sample_group
 
     sampling_config(args)  # validates the arguments before the model loads
@@ -67,8 +68,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     group.save(out)
     files = {"group": str(out / "group.safetensors"), "meta": str(out / "group.json"),
              "grid": str(save_image(grid(group.images), out / "grid.png")),
-             "filmstrip": str(save_image(filmstrip(policy.decode(group.x0_preds.flatten(0, 1))
-                                                   .unflatten(0, group.x0_preds.shape[:2])), out / "filmstrip.png"))}
+             "filmstrip": str(save_image(x0_filmstrip(policy, group), out / "filmstrip.png"))}
     if args.json:
         print(json.dumps({"prompt": group.prompt, "group": group.group_size, "steps": group.num_steps,
                           "sigmas": _round(group.sigmas.tolist()), "log_prob": _round(group.log_probs.tolist()),
@@ -112,14 +112,13 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     from workbench.flow.dynamics import dynamics_curve
     from workbench.flow.trajectory import SamplingConfig
     from workbench.rl.chunking import CHUNKERS
-    from workbench.toyworld.world import all_scenes
+    from workbench.toyworld.world import spread_prompts
 
     chunker = CHUNKERS.get(args.method)
     options = {k: v for k, v in (("size", args.size), ("num_chunks", args.num_chunks),
                                  ("max_size", args.max_size), ("sizes", args.sizes)) if v is not None}
+    prompts = spread_prompts(args.prompts)
     policy = load_model(args)
-    scenes = all_scenes()
-    prompts = [scenes[i].prompt() for i in range(0, len(scenes), max(1, len(scenes) // args.prompts))][: args.prompts]
     config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, seed=args.seed)
     curve = dynamics_curve(policy, prompts, config, metric=args.metric, progress=_progress("trajectories"))
     sizes = chunker(args.steps, curve.mean, **options)

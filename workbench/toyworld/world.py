@@ -85,6 +85,15 @@ def all_scenes() -> list[Scene]:
     return [Scene(*c) for c in combos]
 
 
+def spread_prompts(count: int) -> list[str]:
+    """`count` prompts of complete scenes at a fixed stride through `all_scenes` (every shape, colour, ... in turn)."""
+    scenes = all_scenes()
+    if not 1 <= count <= len(scenes):
+        raise WorkbenchError(f"the number of prompts must be in 1..{len(scenes)} (the scenes of the world), "
+                             f"got {count}")
+    return [scenes[i * (len(scenes) // count)].prompt() for i in range(count)]
+
+
 def split_scenes(num_heldout: int = 200, seed: int = 0) -> tuple[list[Scene], list[Scene]]:
     """(train, heldout) split of all scenes; held-out prompts are never seen in pretraining."""
     scenes = all_scenes()

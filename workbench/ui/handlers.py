@@ -7,80 +7,25 @@ outputs as a tuple whose last item is the status Markdown (see `guard.guarded`);
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import gradio as gr
-import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.imaging import filmstrip, to_pil
+from workbench.core.imaging import to_pil
+from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
 from workbench.ui import plots
 from workbench.ui.guard import escape, guarded, number, ok, whole_number
-from workbench.ui.jobs import TRAIN_COMMAND, JobManager
-from workbench.ui.state import DEFAULT_STEPS, Session, format_sizes, merge_at, split_at
+from workbench.ui.state import Session, format_sizes, merge_at, split_at
+from workbench.ui.workbench import Workbench
 
-CURVE_PROMPTS = 8  # default number of prompts the L1_rel curve averages over (2 trajectories each)
 CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
 THUMB = 64  # filmstrip cells larger than this (real models decode 512-1024 px) are shrunk to it
 LEARN_PROMPT = "a large red circle in the top left on a white background"
 LEARN = {"group": 8, "steps": 16, "branches": 4}  # the Learn example: the papers' 16 steps, K=4 continuations
-
-
-class Workbench:
-    """What all sessions share: the model (loaded once, lazily), cached L1_rel curves, the training jobs."""
-
-    def __init__(self, model: str | None = None, device: str | None = None, runs_root: str = "runs",
-                 train_command=TRAIN_COMMAND, curve_prompts: int = CURVE_PROMPTS):
-        from workbench.models.adapters import default_device
-
-        self.model_path, self.explicit_device, self.curve_prompts = model, device, curve_prompts
-        self.device = device or default_device()
-        self.jobs = JobManager(runs_root, self.device, train_command)
-        self._policy = None
-        self._curves: dict[tuple[int, float], object] = {}
-        self._lock, self._curve_lock = threading.Lock(), threading.Lock()
-
-    def policy(self):
-        """The FlowPolicy, loaded on first use (WorkbenchError if the model folder is bad)."""
-        with self._lock:
-            if self._policy is None:
-                from workbench.models.adapters import load_policy
-
-                self._policy = load_policy(self.model_path, device=self.device)
-            return self._policy
-
-    def warm_up(self) -> threading.Thread:
-        """In the background: load the model and compute the default L1_rel curve (the first forward passes
-        are slow in a fresh process), so the page is interactive before the model is."""
-        def load():
-            try:
-                self.curve(DEFAULT_STEPS, 0.7)
-            except Exception:  # noqa: BLE001 - reported again, as a message, on first use
-                pass
-        thread = threading.Thread(target=load, name="load-model", daemon=True)
-        thread.start()
-        return thread
-
-    def curve(self, steps: int, noise_level: float):
-        """The L1_rel DynamicsCurve over `curve_prompts` prompts at T = steps (computed once per (T, noise))."""
-        key = (steps, round(noise_level, 4))
-        with self._curve_lock:
-            if key not in self._curves:
-                self._curves[key] = self._measure_curve(steps, noise_level)
-            return self._curves[key]
-
-    def _measure_curve(self, steps: int, noise_level: float):
-        from workbench.flow.dynamics import dynamics_curve
-        from workbench.toyworld.world import all_scenes
-
-        scenes = all_scenes()
-        n = self.curve_prompts
-        prompts = [s.prompt() for s in scenes[:: len(scenes) // n][:n]]
-        return dynamics_curve(self.policy(), prompts, SamplingConfig(group=2, steps=steps, noise_level=noise_level))
 
 
 def _tracker(progress, label: str):
@@ -116,14 +61,8 @@ def _gallery(session: Session) -> list[tuple]:
 
 
 def _filmstrip(policy, group):
-    """x0 predictions as one PIL picture: a row per trajectory, a column per (sampled) step."""
-    t = group.num_steps
-    steps = torch.linspace(0, t - 1, min(t, FILM_STEPS)).round().long()  # (S,)
-    x0 = group.x0_preds[:, steps]  # (G, S, C, h, w) latents
-    images = policy.decode(x0.flatten(0, 1).to(policy.device)).cpu()  # (G * S, 3, H, W)
-    if images.shape[-1] > THUMB:
-        images = torch.nn.functional.interpolate(images, size=(THUMB, THUMB), mode="area")
-    return filmstrip(images.unflatten(0, tuple(x0.shape[:2])), scale=max(1, 96 // images.shape[-1]))
+    """The group's x0 filmstrip as the Generate tab shows it: at most FILM_STEPS columns of THUMB-pixel cells."""
+    return x0_filmstrip(policy, group, max_columns=FILM_STEPS, thumb=THUMB)
 
 
 @guarded(7)

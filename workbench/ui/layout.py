@@ -19,6 +19,7 @@ from workbench.ui.jobs import objective_names
 from workbench.ui.learn import EXAMPLE, INTRO
 from workbench.ui.plots import empty_figure
 from workbench.ui.state import Session
+from workbench.ui.workbench import Workbench
 
 EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a small blue ring in the center on a black background",
@@ -162,7 +163,7 @@ def _learn_tab(wb, session) -> None:
               api_name="learn_example", **HEAVY)
 
 
-def build_app(wb: h.Workbench) -> gr.Blocks:
+def build_app(wb: Workbench) -> gr.Blocks:
     """The whole workbench page around one shared `Workbench` (model, curves, training jobs)."""
     parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
     with gr.Blocks(title="Chunk-GRPO Workbench") as demo:

@@ -21,9 +21,9 @@ from workbench.core.errors import WorkbenchError
 from workbench.train import store as runs
 from workbench.ui import plots
 from workbench.ui.guard import escape, guarded, ok
-from workbench.ui.handlers import Workbench
 from workbench.ui.jobs import RunView, TrainForm
 from workbench.ui.state import Session
+from workbench.ui.workbench import Workbench
 
 RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "started"]
 DEFAULT_METRIC = "reward/mean"
