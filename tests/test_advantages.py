@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.rl.advantages import ADVANTAGES, dynamic_sampling_mask, gfpo_keep_mask, refill_batch
+from workbench.rl.advantages import ADVANTAGES, AdvantageSettings, dynamic_sampling_mask, gfpo_keep_mask, refill_batch
 
 EPS = 1e-4
 
@@ -38,12 +38,12 @@ def test_grpo_clip_engages_at_five():
     assert close(adv.values[0, :7], [-(1 / 30) / (std + EPS)] * 7)
     assert adv.clipped.sum().item() == 1
     assert adv.stats()["adv/clip_frac"] == pytest.approx(1 / 30)
-    unclipped = ADVANTAGES.get("grpo")(rewards, clip=None)
+    unclipped = ADVANTAGES.get("grpo")(rewards, AdvantageSettings(clip=None))
     assert unclipped.values[0, 7].item() == pytest.approx((29 / 30) / (std + EPS), rel=1e-5)
 
 
 def test_grpo_global_std_uses_whole_batch():
-    adv = ADVANTAGES.get("grpo")(torch.tensor([[0.0, 2.0], [0.0, 4.0]]), global_std=True)
+    adv = ADVANTAGES.get("grpo")(torch.tensor([[0.0, 2.0], [0.0, 4.0]]), AdvantageSettings(global_std=True))
     std = math.sqrt(2.75)  # population std of 0, 2, 0, 4
     assert close(adv.values, [[-1 / (std + EPS), 1 / (std + EPS)], [-2 / (std + EPS), 2 / (std + EPS)]])
     per_group = ADVANTAGES.get("grpo")(torch.tensor([[0.0, 2.0], [0.0, 4.0]]))
@@ -70,7 +70,7 @@ def test_gpg_alpha_rescales_by_valid_fraction():
     assert close(adv.values, [[1.0, -1.0], [0.0, 0.0], [0.0, 0.0], [2.0, -2.0]])
     assert adv.valid_fraction == pytest.approx(0.5)
     assert not adv.needs_resample  # 0.5 is not below the default threshold 0.5
-    assert ADVANTAGES.get("gpg")(rewards, threshold=0.6).needs_resample
+    assert ADVANTAGES.get("gpg")(rewards, AdvantageSettings(gpg_threshold=0.6)).needs_resample
 
 
 def test_gpg_without_flat_groups_has_alpha_one():
@@ -80,14 +80,14 @@ def test_gpg_without_flat_groups_has_alpha_one():
 
 
 def test_gpg_all_flat_groups_do_not_divide_by_zero():
-    adv = ADVANTAGES.get("gpg")(torch.ones(3, 4), threshold=0.0)
+    adv = ADVANTAGES.get("gpg")(torch.ones(3, 4), AdvantageSettings(gpg_threshold=0.0))
     assert torch.isfinite(adv.values).all() and adv.values.eq(0).all()
     assert adv.needs_resample and adv.valid_fraction == 0.0 and math.isfinite(adv.alpha)
 
 
 def test_gfpo_keeps_top_k_and_normalises_over_kept():
     rewards = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
-    adv = ADVANTAGES.get("gfpo")(rewards, metric=torch.tensor([[4.0, 3.0, 2.0, 1.0]]), keep=2)
+    adv = ADVANTAGES.get("gfpo")(rewards, AdvantageSettings(gfpo_keep=2), metric=torch.tensor([[4.0, 3.0, 2.0, 1.0]]))
     assert adv.kept.tolist() == [[True, True, False, False]]
     assert close(adv.group_mean, [1.5]) and close(adv.group_std, [0.5])
     assert close(adv.values, [[-0.5 / (0.5 + EPS), 0.5 / (0.5 + EPS), 0.0, 0.0]])
@@ -104,7 +104,8 @@ def test_gfpo_default_keep_is_half_and_ties_go_to_lower_index():
 
 
 def test_gfpo_single_kept_sample_is_zero_variance():
-    adv = ADVANTAGES.get("gfpo")(torch.tensor([[1.0, 9.0]]), metric=torch.tensor([[0.0, 1.0]]), keep=1)
+    adv = ADVANTAGES.get("gfpo")(torch.tensor([[1.0, 9.0]]), AdvantageSettings(gfpo_keep=1),
+                                 metric=torch.tensor([[0.0, 1.0]]))
     assert adv.zero_std.tolist() == [True] and adv.values.eq(0).all()
 
 
@@ -114,7 +115,7 @@ def test_gfpo_bad_options():
         ADVANTAGES.get("gfpo")(rewards)
     for keep in (0, 5):
         with pytest.raises(WorkbenchError, match="keep must be an integer in 1..G=4"):
-            ADVANTAGES.get("gfpo")(rewards, metric=torch.rand(2, 4), keep=keep)
+            ADVANTAGES.get("gfpo")(rewards, AdvantageSettings(gfpo_keep=keep), metric=torch.rand(2, 4))
     with pytest.raises(WorkbenchError, match=r"shape \(2, 4\)"):
         ADVANTAGES.get("gfpo")(rewards, metric=torch.rand(2, 3))
 
@@ -146,12 +147,32 @@ def test_refill_batch_dapo_fills_the_batch_with_groups_that_have_variance():
     assert refill_batch([False, True, False, True, True, True], n=3, need=3) == ([0, 1, 2], False)
 
 
-def test_refill_batch_gpg_stops_at_the_threshold_and_keeps_flat_groups():
+def test_refill_batch_gpg_keeps_every_valid_group_and_fills_with_flat_ones():
     flat = [True, True, True, True, False, False, False, True]  # n = 4: round 0 all flat, round 1 three valid
-    assert refill_batch(flat, n=4, need=2) == ([0, 1, 4, 5], True)  # 2 of 4 valid: (B - M) / B = 0.5
+    assert refill_batch(flat, n=4, need=2) == ([0, 4, 5, 6], True)  # all 3 valid groups, one flat filler
     assert refill_batch(flat, n=4, need=4) == ([0, 4, 5, 6], False)  # 3 found, one flat slot left
     # round 0 already meets the threshold: it is the batch, surplus groups with variance included
     assert refill_batch([False, False, True, False], n=2, need=1) == ([0, 1], True)
+
+
+def test_refill_batch_gpg_the_issues_example():
+    # n=4, need=2; round 0 [valid, flat, flat, flat], round 1 [valid x4]: four valid groups, alpha 1
+    picks, done = refill_batch([False, True, True, True, False, False, False, False], n=4, need=2)
+    assert picks == [0, 4, 5, 6] and done
+    flat_in_batch = torch.tensor([[0.0, 1.0]] * 4)  # every picked group has variance
+    assert ADVANTAGES.get("gpg")(flat_in_batch).alpha == 1.0
+
+
+def test_estimators_share_one_signature_and_refuse_settings_they_do_not_use():
+    rewards, metric = torch.tensor([[0.0, 1.0, 2.0, 4.0]]), torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    for name in ADVANTAGES.names():
+        assert ADVANTAGES.get(name)(rewards, AdvantageSettings(), metric).values.shape == (1, 4)
+    with pytest.raises(WorkbenchError, match="'dr_grpo' does not use global_std"):
+        ADVANTAGES.get("dr_grpo")(rewards, AdvantageSettings(global_std=True))
+    with pytest.raises(WorkbenchError, match="'grpo' does not use gpg_threshold"):
+        ADVANTAGES.get("grpo")(rewards, AdvantageSettings(gpg_threshold=0.8))
+    with pytest.raises(WorkbenchError, match="clip must be > 0"):
+        AdvantageSettings(clip=0.0)
 
 
 @pytest.mark.parametrize("flat, n, need", [([False], 2, 1), ([False, True], 2, 0), ([False, True], 2, 3)])
@@ -162,7 +183,7 @@ def test_refill_batch_rejects_impossible_requests(flat, n, need):
 
 def test_tolerance_option_marks_near_flat_groups():
     rewards = torch.tensor([[1.0, 1.001], [0.0, 1.0]])
-    assert ADVANTAGES.get("grpo")(rewards, tol=0.01).zero_std.tolist() == [True, False]
+    assert ADVANTAGES.get("grpo")(rewards, AdvantageSettings(tol=0.01)).zero_std.tolist() == [True, False]
     assert ADVANTAGES.get("grpo")(rewards).zero_std.tolist() == [False, False]
 
 

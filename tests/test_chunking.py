@@ -189,7 +189,7 @@ def test_sample_chunks_count_and_no_replacement():
         assert chosen.dtype == torch.long and len(chosen) == 2 and len(set(chosen.tolist())) == 2
     assert len(sample_chunks(sizes, l1, fraction=1.0, generator=gen).unique()) == 4
     assert len(sample_chunks(sizes, l1, fraction=0.01, generator=gen)) == 1
-    assert len(sample_chunks([1] * 5, torch.ones(5), fraction=0.5, generator=gen)) == 3  # 2.5 rounds up
+    assert len(sample_chunks([1] * 5, torch.ones(5), fraction=0.5, generator=gen)) == 2  # int(2.5): GCPO's floor
     with pytest.raises(WorkbenchError, match="fraction"):
         sample_chunks(sizes, l1, fraction=0.0)
 
@@ -208,3 +208,35 @@ def test_step_mask_from_chunks():
     assert mask.nonzero().flatten().tolist() == [2, 3, 4, 9, 10, 11, 12, 13, 14, 15]
     with pytest.raises(WorkbenchError, match="0..3"):
         step_mask_from_chunks([2, 3, 4, 7], [4])
+
+
+def exact_inclusion(probs: list[float], count: int) -> list[float]:
+    """P(chunk j is among `count` successive draws without replacement), by enumerating every ordered draw."""
+    import itertools
+
+    out = [0.0] * len(probs)
+    for order in itertools.permutations(range(len(probs)), count):
+        p, left = 1.0, 1.0
+        for j in order:
+            p *= probs[j] / left
+            left -= probs[j]
+        for j in order:
+            out[j] += p
+    return out
+
+
+def test_inclusion_frequencies_match_the_weights_without_replacement():
+    """Two of five chunks drawn by weight: each chunk's inclusion frequency over many draws equals the exact
+    inclusion probability of successive weighted draws without replacement (GCPO's torch.multinomial)."""
+    gen = torch.Generator().manual_seed(1)
+    sizes = [2, 3, 4, 4, 3]
+    l1 = torch.tensor([5.0] * 2 + [3.0] * 3 + [1.0] * 4 + [0.5] * 4 + [2.0] * 3)  # chunk means 5, 3, 1, 0.5, 2
+    probs = chunk_sampling_weights(sizes, l1).tolist()
+    draws = 20000
+    counts = torch.zeros(5)
+    for _ in range(draws):
+        counts[sample_chunks(sizes, l1, fraction=0.5, generator=gen)] += 1  # int(0.5 * 5) = 2 chunks each
+    expected = torch.tensor(exact_inclusion(probs, 2))
+    assert torch.allclose(expected.sum(), torch.tensor(2.0))
+    se = (expected * (1 - expected) / draws).sqrt()
+    assert ((counts / draws - expected).abs() < 4 * se).all(), (counts / draws, expected)

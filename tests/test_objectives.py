@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.flow.sde import sde_step_with_logprob
 from workbench.rl.objectives import (
     OBJECTIVES,
     ObjectiveSettings,
@@ -17,6 +18,7 @@ from workbench.rl.objectives import (
     mixgrpo_window,
     noise_aware_weights,
     sde_window_mask,
+    transition_kl,
 )
 
 B, T = 3, 6
@@ -164,6 +166,20 @@ def test_dr_grpo_differs_only_by_normalisation():
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVES.names()))
+def test_rows_left_out_by_dynamic_sampling_change_nothing(name):
+    """A batch whose last two rows are masked out entirely (flat groups of DAPO's dynamic sampling) gives the
+    loss and gradients of the batch without those rows, for every objective (Dr. GRPO used to divide by them)."""
+    new, old, adv = _batch(scale=1e-5)
+    settings = ObjectiveSettings(chunks=[2, 4])
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[-2:] = False
+    out, grad = _run(name, new, old, adv, settings, step_mask=mask)
+    kept, kept_grad = _run(name, new[:-2], old[:-2], adv[:-2], settings)
+    assert out.loss.item() == pytest.approx(kept.loss.item(), rel=1e-9, abs=1e-12)
+    assert torch.allclose(grad[:-2], kept_grad, atol=1e-12) and grad[-2:].eq(0).all()
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES.names()))
 def test_masked_steps_change_nothing(name):
     new, old, adv = _batch()
     mask = torch.ones(B, T, dtype=torch.bool)
@@ -237,6 +253,23 @@ def test_gaussian_kl_by_hand():
     p, q = torch.distributions.Normal(0.3, 0.5), torch.distributions.Normal(-0.2, 0.5)
     one = gaussian_kl(torch.full((1, 1, 1, 1), 0.3), torch.full((1, 1, 1, 1), -0.2), torch.tensor([0.5]))
     assert one.item() == pytest.approx(torch.distributions.kl_divergence(p, q).item(), rel=1e-6)
+
+
+def test_transition_kl_forms_on_a_fixed_case():
+    """One flow_grpo step at t = 0.5 -> 0.4, a = 0.7: sigma_t = 0.7, std = 0.7 sqrt(0.1). The released code's
+    form divides the squared mean difference by 2 sigma_t^2, the exact KL by 2 std^2 = 2 sigma_t^2 (-dt)."""
+    x, v = torch.zeros(1, 1, 2, 2), torch.ones(1, 1, 2, 2)
+    out = sde_step_with_logprob(x, v, torch.tensor([0.5]), torch.tensor([0.4]), 0.7, noise=torch.zeros_like(x))
+    assert out.noise_scale.item() == pytest.approx(0.7, rel=1e-6)
+    assert out.std.item() == pytest.approx(0.7 * math.sqrt(0.1), rel=1e-6)
+    ref_mean = out.mean + 0.01  # squared mean difference 1e-4 on every element
+    released = transition_kl(out.mean, ref_mean, out.std, out.noise_scale, "flow_grpo")
+    exact = transition_kl(out.mean, ref_mean, out.std, out.noise_scale, "exact")
+    assert released.item() == pytest.approx(1e-4 / (2 * 0.49), rel=1e-4)
+    assert exact.item() == pytest.approx(1e-4 / (2 * 0.49 * 0.1), rel=1e-4)
+    assert exact.item() == pytest.approx(released.item() / 0.1, rel=1e-4)  # the exact KL is larger by 1 / -dt
+    with pytest.raises(WorkbenchError, match="unknown KL form"):
+        transition_kl(out.mean, ref_mean, out.std, out.noise_scale, "k3")
 
 
 def test_k3_kl():

@@ -136,6 +136,39 @@ def test_options_kl_chunk_sampling_noise_aware_dynamic_sampling(tmp_path):
     assert 0 < row["train/transitions"] < 2 * 2 * 3  # chunk sampling trained a part of the steps
 
 
+def test_weighted_chunk_sampling_draws_per_trajectory(tmp_path):
+    """GCPO's code draws the trained chunks for each trajectory from its own L1_rel: the (L, S) masks differ
+    between trajectories of one iteration; 'iteration' draws one set for all; int(0.5 * 3) = 1 chunk each."""
+    config = replace(TINY, iterations=1, eval_prompts=0, chunk_fraction=0.5, steps=6, chunks="2,2,2")
+    masks = {}
+    for how in ("trajectory", "iteration"):
+        trainer = Trainer(replace(config, chunk_sampling=how), tmp_path / how, fresh_policy())
+        groups = trainer.sampler.collect(1, config.sampling_config(1)).groups
+        masks[how] = trainer._chunk_mask(1, groups, torch.tensor(config.trained_steps(1)))  # (L, S)
+    for mask in masks.values():
+        assert mask.shape == (4, 6) and mask.sum(dim=1).eq(2).all()  # one chunk of 2 steps per trajectory
+    assert len({tuple(row.tolist()) for row in masks["iteration"]}) == 1
+    assert len({tuple(row.tolist()) for row in masks["trajectory"]}) > 1
+
+
+def test_kl_form_global_std_and_flow_grpo_preset(tmp_path):
+    """kl_form picks the KL's scale (the released code's by default); global_std reaches the estimator."""
+    rows = {}
+    for form in ("flow_grpo", "exact"):
+        config = replace(TINY, iterations=1, eval_prompts=0, kl_beta=0.5, kl_form=form, global_std=True)
+        Trainer(config, tmp_path / form, fresh_policy()).run()
+        rows[form] = runs.read_metrics(tmp_path / form)[-1]
+    assert 0 < rows["flow_grpo"]["loss/kl"] < rows["exact"]["loss/kl"]  # the exact form divides by -dt < 1 more
+    assert TINY.advantage_settings().global_std is False
+    assert replace(TINY, global_std=True).advantage_settings().global_std
+    f = preset("flow_grpo")
+    assert (f.sampling_steps, f.trained_steps(1), f.global_std, f.kl_form) == (10, list(range(9)), True, "flow_grpo")
+    with pytest.raises(WorkbenchError, match="'dr_grpo' does not use global_std"):
+        replace(TINY, advantage="dr_grpo", global_std=True)
+    with pytest.raises(WorkbenchError, match="kl_form"):
+        replace(TINY, kl_form="k3")
+
+
 RED_FLAT_PROMPTS = ["a small red circle in the center on a black background",
                     "a large red ring in the top left on a white background",
                     "a small blue bar in the bottom right on a gray background",
@@ -283,6 +316,8 @@ def test_presets():
     (["--resume", "/nonexistent/run"], "does not exist"),
     (["--resume", "/nonexistent/run", "--group", "4"], "only --iterations"),
     (["--model", "/nonexistent/model"], "does not exist"),
+    (["--global-std", "--advantage", "gpg"], "'gpg' does not use global_std"),
+    (["--preset", "gcpo", "--config", "c.json"], "not both"),
 ])
 def test_cli_errors(argv, message, capsys):
     assert train_main(argv) == 2

@@ -23,7 +23,8 @@ def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> Non
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
     p.add_argument("--noise-level", type=non_negative_float, default=0.7,
                    help="SDE noise level a; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
-    p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps")
+    p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps (cps log-probs are "
+                   "the full Normal density, unlike Flow-GRPO's CPS code: its clip ranges do not carry over)")
     p.add_argument("--shift", type=float, default=None, help="schedule shift (default: the model's)")
     p.add_argument("--guidance-scale", type=float, default=None,
                    help="classifier-free guidance, 1 = off (default: 1; for `sample`, the model's default_guidance)")

@@ -17,13 +17,8 @@ import json
 import sys
 from dataclasses import fields
 
-from workbench.cli.args import integer, non_negative_float, non_negative_int, number, positive_int, run_command
+from workbench.cli.args import integer, number, run_command
 from workbench.core.errors import WorkbenchError
-
-# flag destinations that are TrainConfig fields; every one defaults to None = "keep the preset's value"
-_BOOL_FLAGS = {"mixgrpo": "MixGRPO's sliding 4-step SDE window", "train_last_step": "also train the last transition",
-               "noise_aware": "TempFlow-GRPO noise-aware step weights",
-               "dynamic_sampling": "DAPO: replace groups with zero reward variance by sampling more"}
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -34,52 +29,40 @@ def _window(text: str) -> tuple[int, int]:
     return start, end
 
 
+_TYPES = {"int": integer, "float": number, "str": str, "tuple[int, int]": _window}  # TrainConfig annotations
+
+
+def _help(doc: str) -> str:
+    """A field's docstring as argparse help (% escaped)."""
+    return doc.replace("%", "%%")
+
+
 def register(subparsers) -> None:
-    """Add the `train` command to an argparse subparsers object."""
+    """Add the `train` command: its flags are TrainConfig's fields (names, types and help from the dataclass)."""
+    from workbench.core.docs import field_docs
+    from workbench.train import TrainConfig
+
     p = subparsers.add_parser("train", help="RL fine-tune a model (Chunk-GRPO, Flow-GRPO, ...) into a run folder",
                               description="Fine-tune with a registered objective; writes runs/<id>/ (config, "
-                                          "metrics.jsonl, status, samples, checkpoints).")
+                                          "metrics.jsonl, status, samples, checkpoints). Every setting flag "
+                                          "defaults to the preset's (or TrainConfig's) value.")
     p.add_argument("--preset", default=None, help="start from a named preset (embedded_demo, gcpo, flow_grpo, ...)")
+    p.add_argument("--config", default=None, metavar="FILE", help="start from a TrainConfig saved as JSON")
     p.add_argument("--out", default=None, help="run folder (default: runs/<date-time>)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     p.add_argument("--stop", default=None, metavar="RUN_DIR", help="ask a running run to stop and exit")
-    p.add_argument("--objective", help="chunk_grpo, step_grpo, gspo, gpg, dapo, dr_grpo, gfpo")
-    p.add_argument("--chunks", help="chunk sizes over the trained steps, e.g. 2,3,4,7")
-    p.add_argument("--reward", help="reward spec, e.g. adherence or adherence:1,sharpness:0.5")
-    p.add_argument("--advantage", help="grpo, dr_grpo, gpg or gfpo")
-    p.add_argument("--prompt", dest="prompts", action="append", help="a training prompt (repeatable)")
-    p.add_argument("--prompt-file", help="text file with one training prompt per line")
-    for name, kind, text in (
-            ("eval-prompts", integer, "held-out prompts for eval/reward_mean (0 = none)"),
-            ("eval-every", positive_int, "evaluate every N iterations"),
-            ("prompts-per-iteration", positive_int, "prompts (groups) per iteration, N"),
-            ("group", positive_int, "trajectories per prompt, G"), ("steps", positive_int, "trained transitions T"),
-            ("noise-level", non_negative_float, "SDE noise level a"), ("sde", str, "flow_grpo, dance_grpo or cps"),
-            ("shift", number, "schedule shift"), ("guidance-scale", number, "CFG scale during rollouts"),
-            ("window", _window, "SDE/training window START,END over the T steps"),
-            ("iterations", positive_int, "training iterations"), ("lr", number, "AdamW learning rate"),
-            ("weight-decay", non_negative_float, "AdamW weight decay"),
-            ("inner-epochs", positive_int, "passes over each iteration's transitions"),
-            ("minibatch", non_negative_int, "transitions per optimizer step (whole trajectories; 0 = all)"),
-            ("grad-accum", positive_int, "minibatches per optimizer step"),
-            ("max-grad-norm", number, "gradient-norm clip"), ("clip-low", number, "PPO clip range below 1"),
-            ("clip-high", number, "PPO clip range above 1"), ("kl-beta", non_negative_float, "KL weight"),
-            ("chunk-fraction", number, "GCPO weighted chunk sampling fraction"),
-            ("gfpo-metric", str, "GFPO filter reward spec"), ("gfpo-keep", positive_int, "GFPO samples kept"),
-            ("gpg-threshold", number, "GPG: resample while fewer groups than this fraction have variance"),
-            ("max-sample-rounds", positive_int, "most rollout rounds per iteration for DAPO / GPG refills"),
-            ("clip-path", str, "local CLIP folder for the clip_score reward"),
-            ("pickscore-path", str, "local PickScore folder for the pickscore reward"),
-            ("seed", integer, "run seed"), ("dtype", str, "float32 or bfloat16"), ("device", str, "cuda, mps or cpu"),
-            ("model", str, "local model folder (default: the embedded model)"),
-            ("lora-rank", integer, "LoRA rank (0 = full fine-tuning)"), ("lora-alpha", number, "LoRA alpha"),
-            ("sample-every", positive_int, "save rollout images every N iterations"),
-            ("checkpoint-every", positive_int, "save a checkpoint every N iterations")):
-        p.add_argument(f"--{name}", type=kind, default=None, help=text)
-    for name, text in _BOOL_FLAGS.items():
-        p.add_argument(f"--{name.replace('_', '-')}", action="store_const", const=True, default=None, help=text)
-    p.add_argument("--no-shared-noise", dest="shared_noise", action="store_const", const=False, default=None,
-                   help="independent x_T per trajectory")
+    docs = field_docs(TrainConfig)
+    for f in fields(TrainConfig):  # every flag defaults to None = "keep the preset's value"
+        kind, flag, text = f.type.removesuffix(" | None"), "--" + f.name.replace("_", "-"), _help(docs[f.name])
+        if f.name == "prompts":
+            p.add_argument("--prompt", dest="prompts", action="append", help="a training prompt (repeatable)")
+        elif kind == "bool" and f.default:
+            p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_const", const=False,
+                           default=None, help=f"turn off: {text}")
+        elif kind == "bool":
+            p.add_argument(flag, action="store_const", const=True, default=None, help=text)
+        else:
+            p.add_argument(flag, type=_TYPES[kind], default=None, help=text)
     p.set_defaults(func=cmd_train)
 
 
@@ -116,13 +99,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     if args.resume:
         extra = sorted(set(overrides) - {"iterations"}) + (["--preset"] if args.preset else []) \
-            + (["--out"] if args.out else [])
+            + (["--config"] if args.config else []) + (["--out"] if args.out else [])
         if extra:
             raise WorkbenchError(f"--resume continues a run with its saved settings; only --iterations may change "
                                  f"(drop {', '.join(extra)})")
         trainer = Trainer.resume(args.resume, iterations=overrides.get("iterations"))
     else:
-        config = preset(args.preset, **overrides) if args.preset else TrainConfig(**overrides)
+        if args.preset and args.config:
+            raise WorkbenchError("give --preset or --config, not both")
+        if args.config:
+            config = TrainConfig.from_dict({**runs.read_json(args.config), **overrides})
+        else:
+            config = preset(args.preset, **overrides) if args.preset else TrainConfig(**overrides)
         trainer = Trainer(config, runs.new_run_dir() if args.out is None else args.out)
     total = trainer.config.iterations
 

@@ -31,6 +31,7 @@ class StepOutput:
     std: torch.Tensor  # (B,) one std per sample (same for every element)
     log_prob: torch.Tensor  # (B,) mean over elements of log N(x_next; mean, std^2)
     x0_pred: torch.Tensor  # x_t - t v, the model's guess of the final image
+    noise_scale: torch.Tensor | None = None  # (B,) the SDE's sigma_t (see `step_noise_scale`); None = std
 
 
 def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
@@ -41,6 +42,10 @@ def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_n
     sigma, sigma_next: (B,) current and next noise level (t and t_next). noise_level (float or (B,)) is
     `a` for flow_grpo and cps, `eta` for dance_grpo; 0 gives the deterministic Euler step for every kind.
     sigma_max replaces t in sigma_t where t = 1 (the released code uses sigmas[1]; no division by 0).
+
+    The log-prob of every kind is the full Normal density (`gaussian_log_prob`). Flow-GRPO's released CPS
+    branch keeps only -||x_next - mean||^2 (no constants, no 1 / (2 std^2)), so its ratios move on another
+    scale and clip ranges from its CPS configs do not carry over to this one (docs/methods.md "SDE step").
     """
     x, v = x.float(), v.float()
     t = sigma.float().view(-1, 1, 1, 1)  # (B, 1, 1, 1)
@@ -68,6 +73,19 @@ def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_n
     return mean, std.reshape(-1).expand(x.shape[0])
 
 
+def step_noise_scale(std: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, kind: str) -> torch.Tensor:
+    """(B,) the noise scale sigma_t that the released code returns beside a step (its `std_dev_t`).
+
+    flow_grpo: std = sigma_t sqrt(-dt), so sigma_t = std / sqrt(-dt) = a sqrt(t / (1 - t)); dance_grpo:
+    std = eta sqrt(-dt), so it is eta; cps: the step std itself (t_next sin(a pi / 2)). Flow-GRPO's training
+    code divides its KL term by 2 sigma_t^2 (docs/methods.md, "KL to the reference").
+    """
+    if kind == "cps":
+        return std
+    neg_dt = (sigma.float() - sigma_next.float()).reshape(-1).expand_as(std)  # (B,) -dt > 0
+    return std / neg_dt.sqrt()
+
+
 def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Mean over elements of log N(x_next; mean, std^2): (B, C, H, W), (B,) -> (B,)."""
     std4 = std.float().view(-1, 1, 1, 1)
@@ -93,4 +111,4 @@ def sde_step_with_logprob(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor,
     log_prob = gaussian_log_prob(x_next, mean, torch.where(deterministic, torch.ones_like(std), std))
     log_prob = torch.where(deterministic, torch.zeros_like(log_prob), log_prob)
     x0_pred = x.float() - sigma.float().view(-1, 1, 1, 1) * v.float()
-    return StepOutput(x_next, mean, std, log_prob, x0_pred)
+    return StepOutput(x_next, mean, std, log_prob, x0_pred, step_noise_scale(std, sigma, sigma_next, kind))

@@ -1,6 +1,8 @@
-"""Group-relative advantage estimators (METHODS.md section 2).
+"""Group-relative advantage estimators (docs/methods.md, "Advantages").
 
-Every estimator takes the rewards of N groups (prompts) of G samples each and returns an `Advantages`:
+Every estimator has one signature, `fn(rewards (N, G), settings: AdvantageSettings, metric (N, G) | None)
+-> Advantages`, for N groups (prompts) of G samples; each reads the settings it uses and refuses the ones
+it does not (so the trainer never branches on estimator names):
 
     GRPO / Flow-GRPO (arXiv 2505.05470)  A_i = (r_i - mean_G r) / (std_G r + eps), clipped to +-5
     Dr. GRPO (arXiv 2503.20783)          A_i = r_i - mean_G r
@@ -19,7 +21,7 @@ groups of several sampling rounds make up a batch when DAPO or GPG sample more t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -31,6 +33,44 @@ ADVANTAGES = Registry("advantage estimator")
 EPS = 1e-4  # Flow-GRPO's std offset
 CLIP = 5.0  # Flow-GRPO and GCPO clip advantages to +-5
 TOL = 1e-6  # reward std below this counts as zero variance
+
+
+@dataclass
+class AdvantageSettings:
+    """Settings of the advantage estimators; each estimator uses a subset and refuses the others' non-defaults."""
+
+    eps: float = EPS
+    """Std offset in the denominator (Flow-GRPO 1e-4); grpo, gfpo."""
+    clip: float | None = CLIP
+    """Clip advantages to +-clip (Flow-GRPO, GCPO: 5); None = no clipping. All estimators (see docs/methods.md)."""
+    tol: float = TOL
+    """Reward std below which a group counts as zero-variance. All estimators."""
+    global_std: bool = False
+    """grpo: divide by the population std of the whole batch (N*G rewards), Flow-GRPO's `global_std`."""
+    gpg_threshold: float = 0.5
+    """gpg: needs_resample when fewer than this fraction of samples are in groups with variance (code: 0.5)."""
+    gfpo_keep: int | None = None
+    """gfpo: samples kept per group by the metric; None = G // 2 (paper: 8 of 16)."""
+
+    def __post_init__(self):
+        if self.tol < 0:
+            raise WorkbenchError(f"tol must be >= 0, got {self.tol}")
+        if self.clip is not None and not self.clip > 0:
+            raise WorkbenchError(f"clip must be > 0 or None (no clipping), got {self.clip}")
+        if not self.eps >= 0:
+            raise WorkbenchError(f"eps must be >= 0, got {self.eps}")
+        if not 0.0 <= self.gpg_threshold <= 1.0:
+            raise WorkbenchError(f"gpg threshold is a fraction of valid samples and must be in [0, 1], "
+                                 f"got {self.gpg_threshold}")
+
+    def only(self, estimator: str, *used: str) -> AdvantageSettings:
+        """Self, after checking that the settings `estimator` does not use are at their defaults."""
+        unused = [f.name for f in fields(self) if f.name not in ("tol", "clip", *used)
+                  and getattr(self, f.name) != f.default]
+        if unused:
+            raise WorkbenchError(f"the advantage estimator '{estimator}' does not use {', '.join(unused)}; "
+                                 "leave it at its default or choose the estimator that does")
+        return self
 
 
 @dataclass
@@ -76,13 +116,6 @@ def _check_rewards(rewards: torch.Tensor) -> torch.Tensor:
     return rewards if rewards.is_floating_point() else rewards.float()
 
 
-def _check_options(tol: float, clip: float | None) -> None:
-    if tol < 0:
-        raise WorkbenchError(f"tol must be >= 0, got {tol}")
-    if clip is not None and clip <= 0:
-        raise WorkbenchError(f"clip must be > 0 or None (no clipping), got {clip}")
-
-
 def _clip(values: torch.Tensor, clip: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Clip (N, G) values to +-clip; also return which were clipped."""
     if clip is None:
@@ -105,56 +138,56 @@ def _centered(r: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor, 
 
 
 @ADVANTAGES.register("grpo")
-def grpo(rewards: torch.Tensor, eps: float = EPS, clip: float | None = CLIP, tol: float = TOL,
-         global_std: bool = False) -> Advantages:
+def grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
+         metric: torch.Tensor | None = None) -> Advantages:
     """GRPO / Flow-GRPO: A = (r - mean_G) / (std + eps), clipped to +-clip; rewards (N, G).
 
-    global_std=True divides by the population std of the whole batch (N*G rewards) instead of each
+    settings.global_std divides by the population std of the whole batch (N*G rewards) instead of each
     group's, as Flow-GRPO's `global_std` option; zero-variance groups still get 0.
     """
+    s = (settings or AdvantageSettings()).only("grpo", "eps", "global_std")
     r = _check_rewards(rewards)
-    _check_options(tol, clip)
-    mean, std, zero_std, centered = _centered(r, tol)
-    scale = r.std(unbiased=False).expand_as(std) if global_std else std  # (N,)
-    values, clipped = _clip(centered / (scale[:, None] + eps), clip)  # (N, G)
+    mean, std, zero_std, centered = _centered(r, s.tol)
+    scale = r.std(unbiased=False).expand_as(std) if s.global_std else std  # (N,)
+    values, clipped = _clip(centered / (scale[:, None] + s.eps), s.clip)  # (N, G)
     return Advantages(values=values, group_mean=mean, group_std=std, zero_std=zero_std,
                       kept=torch.ones_like(r, dtype=torch.bool), clipped=clipped,
                       valid_fraction=_valid_fraction(zero_std))
 
 
 @ADVANTAGES.register("dr_grpo")
-def dr_grpo(rewards: torch.Tensor, clip: float | None = None, tol: float = TOL) -> Advantages:
-    """Dr. GRPO (arXiv 2503.20783): A = r - mean_G, no std normalisation; rewards (N, G). No clip by default."""
+def dr_grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
+            metric: torch.Tensor | None = None) -> Advantages:
+    """Dr. GRPO (arXiv 2503.20783): A = r - mean_G, no std normalisation; rewards (N, G), clipped to +-clip."""
+    s = (settings or AdvantageSettings()).only("dr_grpo")
     r = _check_rewards(rewards)
-    _check_options(tol, clip)
-    mean, std, zero_std, centered = _centered(r, tol)
-    values, clipped = _clip(centered, clip)  # (N, G)
+    mean, std, zero_std, centered = _centered(r, s.tol)
+    values, clipped = _clip(centered, s.clip)  # (N, G)
     return Advantages(values=values, group_mean=mean, group_std=std, zero_std=zero_std,
                       kept=torch.ones_like(r, dtype=torch.bool), clipped=clipped,
                       valid_fraction=_valid_fraction(zero_std))
 
 
 @ADVANTAGES.register("gpg")
-def gpg(rewards: torch.Tensor, threshold: float = 0.5, clip: float | None = None, tol: float = TOL) -> Advantages:
+def gpg(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
+        metric: torch.Tensor | None = None) -> Advantages:
     """GPG (arXiv 2504.02546, AMAP-ML/GPG): A = alpha (r - mean_G), alpha = B / (B - M); rewards (N, G).
 
     B = N*G samples, M of them in zero-variance groups. alpha rescales the batch-mean gradient so that
-    flat groups do not dilute it. needs_resample is set when (B - M) / B < threshold (the code then
-    resamples, up to 20 rounds). If every group is flat (M = B) the values are 0, alpha is reported
-    as 1.0 (there is nothing to rescale) and needs_resample is True.
+    flat groups do not dilute it. needs_resample is set when (B - M) / B < settings.gpg_threshold (the
+    code then resamples, up to 20 rounds). If every group is flat (M = B) the values are 0, alpha is
+    reported as 1.0 (there is nothing to rescale) and needs_resample is True.
     """
+    s = (settings or AdvantageSettings()).only("gpg", "gpg_threshold")
     r = _check_rewards(rewards)
-    _check_options(tol, clip)
-    if not 0.0 <= threshold <= 1.0:
-        raise WorkbenchError(f"gpg threshold is a fraction of valid samples and must be in [0, 1], got {threshold}")
-    mean, std, zero_std, centered = _centered(r, tol)
+    mean, std, zero_std, centered = _centered(r, s.tol)
     valid_fraction = _valid_fraction(zero_std)
     alpha = 1.0 / valid_fraction if valid_fraction > 0 else 1.0  # B / (B - M)
-    values, clipped = _clip(alpha * centered, clip)  # (N, G)
+    values, clipped = _clip(alpha * centered, s.clip)  # (N, G)
     return Advantages(values=values, group_mean=mean, group_std=std, zero_std=zero_std,
                       kept=torch.ones_like(r, dtype=torch.bool), clipped=clipped, alpha=alpha,
                       valid_fraction=valid_fraction,
-                      needs_resample=valid_fraction == 0 or valid_fraction < threshold)
+                      needs_resample=valid_fraction == 0 or valid_fraction < s.gpg_threshold)
 
 
 def gfpo_keep_mask(metric: torch.Tensor, keep: int) -> torch.Tensor:
@@ -169,15 +202,16 @@ def gfpo_keep_mask(metric: torch.Tensor, keep: int) -> torch.Tensor:
 
 
 @ADVANTAGES.register("gfpo")
-def gfpo(rewards: torch.Tensor, metric: torch.Tensor | None = None, keep: int | None = None,
-         eps: float = EPS, clip: float | None = CLIP, tol: float = TOL) -> Advantages:
-    """GFPO (arXiv 2508.09726): GRPO over the top-`keep` samples of each group by `metric`; rewards (N, G).
+def gfpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
+         metric: torch.Tensor | None = None) -> Advantages:
+    """GFPO (arXiv 2508.09726): GRPO over the top-k samples of each group by `metric`; rewards (N, G).
 
-    metric (N, G): the filtering score, higher is kept. keep: k in 1..G, default G // 2 (paper: G=16,
-    k=8). Mean and population std are taken over the kept set only; rejected samples get advantage 0.
+    metric (N, G): the filtering score, higher is kept. k = settings.gfpo_keep in 1..G, default G // 2
+    (paper: G=16, k=8). Mean and population std are taken over the kept set only; rejected samples get 0.
     """
+    s = (settings or AdvantageSettings()).only("gfpo", "eps", "gfpo_keep")
+    eps, clip, tol = s.eps, s.clip, s.tol
     r = _check_rewards(rewards)
-    _check_options(tol, clip)
     n, g = r.shape
     if metric is None:
         raise WorkbenchError("gfpo needs `metric`, an (N, G) score per sample used to keep the top-k; "
@@ -185,7 +219,7 @@ def gfpo(rewards: torch.Tensor, metric: torch.Tensor | None = None, keep: int | 
     if not isinstance(metric, torch.Tensor) or metric.shape != r.shape or not torch.isfinite(metric).all():
         shape = tuple(metric.shape) if isinstance(metric, torch.Tensor) else type(metric).__name__
         raise WorkbenchError(f"gfpo metric must be a finite tensor of the rewards' shape {(n, g)}, got {shape}")
-    keep = g // 2 if keep is None else keep
+    keep = g // 2 if s.gfpo_keep is None else s.gfpo_keep
     if not isinstance(keep, int) or not 1 <= keep <= g:
         raise WorkbenchError(f"gfpo keep must be an integer in 1..G={g}, got {keep}")
     kept = gfpo_keep_mask(metric, keep)  # (N, G)
@@ -207,7 +241,8 @@ def dynamic_sampling_mask(rewards: torch.Tensor, tol: float = TOL) -> torch.Tens
     does the resampling, this only says which groups carry signal.
     """
     r = _check_rewards(rewards)
-    _check_options(tol, None)
+    if tol < 0:
+        raise WorkbenchError(f"tol must be >= 0, got {tol}")
     return r.std(dim=1, unbiased=False) >= tol  # (N,)
 
 
@@ -215,20 +250,20 @@ def refill_batch(flat: list[bool], n: int, need: int) -> tuple[list[int], bool]:
     """Which of the groups sampled so far form a batch of n, and whether it holds `need` groups with variance.
 
     flat: one flag per sampled group in sampling order (round 0's n groups first, then each further
-    round's), True for zero reward variance. The batch keeps round 0's groups with variance, adds groups
-    with variance from later rounds until it holds `need` of them, then fills its remaining slots with
-    the earliest flat groups. Returns (sorted indices into `flat`, len n), and True once the need is met.
+    round's), True for zero reward variance. The batch takes every group with variance, earliest first, up
+    to n, and fills the slots left with the earliest flat groups. Returns (sorted indices into `flat`,
+    len n), and True once `need` groups with variance were found (the caller stops sampling then).
       DAPO dynamic sampling (arXiv 2503.14476): need = n, "sample more until the batch is full"; the flat
         groups left in an unfilled batch do not train.
-      GPG (arXiv 2504.02546): need = ceil(threshold * n), resample until the valid fraction (B - M) / B
-        reaches the threshold; flat groups stay in the batch and count in alpha = B / (B - M).
+      GPG (arXiv 2504.02546; its trainer keeps every valid group across rounds and uses flat groups only
+        as filler): need = ceil(threshold * n), resample until the valid fraction reaches the threshold;
+        flat groups in the batch count in alpha = B / (B - M).
 
         refill_batch([True, False, False, True], n=2, need=2)  # ([1, 2], True): slot 0 refilled by round 1
+        refill_batch([False, True, True, True] + [False] * 4, n=4, need=2)  # ([0, 4, 5, 6], True): alpha 1
     """
     if not 1 <= need <= n <= len(flat):
         raise WorkbenchError(f"refill_batch needs 1 <= need ({need}) <= n ({n}) <= sampled groups ({len(flat)})")
-    valid = [i for i, f in enumerate(flat) if not f]
-    first = [i for i in valid if i < n]  # round 0's groups with variance all stay
-    taken = first + [i for i in valid if i >= n][:max(0, need - len(first))]
+    taken = [i for i, f in enumerate(flat) if not f][:n]
     fill = [i for i, f in enumerate(flat) if f][:n - len(taken)]
     return sorted(taken + fill), len(taken) >= need

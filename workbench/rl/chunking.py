@@ -284,13 +284,15 @@ def sample_chunks(sizes: Sequence[int], l1_rel: torch.Tensor, fraction: float = 
                   generator: torch.Generator | None = None) -> torch.Tensor:
     """GCPO weighted chunk sampling: LongTensor of distinct chunk indices, sorted ascending.
 
-    Draws max(1, round(fraction * K)) chunks without replacement (torch.multinomial) with the
-    probabilities of `chunk_sampling_weights`; round is half-up (0.5 * 5 chunks -> 3).
+    Draws max(1, int(fraction * K)) chunks (GCPO's code: `int(num_chunks * timestep_fraction)`, i.e. the
+    floor; at least one so that something trains) without replacement (torch.multinomial) with the
+    probabilities of `chunk_sampling_weights`. GCPO draws for each trajectory from its own L1_rel
+    (docs/methods.md "Weighted chunk sampling"); pass that trajectory's curve (T,).
     """
     if not 0.0 < fraction <= 1.0:
         raise WorkbenchError(f"chunk sampling fraction must be in (0, 1], got {fraction}")
     probs = chunk_sampling_weights(sizes, l1_rel).double()  # (K,)
-    count = max(1, math.floor(fraction * len(probs) + 0.5))
+    count = max(1, int(fraction * len(probs) + 1e-9))
     positive = int((probs > 0).sum())
     if positive < count:
         raise WorkbenchError(f"only {positive} of {len(probs)} chunks have l1_rel mass > 0, cannot draw {count} "

@@ -213,7 +213,7 @@ def _step_objective(inputs: PolicyInputs, settings: ObjectiveSettings, reduce: s
 
     reduce: "trajectory" (mean over trained steps of each trajectory, then over trajectories),
     "token" (mean over all trained steps of the batch, DAPO) or "constant" (sum over steps / T,
-    then mean over the batch, Dr. GRPO).
+    then mean over the trajectories with a trained step, Dr. GRPO).
     """
     mask = inputs.trained()  # (B, T)
     l = _log_ratio(inputs, mask)  # (B, T)
@@ -224,8 +224,9 @@ def _step_objective(inputs: PolicyInputs, settings: ObjectiveSettings, reduce: s
         policy_loss = _mean_over_units(per_step, mask)
     elif reduce == "token":
         policy_loss = per_step.sum() / mask.sum()
-    else:
-        policy_loss = (per_step.sum(dim=1) / l.shape[1]).mean()
+    else:  # Dr. GRPO: a constant normaliser T, then the mean over the trajectories that train (rows left out by
+        # dynamic sampling are not in the batch, as in the other objectives; docs/methods.md "Dr. GRPO")
+        policy_loss = (per_step.sum(dim=1) / l.shape[1])[mask.any(dim=1)].mean()
     return _finish(policy_loss, inputs, settings, mask, l, mask, clipped)
 
 
@@ -318,6 +319,27 @@ def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -
     """
     sq = (mean.float() - ref_mean.float()).pow(2).flatten(1).mean(dim=1)  # (B,)
     return sq / (2 * std.float() ** 2)
+
+
+KL_FORMS = ("flow_grpo", "exact")
+
+
+def transition_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor, noise_scale: torch.Tensor,
+                  form: str = "flow_grpo") -> torch.Tensor:
+    """Per-step KL term to the reference policy, (B,): mean over elements of ||mean - ref_mean||^2 / (2 s^2).
+
+    The policy and the reference share the step's std, so only their means differ (Flow-GRPO, docs/methods.md
+    "KL to the reference"). The two forms differ in s:
+      "exact":     s = std = sigma_t sqrt(-dt), the exact KL between the two Gaussians of the transition
+                   (what the Flow-GRPO paper, arXiv 2505.05470, writes).
+      "flow_grpo": s = noise_scale = sigma_t, without sqrt(-dt), as in Flow-GRPO's released training code
+                   (scripts/train_sd3.py divides by 2 std_dev_t^2); it is the exact KL divided by -dt, so 4-112x
+                   larger on a 10-step SD3 schedule, and its betas (0.01-0.04) are tuned for it. The default.
+    mean, ref_mean: (B, C, H, W); std, noise_scale: (B,) (`StepOutput.std`, `StepOutput.noise_scale`).
+    """
+    if form not in KL_FORMS:
+        raise WorkbenchError(f"unknown KL form '{form}'; valid forms: {', '.join(KL_FORMS)}")
+    return gaussian_kl(mean, ref_mean, noise_scale if form == "flow_grpo" else std)
 
 
 def k3_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,13 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import torch
+
 from workbench.core.errors import WorkbenchError
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rl.advantages import ADVANTAGES
+from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
-from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, mixgrpo_window
+from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
 
 
 @dataclass
@@ -34,6 +36,8 @@ class TrainConfig:
     """Local PickScore folder (a CLIP model, arXiv 2305.01569) for the reward 'pickscore'."""
     advantage: str = "grpo"
     """Advantage estimator from ADVANTAGES: grpo (Flow-GRPO), dr_grpo, gpg (arXiv 2504.02546), gfpo."""
+    global_std: bool = False
+    """grpo: divide by the std of all rewards of the iteration instead of each group's (Flow-GRPO SD3 configs)."""
     prompts: list[str] | None = None
     """Training prompts; None = the prompts of the world's training scenes (never the held-out ones)."""
     prompt_file: str | None = None
@@ -51,7 +55,9 @@ class TrainConfig:
     noise_level: float = 0.7
     """SDE noise level a (Flow-GRPO 0.7; eta for dance_grpo, angle fraction for cps)."""
     sde: str = "flow_grpo"
-    """SDE kind: flow_grpo (arXiv 2505.05470), dance_grpo, cps (arXiv 2509.05952)."""
+    """SDE kind: flow_grpo (arXiv 2505.05470), dance_grpo, cps (arXiv 2509.05952). cps log-probs are the full
+    Normal density; Flow-GRPO's CPS code drops the constants and the 1 / (2 std^2) factor, so clip ranges from
+    its CPS configs (1e-5) do not carry over (docs/methods.md "SDE step")."""
     shift: float | None = None
     """Schedule shift; None = the model's default (3 for the embedded model, GCPO uses 3)."""
     guidance_scale: float = 1.0
@@ -84,11 +90,17 @@ class TrainConfig:
     clip_high: float | None = None
     """Clip range above 1; None = clip_low (DAPO clip-higher, GSPO 4e-4)."""
     kl_beta: float = 0.0
-    """Weight of the closed-form KL to the initial model (Flow-GRPO 0.01-0.04; 0 in GCPO); see `embedded_demo`."""
+    """Weight of the closed-form KL to the initial model (Flow-GRPO 0.01-0.04; 0 in GCPO); see docs/tuning.md."""
+    kl_form: str = "flow_grpo"
+    """KL term's scale: flow_grpo (Flow-GRPO's released code, ||dmu||^2 / 2 sigma_t^2, what its betas are tuned
+    for) or exact (the transition's exact Gaussian KL, ||dmu||^2 / 2 sigma_t^2 (-dt)); docs/methods.md."""
     noise_aware: bool = False
     """TempFlow-GRPO (arXiv 2508.04324) step weights proportional to the step std."""
     chunk_fraction: float | None = None
-    """GCPO weighted chunk sampling: train this fraction of chunks, drawn by L1_rel (paper 0.5); None = all."""
+    """GCPO weighted chunk sampling: train int(fraction * K) chunks, drawn by L1_rel (paper 0.5); None = all."""
+    chunk_sampling: str = "trajectory"
+    """Weighted chunk sampling per trajectory from its own L1_rel (GCPO's code) or once per iteration from the
+    batch-mean curve ("iteration")."""
     dynamic_sampling: bool = False
     """DAPO (arXiv 2503.14476): replace groups with zero reward variance by sampling more rounds until the
     batch is full (at most max_sample_rounds); flat groups left in an unfilled batch do not train."""
@@ -123,11 +135,13 @@ class TrainConfig:
         if isinstance(self.window, list):
             self.window = tuple(self.window)
         OBJECTIVES.get(self.objective)  # unknown names raise, listing the valid ones
-        ADVANTAGES.get(self.advantage)
+        estimator = ADVANTAGES.get(self.advantage)
         self._check_counts()
         self._check_prompts()
         self._check_options()
         self.sampling_config(1)  # validates steps, window, noise level, sde
+        flat = torch.zeros(1, self.group)  # a dummy group: the estimator itself refuses settings it does not use
+        estimator(flat, self.advantage_settings(), flat)
         self.check_batches()
 
     def _check_counts(self) -> None:
@@ -171,10 +185,15 @@ class TrainConfig:
         if self.lr <= 0 or self.max_grad_norm <= 0 or self.weight_decay < 0:
             raise WorkbenchError("lr and max_grad_norm must be > 0 and weight_decay >= 0")
         self.objective_settings()  # validates clip_low, clip_high, kl_beta
+        if self.kl_form not in KL_FORMS:
+            raise WorkbenchError(f"kl_form must be one of {', '.join(KL_FORMS)}, got '{self.kl_form}'")
         if self.dtype not in ("float32", "bfloat16"):
             raise WorkbenchError(f"dtype must be float32 or bfloat16, got '{self.dtype}'")
         if self.chunk_fraction is not None and not 0 < self.chunk_fraction <= 1:
             raise WorkbenchError(f"chunk_fraction must be in (0, 1] or None, got {self.chunk_fraction}")
+        if self.chunk_sampling not in ("trajectory", "iteration"):
+            raise WorkbenchError(f"chunk_sampling must be 'trajectory' (GCPO) or 'iteration', "
+                                 f"got '{self.chunk_sampling}'")
         if (self.advantage == "gfpo") != (self.gfpo_metric is not None):
             raise WorkbenchError("advantage 'gfpo' and gfpo_metric go together: set both (e.g. gfpo_metric="
                                  "'sharpness') or neither")
@@ -259,6 +278,11 @@ class TrainConfig:
         return SamplingConfig(group=self.group, steps=self.sampling_steps, noise_level=self.noise_level,
                               sde=self.sde, shift=self.shift, window=self.sde_window(iteration),
                               guidance_scale=self.guidance_scale, shared_noise=self.shared_noise, seed=seed)
+
+    def advantage_settings(self) -> AdvantageSettings:
+        """The advantage estimator's settings (an estimator refuses settings it does not use)."""
+        return AdvantageSettings(global_std=self.global_std, gpg_threshold=self.gpg_threshold,
+                                 gfpo_keep=self.gfpo_keep)
 
     def objective_settings(self) -> ObjectiveSettings:
         chunks = parse_chunk_spec(self.chunks, len(self.trained_steps(1))) if self.objective == "chunk_grpo" else None

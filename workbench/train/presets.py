@@ -57,13 +57,14 @@ def gcpo_weighted() -> TrainConfig:
 
 @PRESETS.register("flow_grpo")
 def flow_grpo() -> TrainConfig:
-    """Flow-GRPO (arXiv 2505.05470) SD3 recipe: step ratios, LoRA, KL to the base model."""
+    """Flow-GRPO (arXiv 2505.05470) SD3 recipe (its config/grpo.py, geneval_sd3): step ratios, LoRA, KL to the base."""
     return TrainConfig(objective="step_grpo",
                        group=24,  # paper: group 24
-                       steps=10, train_last_step=True,  # paper: 10 training steps, every one trained
+                       steps=9,  # sample 10 steps, train the first 9: timestep_fraction 0.99, int(10 * 0.99) = 9
+                       global_std=True,  # config sample.global_std = True: one reward std for the whole batch
                        lr=3e-4, lora_rank=32,  # paper: LoRA r 32 / alpha 64, lr 3e-4
-                       clip_low=1e-4,  # paper: clip 1e-4
-                       kl_beta=0.04)  # paper: beta 0.04 for GenEval
+                       clip_low=1e-4,  # config train.clip_range 1e-4
+                       kl_beta=0.04)  # GenEval and OCR beta 0.04 (PickScore 0.01), released code's KL form
 
 
 @PRESETS.register("dance_grpo")

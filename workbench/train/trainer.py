@@ -32,7 +32,7 @@ from workbench.flow.sampler import ode_sample, transition
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
-from workbench.rl.objectives import OBJECTIVES, PolicyInputs, gaussian_kl, noise_aware_weights
+from workbench.rl.objectives import OBJECTIVES, PolicyInputs, noise_aware_weights, transition_kl
 from workbench.train import store as runs
 from workbench.train.config import TrainConfig
 from workbench.train.distributed import gather, init_distributed, sync_gradients
@@ -91,7 +91,7 @@ class _Stored:
     advantages: torch.Tensor  # (L,)
     rows: torch.Tensor  # (L,) bool, trajectories that train (dynamic sampling drops flat groups)
     cond: Conditioning  # L rows
-    step_mask: torch.Tensor  # (S,) bool, chunk sampling
+    step_mask: torch.Tensor  # (L, S) bool, the steps each trajectory trains (chunk sampling)
     step_weights: torch.Tensor | None  # (S,) noise-aware weights
     steps: torch.Tensor  # (S,) trained step indices
     sigmas: torch.Tensor  # (T + 1,)
@@ -164,6 +164,7 @@ class Trainer:
         self.metric_fn = build_reward(cfg.gfpo_metric, **folders) if cfg.gfpo_metric else None
         self.settings = cfg.objective_settings()
         self.objective = OBJECTIVES.get(cfg.objective)
+        self.estimator, self.advantage_settings = ADVANTAGES.get(cfg.advantage), cfg.advantage_settings()
         self.pool = cfg.prompt_pool()
         for prompt in self.pool:
             self.policy.check_prompt(prompt)
@@ -203,7 +204,7 @@ class Trainer:
                 batch = self.sampler.collect(it, scfg)
                 t1 = time.perf_counter()
                 # 3. group-relative advantages (N, G); with dynamic sampling flat groups do not train
-                adv = self._advantages(batch.rewards, batch.metric)
+                adv = self.estimator(batch.rewards, self.advantage_settings, batch.metric)
                 keep = ~batch.flat if cfg.dynamic_sampling else torch.ones(len(batch.flat), dtype=torch.bool)  # (N,)
                 mine = slice(self.dist.rank, None, self.dist.world)
                 t2 = time.perf_counter()
@@ -234,14 +235,6 @@ class Trainer:
         return self._finish(state, start)
 
     # -------------------------------------------------------------------------------- stages
-    def _advantages(self, rewards: torch.Tensor, metric: torch.Tensor | None):
-        fn = ADVANTAGES.get(self.config.advantage)
-        if self.config.advantage == "gfpo":
-            return fn(rewards, metric=metric, keep=self.config.gfpo_keep)
-        if self.config.advantage == "gpg":
-            return fn(rewards, threshold=self.config.gpg_threshold)
-        return fn(rewards)
-
     def _store(self, it: int, groups: list[TrajectoryGroup], scfg: SamplingConfig, adv: torch.Tensor,
                keep: torch.Tensor) -> _Stored:
         """This process's transitions of the iteration, on the device, with their masks and constants."""
@@ -258,16 +251,29 @@ class Trainer:
             steps=steps, sigmas=groups[0].sigmas.to(dev), config=scfg)
 
     def _chunk_mask(self, it: int, groups: list[TrajectoryGroup], steps: torch.Tensor) -> torch.Tensor:
-        """(S,) bool: all steps, or GCPO's weighted sample of chunks drawn by the mean L1_rel over all groups."""
-        cfg = self.config
+        """(L, S) bool: every step, or GCPO's weighted sample of chunks (docs/methods.md "Weighted chunk sampling").
+
+        Per trajectory (GCPO's code): each draws from its own L1_rel curve with a generator seeded by
+        (seed, iteration, global trajectory index), so the draws do not depend on the number of processes.
+        Per iteration: one draw from the mean curve of every trajectory of the iteration, for all.
+        """
+        cfg, g = self.config, self.config.group
         if cfg.chunk_fraction is None:
-            return torch.ones(len(steps), dtype=torch.bool)
-        sizes = parse_chunk_spec(cfg.chunks, len(steps))
+            return torch.ones(len(groups) * g, len(steps), dtype=torch.bool)
         l1 = torch.cat([relative_change(grp.states) for grp in groups])[:, steps]  # (L, S)
-        parts = gather((l1.sum(0), l1.shape[0]), self.dist)
-        curve = sum(p[0] for p in parts) / sum(p[1] for p in parts)  # (S,)
-        gen = torch.Generator().manual_seed(_seed(cfg.seed, it, 1))
-        return step_mask_from_chunks(sizes, sample_chunks(sizes, curve, cfg.chunk_fraction, gen))
+        sizes = parse_chunk_spec(cfg.chunks, len(steps))
+        if cfg.chunk_sampling == "iteration":
+            parts = gather((l1.sum(0), l1.shape[0]), self.dist)
+            curve = sum(p[0] for p in parts) / sum(p[1] for p in parts)  # (S,)
+            gen = torch.Generator().manual_seed(_seed(cfg.seed, it, 1))
+            return step_mask_from_chunks(sizes, sample_chunks(sizes, curve, cfg.chunk_fraction, gen)).expand_as(l1)
+        rows = []
+        for row, curve in enumerate(l1):  # local trajectory row = local group i * G + j
+            i, j = divmod(row, g)
+            index = (i * self.dist.world + self.dist.rank) * g + j  # its index in the iteration's global order
+            gen = torch.Generator().manual_seed(_seed(cfg.seed, it, 1, index))
+            rows.append(step_mask_from_chunks(sizes, sample_chunks(sizes, curve, cfg.chunk_fraction, gen)))
+        return torch.stack(rows)  # (L, S)
 
     def _update(self, it: int, stored: _Stored) -> dict[str, float]:
         """Inner epochs over shuffled minibatches of whole trajectories; returns the averaged diagnostics."""
@@ -283,7 +289,7 @@ class Trainer:
                     (out.loss / cfg.grad_accum).backward()
                     stats.append(out.stats() | self._chunk_stats(out))
                     trained += float(stored.rows[idx].sum())
-                    transitions += float(stored.step_mask.sum()) * float(stored.rows[idx].sum())
+                    transitions += float((stored.step_mask[idx] & stored.rows[idx, None]).sum())
                 if (b + 1) % cfg.grad_accum == 0:
                     norm = self._optimizer_step(trained)
                     norms += [] if norm is None else [norm]
@@ -304,7 +310,7 @@ class Trainer:
     def _loss(self, stored: _Stored, idx: torch.Tensor):
         """Objective on the trajectories idx: re-score their trained transitions with gradient."""
         m, s = len(idx), len(stored.steps)
-        mask = stored.step_mask[None, :] & stored.rows[idx, None]  # (M, S)
+        mask = stored.step_mask[idx] & stored.rows[idx, None]  # (M, S)
         if not bool(mask.any()):
             return None
         x = stored.states[idx][:, stored.steps].flatten(0, 1)  # (M * S, C, H, W), row m * S + s
@@ -317,7 +323,8 @@ class Trainer:
             if self.reference is not None:
                 with torch.no_grad():
                     ref = transition(self.reference, x, stored.sigmas, step, cond, stored.config, x_next=x_next)
-                kl = gaussian_kl(out.mean, ref.mean, out.std).view(m, s)  # (M, S)
+                kl = transition_kl(out.mean, ref.mean, out.std, out.noise_scale, self.config.kl_form)
+                kl = kl.view(m, s)  # (M, S)
         inputs = PolicyInputs(out.log_prob.view(m, s), stored.old_log_prob[idx], stored.advantages[idx],
                               step_mask=mask, step_weights=stored.step_weights, kl=kl)
         return self.objective(inputs, self.settings)
