@@ -1,4 +1,4 @@
-"""Advantage estimators (METHODS.md section 2) on small hand-computed groups."""
+"""Advantage estimators (docs/methods.md "Advantages") on small hand-computed groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chunk schedules, chunk reductions, chunkers and weighted chunk sampling (GCPO, METHODS.md section 4)."""
+"""Chunk schedules, chunk reductions, chunkers and weighted chunk sampling (GCPO; docs/methods.md "Chunk schedules")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Invariants of the SDE step (METHODS.md section 1)."""
+"""Invariants of the SDE step (docs/methods.md "SDE step")."""
 
 import math
 

@@ -30,13 +30,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def non_negative_int(text: str) -> int:
-    value = integer(text, "an integer >= 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value
-
-
 def non_negative_float(text: str) -> float:
     value = number(text)
     if value < 0:

@@ -1,4 +1,4 @@
-"""Temporal dynamics of generation (GCPO arXiv 2510.21583, METHODS.md section 4).
+"""Temporal dynamics of generation (GCPO arXiv 2510.21583; docs/methods.md "Temporal dynamics").
 
 L1_rel(t) = ||x_t - x_{t-1}||_1 / ||x_t||_1 along a sampled trajectory: how much one step changes the
 latent, relative to its size. GCPO finds the curve prompt-invariant and step-dependent and cuts chunks

@@ -1,5 +1,5 @@
 """Sampling loops over a `FlowPolicy`: the deterministic Euler ODE, and grouped SDE trajectories with
-exact log-probs (`sample_group`, Flow-GRPO arXiv 2505.05470, METHODS.md section 1)."""
+exact log-probs (`sample_group`, Flow-GRPO arXiv 2505.05470; docs/methods.md "SDE step")."""
 
 from __future__ import annotations
 

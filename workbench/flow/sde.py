@@ -1,4 +1,4 @@
-"""One stochastic sampling step with its exact log-probability (METHODS.md section 1).
+"""One stochastic sampling step with its exact log-probability (docs/methods.md "SDE step").
 
 Adapted from flow_grpo's `sde_step_with_logprob` (yifan123/flow_grpo, flow_grpo/diffusers_patch/
 sd3_sde_with_logprob.py): rewritten as pure functions over tensors with explicit sigmas instead of a

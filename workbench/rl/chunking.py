@@ -1,4 +1,4 @@
-"""Chunk schedules over the T trained denoising steps (GCPO, arXiv 2510.21583; METHODS.md sections 3-4).
+"""Chunk schedules over the T trained denoising steps (GCPO, arXiv 2510.21583; docs/methods.md "Chunk schedules").
 
 A schedule is a list of K positive chunk sizes summing to T, e.g. the paper's [2, 3, 4, 7] for 16
 trained transitions. The chunk log-ratio is the mean of the step log-ratios inside the chunk

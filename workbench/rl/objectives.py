@@ -1,4 +1,4 @@
-"""Policy objectives over per-step log-probs: step GRPO, Chunk-GRPO and relatives (METHODS.md section 3).
+"""Policy objectives over per-step log-probs: step GRPO, Chunk-GRPO and relatives (docs/methods.md "Objectives").
 
 Every objective has one signature, `fn(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput`,
 and is registered in `OBJECTIVES` (verl's `register_policy_loss`). Shapes: B trajectories, T transitions,
@@ -9,8 +9,8 @@ K chunks. A "trained unit" is a step (step objectives) or a chunk with at least 
     out = objective(PolicyInputs(log_prob, old_log_prob, advantages), ObjectiveSettings(chunks=[2, 3, 4, 7]))
     out.loss.backward()
 
-Also here: the KL helpers (Flow-GRPO closed form, k3 estimator), TempFlow-GRPO's noise-aware step weights
-and the SDE window helpers (Flow-GRPO-Fast, MixGRPO).
+Also here: the KL term to the reference (Flow-GRPO's closed form), TempFlow-GRPO's noise-aware step weights
+and MixGRPO's sliding SDE window.
 """
 
 from __future__ import annotations
@@ -342,12 +342,6 @@ def transition_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor,
     return gaussian_kl(mean, ref_mean, noise_scale if form == "flow_grpo" else std)
 
 
-def k3_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tensor:
-    """k3 estimator of KL(p_theta || p_ref): exp(l_ref) - l_ref - 1, l_ref = log p_ref - log p_theta (any shape)."""
-    l_ref = ref_log_prob - log_prob
-    return l_ref.exp() - l_ref - 1
-
-
 def noise_aware_weights(stds: torch.Tensor) -> torch.Tensor:
     """TempFlow-GRPO (arXiv 2508.04324) step weights proportional to the step std sigma_t sqrt(-dt).
 
@@ -359,16 +353,6 @@ def noise_aware_weights(stds: torch.Tensor) -> torch.Tensor:
     if not bool(noisy.any()):
         raise WorkbenchError("every step std is 0 (pure ODE); noise-aware weights need some SDE steps")
     return stds.float() / stds.float()[noisy].mean()
-
-
-def sde_window_mask(num_steps: int, start: int, size: int) -> torch.Tensor:
-    """(T,) bool, True on the SDE window [start, start + size) (Flow-GRPO-Fast, MixGRPO); step 0 = most noise."""
-    if size < 1 or start < 0 or start + size > num_steps:
-        raise WorkbenchError(f"SDE window start={start} size={size} must lie inside 0..{num_steps}; "
-                             f"need size >= 1 and start + size <= {num_steps}")
-    mask = torch.zeros(num_steps, dtype=torch.bool)
-    mask[start:start + size] = True
-    return mask
 
 
 def mixgrpo_window(iteration: int, num_steps: int, size: int = 4, shift_every: int = 25) -> tuple[int, int]:

@@ -1,17 +1,16 @@
-"""Short RL fine-tunes of a flow policy: the `Trainer` loop (settings and presets: `train_config.py`).
+"""Short RL fine-tunes of a flow policy: the `Trainer` loop (settings: `config.py`, presets: `presets.py`).
 
-One iteration (METHODS.md sections 1-3): sample G SDE trajectories for each of N prompts (Flow-GRPO)
-and score the final images (`rollout.py`; DAPO and GPG sample more rounds to replace zero-variance
-groups), turn the (N, G) rewards into group-relative advantages, then re-score the stored transitions
-with gradient (`sampler.transition`) and minimise the registered objective (step GRPO, Chunk-GRPO /
-GCPO, GSPO, GPG, ...) with AdamW. Everything random derives from (seed, iteration), so a run stopped
-and resumed equals a run straight through.
+One iteration (docs/methods.md, "SDE step" to "KL to the reference"): sample G SDE trajectories for each
+of N prompts (Flow-GRPO) and score the final images (`rollout.py`; DAPO and GPG sample more rounds to
+replace zero-variance groups), turn the (N, G) rewards into group-relative advantages, then re-score the
+stored transitions with gradient (`sampler.transition`) and minimise the registered objective (step GRPO,
+Chunk-GRPO / GCPO, GSPO, GPG, ...) with AdamW. Everything random derives from (seed, iteration), so a run
+stopped and resumed equals a run straight through.
 
 The trainer emits `TrainerEvent`s to a plain callback and writes the run store (`workbench.train.store`);
 the app runs it as a subprocess and reads the store. Under `torchrun` / `accelerate launch` every
 process takes the groups r::world of an iteration (`distributed.py`), gradients are averaged across
-processes and only rank 0 writes. What trains (all weights or LoRA) is set up in `trainable.py`.
-"""
+processes and only rank 0 writes. What trains (all weights or LoRA) is set up in `trainable.py`."""
 
 from __future__ import annotations
 
