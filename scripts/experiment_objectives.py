@@ -32,9 +32,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from workbench.core.files import atomic_write
 from workbench.rl.chunking import CHUNKERS
 from workbench.train import TrainConfig, Trainer
-from workbench.train import store as runs
+from workbench.train.store import RunStore
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
 
@@ -56,11 +57,11 @@ def variants(base: TrainConfig) -> dict[str, TrainConfig]:
 
 def run_one(config: TrainConfig, run_dir: Path, policy_factory) -> list[dict]:
     """Train one config into run_dir (fresh) and return its metrics rows."""
-    if (run_dir / runs.CONFIG).exists():
+    if RunStore(run_dir).holds_run():
         import shutil
         shutil.rmtree(run_dir)
     Trainer(config, run_dir, policy_factory()).run()
-    return runs.read_metrics(run_dir)
+    return RunStore(run_dir).metrics()
 
 
 def eval_curve(rows: list[dict]) -> tuple[list[int], list[float]]:
@@ -130,7 +131,7 @@ def write_report(out: Path, table: list[tuple[str, list[float], float]], base: f
         lines.append(f"| {name} | {mean:.4f} +- {std:.4f} | {delta} | {clip_frac:.3f} |")
     lines += ["", "![held-out reward curves](objectives_curves.png)", "",
               f"Curves drawn with {plotter}.", "", "Reproduce:", "", "```", command, "```", ""]
-    return runs.atomic_write(out / "objectives.md", "\n".join(lines))
+    return atomic_write(out / "objectives.md", "\n".join(lines))
 
 
 def main() -> None:

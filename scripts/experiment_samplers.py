@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from workbench.core.files import atomic_write
 from workbench.core.imaging import speckle
 from workbench.flow.sampler import ode_sample, sample_groups
 from workbench.models.embedded import EmbeddedPolicy
@@ -37,7 +38,7 @@ from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import measure_credit
 from workbench.toyworld.world import split_scenes
 from workbench.train import TrainConfig, Trainer
-from workbench.train import store as runs
+from workbench.train.store import RunStore
 
 VARIANTS = {  # name -> TrainConfig overrides (the sampler part of a run)
     "flow_grpo": {},
@@ -76,7 +77,7 @@ def fine_tune(config: TrainConfig, seeds: int, root: Path) -> list[tuple[float, 
     for seed in range(seeds):
         run_dir = Path(tempfile.mkdtemp(dir=root)) / "run"
         Trainer(replace(config, seed=seed), run_dir, EmbeddedPolicy.load()).run()
-        evals = [r["eval/reward_mean"] for r in runs.read_metrics(run_dir) if r.get("eval/reward_mean") is not None]
+        evals = [r["eval/reward_mean"] for r in RunStore(run_dir).metrics() if r.get("eval/reward_mean") is not None]
         out.append((evals[0], evals[-1]))
         print(f"    seed {seed}: held-out {evals[0]:.4f} -> {evals[-1]:.4f}", flush=True)
     return out
@@ -123,7 +124,7 @@ def main() -> None:
         lines.append(f"| {name} | {ro['speckle']:.4f} | {ro['adherence']:.4f} | {ro['group_std']:.4f} | "
                      f"{cr['step']:.3f} | {cr['chunk']:.3f} | {tune} (mean {mean_after:.3f}) |")
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    path = runs.atomic_write(Path(args.out) / "samplers.md", "\n".join(lines) + "\n")
+    path = atomic_write(Path(args.out) / "samplers.md", "\n".join(lines) + "\n")
     print(f"wrote {path}")
 
 

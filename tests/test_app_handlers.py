@@ -21,11 +21,13 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import read_json, write_json
 from workbench.rl.chunking import CHUNKERS
-from workbench.train import store as runs
+from workbench.train import TrainConfig
+from workbench.train.store import CONFIG, STATUS, RunStore
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
-from workbench.ui.jobs import TrainForm
+from workbench.ui.layout import build_app
 from workbench.ui.state import Session, merge_at, split_at
 from workbench.ui.workbench import Workbench
 
@@ -34,9 +36,12 @@ FAKE_TRAIN = textwrap.dedent('''
     """Fake `workbench train`: writes the run-folder files the real trainer writes, honours STOP."""
     import argparse, json, os, sys, time
     p = argparse.ArgumentParser()
-    p.add_argument("--out"); p.add_argument("--iterations", type=int); p.add_argument("--mode", default="ok")
+    p.add_argument("--out"); p.add_argument("--config"); p.add_argument("--mode", default="ok")
     args, _ = p.parse_known_args()
     out = args.out
+    with open(args.config) as f:
+        config = json.load(f)
+    args.iterations = config["iterations"]
     if args.mode == "slow_start":
         time.sleep(60)
     os.makedirs(out, exist_ok=True)
@@ -44,7 +49,7 @@ FAKE_TRAIN = textwrap.dedent('''
         with open(os.path.join(out, name + ".tmp"), "w") as f:
             json.dump(obj, f)
         os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
-    write("config.json", {"argv": sys.argv[1:], "iterations": args.iterations, "objective": "chunk_grpo"})
+    write("config.json", config)
     def status(state, it):
         write("status.json", {"state": state, "iteration": it, "pid": os.getpid(), "error": None,
                               "started": time.time()})
@@ -103,7 +108,8 @@ def is_skip(value) -> bool:
 
 def start(wb, session=None, iterations=3, **kw):
     args = dict(objective="chunk_grpo", reward="adherence", chunks="2,2", lr=3e-5, iterations=iterations, group=2,
-                steps=4, lora_rank=0) | kw
+                steps=4, lora_rank=0, sde="flow_grpo", window="") | kw
+    assert tuple(args) == rh.FORM_FIELDS
     return rh.start_run(wb, *args.values(), session or Session())
 
 
@@ -244,19 +250,17 @@ def test_filmstrip_of_long_trajectories_shows_at_most_16_steps(wb):
 
 
 # --------------------------------------------------------------------------- fine-tune
-def test_train_form_matches_the_train_command_line(tmp_path):
-    form = TrainForm(objective="gspo", reward="adherence:1,sharpness:0.5", chunks="4,4", lr=1e-4, iterations=2,
-                     group=4, steps=8, lora_rank=4, model="/m")
-    args = form.args(tmp_path / "r")
-    if importlib.util.find_spec("workbench.cli.train") is None:
-        pytest.skip("workbench.cli.train is not there yet")
-    from workbench.cli.main import build_parser
-    from workbench.cli.train import config_overrides
-
-    parsed = build_parser().parse_args(["train", *args])
-    assert config_overrides(parsed) | {"out": parsed.out, "preset": parsed.preset} == {
-        "objective": "gspo", "reward": "adherence:1,sharpness:0.5", "chunks": "4,4", "lr": 1e-4, "iterations": 2,
-        "group": 4, "steps": 8, "lora_rank": 4, "model": "/m", "out": str(tmp_path / "r"), "preset": "gspo"}
+def test_the_form_builds_a_train_config_and_its_controls_start_at_its_defaults(model_dir):
+    wb = Workbench(model=str(model_dir), device="cpu")
+    config = rh.form_config(wb, "gspo", "adherence:1,sharpness:0.5", "4,4", 1e-4, 2, 4, 8, 4, "cps", "0,8")
+    assert (config.objective, config.reward, config.chunks, config.lr, config.iterations, config.group, config.steps,
+            config.lora_rank, config.sde, config.window, config.model) == (
+        "gspo", "adherence:1,sharpness:0.5", "4,4", 1e-4, 2, 4, 8, 4, "cps", (0, 8), str(model_dir))
+    assert (config.clip_low, config.clip_high) == (3e-4, 4e-4)  # the gspo preset's
+    demo = build_app(wb).config["components"]
+    default = {c["props"].get("elem_id"): c["props"].get("value") for c in demo}
+    assert default["train-iterations"] == TrainConfig().iterations and default["train-chunks"] == TrainConfig().chunks
+    assert default["train-sde"] == TrainConfig().sde
 
 
 @pytest.mark.parametrize("objective, expected", [
@@ -265,22 +269,20 @@ def test_train_form_matches_the_train_command_line(tmp_path):
     ("gfpo", {"advantage": "gfpo", "gfpo_metric": "sharpness"}),
     ("chunk_grpo", {"advantage": "grpo", "dynamic_sampling": False, "minibatch_size": 4 * 8}),
 ])
-def test_train_form_brings_each_method_with_its_companions(tmp_path, objective, expected):
-    from workbench.cli.main import build_parser
-    from workbench.cli.train import config_overrides
-    from workbench.train import TrainConfig, preset
-
-    parsed = build_parser().parse_args(["train", *TrainForm(objective=objective, chunks="8", group=4,
-                                                             steps=8).args(tmp_path / "r")])
-    overrides = config_overrides(parsed)
-    config = preset(parsed.preset, **overrides) if parsed.preset else TrainConfig(**overrides)
+def test_the_form_brings_each_method_with_its_companions(model_dir, objective, expected):
+    config = rh.form_config(Workbench(model=str(model_dir), device="cpu"), objective, "adherence", "8", 3e-5, 3, 4,
+                            8, 0, "flow_grpo", "")
     assert config.objective == objective and (config.group, config.steps) == (4, 8)
     assert {k: getattr(config, k) for k in expected} == expected
 
 
 @pytest.mark.parametrize("field, value, message", [("objective", "ppo", "unknown objective 'ppo'"),
-                                                   ("chunks", "2,3", "sum to 5"), ("lr", -1, "learning rate"),
+                                                   ("chunks", "2,3", "sum to 5"), ("lr", -1, "lr and max_grad_norm"),
                                                    ("iterations", 0, "iterations must be"),
+                                                   ("iterations", 10**12, "at most 2000 in the app"),
+                                                   ("lr", float("nan"), "learning rate must be a finite number"),
+                                                   ("sde", "ode", "unknown SDE kind"),
+                                                   ("window", "0-8", "START,END"),
                                                    ("reward", "", "reward spec is empty")])
 def test_start_with_bad_settings_is_a_message_and_starts_nothing(tmp_path, model_dir, field, value, message):
     wb = fake_workbench(tmp_path, model_dir)
@@ -295,11 +297,12 @@ def test_start_busy_poll_stop(tmp_path, model_dir):
     assert status.startswith("✓ started run") and timer.active
     other = start(wb)  # a second session
     assert msg(other) == f"⚠ busy: run {run_id} is using the cpu; stop it or wait for it to end"
-    assert wait_for(lambda: len(runs.read_metrics(wb.jobs.root / run_id)) >= 2)
+    assert wait_for(lambda: len(RunStore(wb.jobs.root / run_id).metrics()) >= 2)
     fig, _, timer, text = rh.poll_run(wb, session)
     assert "running" in text and timer.active and {t.name for t in fig.data} >= {"reward/mean", "chunk/ratio_mean_1"}
-    argv = runs.read_json(wb.jobs.root / run_id / "config.json")["argv"]
-    assert argv[argv.index("--objective") + 1] == "chunk_grpo" and argv[argv.index("--chunks") + 1] == "2,2"
+    saved = read_json(wb.jobs.root / run_id / "config.json")  # the process received the app's TrainConfig
+    expected = rh.form_config(wb, "chunk_grpo", "adherence", "2,2", 3e-5, 200, 2, 4, 0, "flow_grpo", "")
+    assert TrainConfig.from_dict(saved) == expected
     assert "stop requested" in msg(rh.stop_run(wb, session))
     assert wait_for(lambda: not wb.jobs._jobs[run_id].alive)
     fig, _, timer, text = rh.poll_run(wb, session)
@@ -330,11 +333,11 @@ def test_a_running_run_on_disk_makes_the_device_busy(tmp_path, model_dir):
     wb = fake_workbench(tmp_path, model_dir)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "workbench"])
     try:
-        folder = runs.new_run_dir(wb.jobs.root, "cli-run")
-        runs.write_json(folder / runs.CONFIG, {})
-        runs.write_json(folder / runs.STATUS, {"state": "running", "iteration": 1, "pid": other.pid})
+        folder = RunStore.create(wb.jobs.root, "cli-run").path
+        write_json(folder / CONFIG, {})
+        write_json(folder / STATUS, {"state": "running", "iteration": 1, "pid": other.pid})
         assert "busy: run cli-run" in msg(start(wb))
-        runs.write_json(folder / runs.STATUS, {"state": "running", "iteration": 1, "pid": 2**22 + 7})  # stale
+        write_json(folder / STATUS, {"state": "running", "iteration": 1, "pid": 2**22 + 7})  # stale
         assert wb.jobs.busy() is None
     finally:
         other.kill()
@@ -356,13 +359,13 @@ def test_real_training_run_two_iterations(tmp_path, model_dir):
 
 # --------------------------------------------------------------------------- runs
 def make_run(root: Path, name: str, rewards: list[float], checkpoint: bool = False) -> Path:
-    path = runs.new_run_dir(root, name)
-    runs.write_json(path / runs.CONFIG, {"objective": "step_grpo", "iterations": len(rewards)})
-    runs.write_status(path, "finished", len(rewards), started=1000.0 + len(rewards))
+    path = RunStore.create(root, name).path
+    write_json(path / CONFIG, {"objective": "step_grpo", "iterations": len(rewards)})
+    RunStore(path).write_status("finished", len(rewards), started=1000.0 + len(rewards))
     for i, r in enumerate(rewards, start=1):
-        runs.append_metrics(path, {"iteration": i, "reward/mean": r, "loss/policy": -r})
+        RunStore(path).append_metrics({"iteration": i, "reward/mean": r, "loss/policy": -r})
     if checkpoint:
-        runs.save_checkpoint(path, len(rewards), {"w": torch.ones(2)}, {"step": 1})
+        RunStore(path).save_checkpoint(len(rewards), {"w": torch.ones(2)}, {"step": 1})
     return path
 
 

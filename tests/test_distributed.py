@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from workbench.models.embedded import build_embedded, save_embedded
 from workbench.train import TrainConfig, Trainer
-from workbench.train import store as runs
+from workbench.train.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = dict(group=2, steps=3, chunks="1,2", iterations=2, prompts_per_iteration=2, eval_prompts=2, eval_every=1,
@@ -60,7 +60,7 @@ def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
     train_on_two_processes(tmp_path, CONFIG)
     config = CONFIG | {"model": str(tmp_path / "model")}
 
-    run = runs.load_run(tmp_path / "run")
+    run = RunStore.open(tmp_path / "run").info()
     assert run.state == "finished" and [r["iteration"] for r in run.metrics] == [0, 1, 2]
     for row in run.metrics[1:]:
         assert row["rollout/groups"] == 2 and row["rollout/trajectories"] == 4
@@ -70,7 +70,7 @@ def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
     # iteration 1 samples the initial model, so its rewards match a single-process run of the same seed
     single = Trainer(TrainConfig(**config), tmp_path / "single")
     single.run()
-    solo = runs.read_metrics(tmp_path / "single")
+    solo = RunStore(tmp_path / "single").metrics()
     assert abs(solo[1]["reward/mean"] - run.metrics[1]["reward/mean"]) < 1e-4
     assert abs(solo[1]["reward/std"] - run.metrics[1]["reward/std"]) < 1e-4
 
@@ -82,7 +82,7 @@ def test_two_processes_refill_in_step(tmp_path):
 
     train_on_two_processes(tmp_path, CONFIG | {"reward": "red_flat", "prompts": RED_FLAT_PROMPTS,
                                                "dynamic_sampling": True, "iterations": 3, "eval_prompts": 0})
-    rows = runs.load_run(tmp_path / "run").metrics
+    rows = RunStore.open(tmp_path / "run").info().metrics
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/kept_groups"] == 2 and r["train/transitions"] == 2 * 2 * 3 for r in rows)
     assert any(r["rollout/rounds"] > 1 for r in rows)

@@ -1,123 +1,190 @@
-"""The run store: folders, atomic writes, metrics lines, status, checkpoints, listing, comparison, CSV."""
+"""The run store: folders, atomic writes, metrics lines, status, checkpoints, listing, comparison, CSV, damage."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.train import store as runs
+from workbench.core.files import write_json
+from workbench.train.store import (
+    CONFIG,
+    METRICS,
+    STATUS,
+    RunStore,
+    compare_runs,
+    export_csv,
+    list_runs,
+    load_checkpoint,
+)
 
 
 def make_run(root, name: str, rewards: list[float], state: str = "finished", started: float = 0.0):
-    path = runs.new_run_dir(root, name)
-    runs.write_json(path / runs.CONFIG, {"objective": "chunk_grpo"})
-    runs.write_status(path, state, len(rewards), started=started)
+    store = RunStore.create(root, name)
+    store.write_config({"objective": "chunk_grpo"})
+    store.write_status(state, len(rewards), started=started)
     for i, r in enumerate(rewards, start=1):
-        runs.append_metrics(path, {"iteration": i, "reward/mean": r, **({"eval/reward_mean": r} if i == 2 else {})})
-    return path
+        store.append_metrics({"iteration": i, "reward/mean": r, **({"eval/reward_mean": r} if i == 2 else {})})
+    return store.path
 
 
-def test_new_run_dir_names_and_clashes(tmp_path):
-    a = runs.new_run_dir(tmp_path, "demo")
+def test_create_names_and_clashes(tmp_path):
+    a = RunStore.create(tmp_path, "demo").path
     assert a == tmp_path / "demo" and a.is_dir()
-    assert runs.new_run_dir(tmp_path, "demo") == a  # an empty folder may be reused
+    assert RunStore.create(tmp_path, "demo").path == a  # an empty folder may be reused
     (a / "config.json").write_text("{}")
     with pytest.raises(WorkbenchError, match="already exists"):
-        runs.new_run_dir(tmp_path, "demo")
+        RunStore.create(tmp_path, "demo")
     with pytest.raises(WorkbenchError, match="plain folder name"):
-        runs.new_run_dir(tmp_path, "a/b")
-    first = runs.new_run_dir(tmp_path)
+        RunStore.create(tmp_path, "a/b")
+    first = RunStore.create(tmp_path).path
     (first / "x").write_text("busy")
-    second = runs.new_run_dir(tmp_path)
+    second = RunStore.create(tmp_path).path
     assert second != first and second.name.startswith(first.name[:8])
+
+
+def test_a_new_run_never_goes_into_a_used_folder_or_a_file(tmp_path):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine")
+    with pytest.raises(WorkbenchError, match="not empty and holds no run"):
+        RunStore(tmp_path / "used").check_fresh()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(WorkbenchError, match="is a file"):
+        RunStore(tmp_path / "file").check_fresh()
+    RunStore(tmp_path / "new").check_fresh()  # missing is fine
 
 
 def test_atomic_write_keeps_the_old_file_when_the_write_crashes(tmp_path, monkeypatch):
     path = tmp_path / "status.json"
-    runs.write_json(path, {"state": "running"})
+    write_json(path, {"state": "running"})
 
     def crash(*args):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", crash)
     with pytest.raises(WorkbenchError, match="No space left"):
-        runs.write_json(path, {"state": "finished"})
+        write_json(path, {"state": "finished"})
     assert json.loads(path.read_text()) == {"state": "running"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json"]  # no temporary file left behind
 
 
 def test_metrics_lines_torn_tail_and_truncate(tmp_path):
+    store = RunStore(tmp_path)
     for i in range(4):
-        runs.append_metrics(tmp_path, {"iteration": i, "loss/policy": float("nan") if i == 1 else i / 10})
-    with open(tmp_path / runs.METRICS, "a") as f:
+        store.append_metrics({"iteration": i, "loss/policy": float("nan") if i == 1 else i / 10})
+    with open(tmp_path / METRICS, "a") as f:
         f.write('{"iteration": 4, "rew')  # a crash mid-line
-    rows = runs.read_metrics(tmp_path)
+    rows = store.metrics()
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3] and rows[1]["loss/policy"] is None
-    runs.truncate_metrics(tmp_path, 2)
-    assert [r["iteration"] for r in runs.read_metrics(tmp_path)] == [0, 1, 2]
-    assert (tmp_path / runs.METRICS).read_text().endswith("\n")
+    store.append_metrics({"iteration": 4, "reward/mean": 0.5})  # the row after a torn line is kept, not glued on
+    assert [r["iteration"] for r in store.metrics()] == [0, 1, 2, 3, 4]
+    store.truncate_metrics(2)
+    assert [r["iteration"] for r in store.metrics()] == [0, 1, 2]
+    assert (tmp_path / METRICS).read_text().endswith("\n")
+
+
+def test_garbage_metrics_and_odd_rows_are_skipped(tmp_path):
+    (tmp_path / METRICS).write_bytes(os.urandom(300) + b'\n{"iteration": 1, "x": 2}\n[1, 2]\n{"iteration": "3"}\n')
+    assert RunStore(tmp_path).metrics() == [{"iteration": 1, "x": 2}]
 
 
 def test_status_load_list_and_stop(tmp_path):
     old = make_run(tmp_path, "old", [0.1, 0.2], started=1.0)
     new = make_run(tmp_path, "new", [0.3], state="running", started=2.0)
     (tmp_path / "not_a_run").mkdir()
-    listed = runs.list_runs(tmp_path)
+    listed = list_runs(tmp_path)
     assert [r.name for r in listed] == ["new", "old"]
-    info = runs.load_run(old)
+    info = RunStore.open(old).info()
     assert info.state == "finished" and info.status["pid"] == os.getpid() and info.status["iteration"] == 2
     assert info.series("reward/mean") == ([1, 2], [0.1, 0.2]) and info.series("eval/reward_mean") == ([2], [0.2])
-    assert runs.list_runs(tmp_path / "missing") == []
-    runs.request_stop(new)
-    assert runs.stop_requested(new) and not runs.stop_requested(old)
-    runs.clear_stop(new)
-    assert not runs.stop_requested(new)
+    assert list_runs(tmp_path / "missing") == []
+    assert RunStore(new).request_stop() is not None  # 'running' in this very process
+    assert RunStore(new).stop_requested() and not RunStore(old).stop_requested()
+    RunStore(new).clear_stop()
+    assert not RunStore(new).stop_requested()
+    assert RunStore(old).request_stop() is None and not RunStore(old).stop_requested()  # finished: no STOP file
+
+
+def test_a_run_whose_process_is_gone_is_interrupted(tmp_path):
+    path = make_run(tmp_path, "gone", [0.1], state="running")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    status = json.loads((path / STATUS).read_text())
+    write_json(path / STATUS, {**status, "pid": dead.pid, "pid_start": None})
+    assert RunStore(path).info().state == "interrupted"
+    write_json(path / STATUS, {**status, "pid_start": -1})  # this pid, but another process's start time
+    assert RunStore(path).info().state == "interrupted"
+
+
+def test_one_damaged_run_is_listed_as_damaged_and_hides_nothing(tmp_path):
+    good = make_run(tmp_path, "good", [0.1, 0.2], started=1.0)
+    bad = make_run(tmp_path, "bad", [0.3], started=2.0)
+    (bad / STATUS).write_bytes(b"\x00{not json")
+    (bad / METRICS).write_bytes(os.urandom(200))
+    listed = {r.name: r for r in list_runs(tmp_path)}
+    assert listed["good"].state == "finished" and listed["bad"].state == "damaged"
+    assert "status.json" in listed["bad"].damaged
+    assert compare_runs([good], "reward/mean")["good"]["last"] == 0.2
 
 
 def test_bad_paths_are_workbench_errors(tmp_path):
     with pytest.raises(WorkbenchError, match="does not exist"):
-        runs.load_run(tmp_path / "missing")
+        RunStore.open(tmp_path / "missing")
     (tmp_path / "plain").mkdir()
     with pytest.raises(WorkbenchError, match="not a run folder"):
-        runs.request_stop(tmp_path / "plain")
+        RunStore(tmp_path / "plain").request_stop()
     (tmp_path / "file").write_text("x")
     with pytest.raises(WorkbenchError, match="is a file"):
-        runs.list_runs(tmp_path / "file")
+        list_runs(tmp_path / "file")
     with pytest.raises(WorkbenchError, match="unknown run state"):
-        runs.write_status(tmp_path / "plain", "sleeping", 0)
+        RunStore(tmp_path / "plain").write_status("sleeping", 0)
 
 
 def test_compare_runs_and_export_csv(tmp_path):
     a = make_run(tmp_path, "a", [0.1, 0.2, 0.4])
     b = make_run(tmp_path, "b", [0.3, 0.5])
-    cmp = runs.compare_runs([a, b], "reward/mean")
+    cmp = compare_runs([a, b], "reward/mean")
     assert cmp["a"] == {"iterations": [1, 2, 3], "values": [0.1, 0.2, 0.4], "last": 0.4}
     assert cmp["b"]["last"] == 0.5
     with pytest.raises(WorkbenchError, match="logged metrics: eval/reward_mean, reward/mean"):
-        runs.compare_runs([a, b], "reward/nope")
-    out = runs.export_csv(a, tmp_path / "a.csv")
+        compare_runs([a, b], "reward/nope")
+    out = export_csv(RunStore(a).info(), tmp_path / "a.csv")
     rows = list(csv.DictReader(out.open()))
     assert list(rows[0]) == ["iteration", "eval/reward_mean", "reward/mean"]
     assert [r["reward/mean"] for r in rows] == ["0.1", "0.2", "0.4"] and rows[0]["eval/reward_mean"] == ""
 
 
 def test_checkpoints_roundtrip_and_keep_only_the_latest(tmp_path):
+    store = RunStore(tmp_path)
     w = {"layer.weight": torch.arange(6.0).view(2, 3)}
     opt = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(2, 3)}}, "param_groups": [{"lr": 0.1}]}
-    assert runs.latest_checkpoint(tmp_path) is None
-    runs.save_checkpoint(tmp_path, 1, w, opt)
-    runs.save_checkpoint(tmp_path, 2, {"layer.weight": w["layer.weight"] + 1}, opt)
-    folder = runs.latest_checkpoint(tmp_path)
-    assert folder.name == "iter_0002"
-    assert sorted(p.name for p in folder.parent.iterdir()) == ["iter_0002", "latest.json"]
-    iteration, weights, state = runs.load_checkpoint(folder)
-    assert iteration == 2 and torch.equal(weights["layer.weight"], w["layer.weight"] + 1)
+    assert store.latest_checkpoint() is None
+    store.save_checkpoint(1, w, opt)
+    store.save_checkpoint(2, {"layer.weight": w["layer.weight"] + 1}, opt)
+    checkpoint = store.latest_checkpoint()
+    assert checkpoint.folder.name == "iter_0002"
+    assert sorted(p.name for p in checkpoint.folder.parent.iterdir()) == ["iter_0002", "latest.json"]
+    assert checkpoint.iteration == 2 and torch.equal(checkpoint.weights["layer.weight"], w["layer.weight"] + 1)
+    state = checkpoint.optimizer_state
     assert torch.equal(state["state"][0]["exp_avg"], torch.ones(2, 3)) and state["param_groups"][0]["lr"] == 0.1
-    (folder / "optimizer.pt").write_bytes(b"garbage")
+    (checkpoint.folder / "optimizer.pt").write_bytes(b"garbage")
     with pytest.raises(WorkbenchError, match="corrupted"):
-        runs.load_checkpoint(folder)
+        load_checkpoint(checkpoint.folder)
+    assert store.latest_checkpoint() is None  # the only checkpoint is damaged: nothing complete to resume
+
+
+def test_latest_pointer_never_leads_outside_the_run(tmp_path):
+    store, other = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
+    store.save_checkpoint(1, {"w": torch.ones(1)}, {"step": 1})
+    other.save_checkpoint(5, {"w": torch.zeros(1)}, {"step": 5})
+    write_json(tmp_path / "a" / "checkpoints" / "latest.json", {"iteration": 5, "dir": "../../b/checkpoints/iter_0005"})
+    assert store.latest_checkpoint().iteration == 1  # its own complete checkpoint, not b's
+    (tmp_path / "a" / "checkpoints" / "latest.json").write_text("{}")
+    assert store.latest_checkpoint().iteration == 1
+    assert CONFIG == "config.json"

@@ -12,7 +12,7 @@ from workbench.cli.train import main as train_main
 from workbench.core.errors import WorkbenchError
 from workbench.models.embedded import EmbeddedPolicy, build_embedded, save_embedded
 from workbench.train import PRESETS, TrainConfig, Trainer, load_trained_policy, preset
-from workbench.train import store as runs
+from workbench.train.store import RunStore
 
 # 2 prompts x 2 trajectories x 3 trained steps: each iteration takes well under a second on one core
 TINY = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, eval_every=2,
@@ -40,7 +40,7 @@ def test_loop_writes_run_store_and_metrics(tmp_path):
     policy, events = fresh_policy(), []
     before = weights(policy)
     summary = Trainer(TINY, tmp_path / "run", policy).run(callback=events.append)
-    run = runs.load_run(tmp_path / "run")
+    run = RunStore.open(tmp_path / "run").info()
     assert run.state == "finished" and run.status["iteration"] == 2 and summary.state == "finished"
     assert [r["iteration"] for r in run.metrics] == [0, 1, 2]
     assert set(run.metrics[0]) >= {"eval/reward_mean"} and "reward/mean" not in run.metrics[0]
@@ -53,8 +53,8 @@ def test_loop_writes_run_store_and_metrics(tmp_path):
     assert [p.name for p in run.samples()] == ["iter_0001.png", "iter_0002.png"]
     assert TrainConfig.from_dict(run.config) == TINY
     kinds = [e.kind for e in events]
-    assert kinds == ["iteration", "iteration", "samples", "iteration", "samples", "checkpoint", "finished"]
-    _, saved, _ = runs.load_checkpoint(runs.latest_checkpoint(tmp_path / "run"))
+    assert kinds == ["started", "iteration", "iteration", "samples", "iteration", "samples", "checkpoint", "finished"]
+    saved = RunStore(tmp_path / "run").latest_checkpoint().weights
     after = weights(policy)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert set(saved) == {k for k, _ in policy.transformer.named_parameters()}  # full FT: every parameter
@@ -76,12 +76,12 @@ def test_stop_leaves_a_checkpoint_and_state_stopped(tmp_path, how):
     def on_event(event):
         events.append(event)
         if event.kind == "iteration" and event.iteration == 1:
-            trainer.request_stop() if how == "method" else runs.request_stop(tmp_path / "run")
+            trainer.request_stop() if how == "method" else RunStore(tmp_path / "run").request_stop()
 
     summary = trainer.run(callback=on_event)
-    run = runs.load_run(tmp_path / "run")
+    run = RunStore.open(tmp_path / "run").info()
     assert summary.state == "stopped" and run.state == "stopped" and run.status["iteration"] == 1
-    assert runs.latest_checkpoint(tmp_path / "run").name == "iter_0001"
+    assert RunStore(tmp_path / "run").latest_checkpoint().folder.name == "iter_0001"
     assert not (tmp_path / "run" / "STOP").exists() and events[-1].kind == "stopped"
 
 
@@ -91,19 +91,19 @@ def test_resume_equals_a_straight_run(tmp_path):
     Trainer(config, tmp_path / "a", straight).run()
     first = Trainer(config, tmp_path / "b", fresh_policy())
     first.run(callback=lambda e: first.request_stop() if e.kind == "iteration" and e.iteration == 1 else None)
-    assert runs.load_run(tmp_path / "b").state == "stopped"
+    assert RunStore.open(tmp_path / "b").info().state == "stopped"
     resumed_policy = fresh_policy()
     Trainer.resume(tmp_path / "b", policy=resumed_policy).run()
     a, b = weights(straight), weights(resumed_policy)
     assert all(torch.allclose(a[k], b[k], rtol=0, atol=1e-6) for k in a)
-    rows_a, rows_b = runs.read_metrics(tmp_path / "a"), runs.read_metrics(tmp_path / "b")
+    rows_a, rows_b = RunStore(tmp_path / "a").metrics(), RunStore(tmp_path / "b").metrics()
     assert [r["iteration"] for r in rows_b] == [0, 1, 2] and "eval/reward_mean" in rows_b[2]
 
     def untimed(row):
         return {k: v for k, v in row.items() if not k.startswith("time/")}
 
     assert untimed(rows_a[2]) == untimed(rows_b[2])  # rewards, advantages, losses, ratios and the eval
-    assert runs.load_run(tmp_path / "b").state == "finished"
+    assert RunStore.open(tmp_path / "b").info().state == "finished"
 
 
 def test_lora_trains_only_the_adapters(tmp_path):
@@ -118,7 +118,7 @@ def test_lora_trains_only_the_adapters(tmp_path):
     now = dict(trainer.policy.transformer.named_parameters())
     assert all(torch.equal(base[k], now[k]) for k in base)
     assert any(not torch.equal(lora[k], now[k]) for k in lora)
-    _, saved, _ = runs.load_checkpoint(runs.latest_checkpoint(tmp_path / "run"))
+    saved = RunStore(tmp_path / "run").latest_checkpoint().weights
     assert set(saved) == set(lora)
     reloaded = dict(load_trained_policy(tmp_path / "run", device="cpu").transformer.named_parameters())
     assert all(torch.equal(reloaded[k], now[k]) for k in now)
@@ -130,7 +130,7 @@ def test_options_kl_chunk_sampling_noise_aware_dynamic_sampling(tmp_path):
                      noise_level=0.5)
     trainer = Trainer(config, tmp_path / "run", fresh_policy())
     trainer.run()
-    row = runs.read_metrics(tmp_path / "run")[-1]
+    row = RunStore(tmp_path / "run").metrics()[-1]
     assert row["loss/kl"] > 0  # the second optimizer step moves away from the frozen reference
     assert config.trained_steps(1) == [0, 1, 2]  # cps: the last step has std 0 and is not trained
     assert 0 < row["train/transitions"] < 2 * 2 * 3  # chunk sampling trained a part of the steps
@@ -157,7 +157,7 @@ def test_kl_form_global_std_and_flow_grpo_preset(tmp_path):
     for form in ("flow_grpo", "exact"):
         config = replace(TINY, iterations=1, eval_prompts=0, kl_beta=0.5, kl_form=form, global_std=True)
         Trainer(config, tmp_path / form, fresh_policy()).run()
-        rows[form] = runs.read_metrics(tmp_path / form)[-1]
+        rows[form] = RunStore(tmp_path / form).metrics()[-1]
     assert 0 < rows["flow_grpo"]["loss/kl"] < rows["exact"]["loss/kl"]  # the exact form divides by -dt < 1 more
     assert TINY.advantage_settings().global_std is False
     assert replace(TINY, global_std=True).advantage_settings().global_std
@@ -196,7 +196,7 @@ def trained_prompts(config: TrainConfig, run_dir) -> tuple[list[dict], list[list
     """Metrics rows and the prompts of every iteration's trained batch (from the 'samples' events)."""
     events = []
     Trainer(config, run_dir, fresh_policy()).run(callback=events.append)
-    return runs.read_metrics(run_dir), [e.data["prompts"] for e in events if e.kind == "samples"]
+    return RunStore(run_dir).metrics(), [e.data["prompts"] for e in events if e.kind == "samples"]
 
 
 def test_dapo_dynamic_sampling_refills_the_batch(tmp_path, red_is_flat):
@@ -231,7 +231,7 @@ def test_refill_resumes_exactly(tmp_path, red_is_flat):
     first = Trainer(config, tmp_path / "b", fresh_policy())
     first.run(callback=lambda e: first.request_stop() if e.kind == "iteration" and e.iteration == 1 else None)
     Trainer.resume(tmp_path / "b", policy=fresh_policy()).run()
-    a, b = runs.read_metrics(tmp_path / "a")[-1], runs.read_metrics(tmp_path / "b")[-1]
+    a, b = RunStore(tmp_path / "a").metrics()[-1], RunStore(tmp_path / "b").metrics()[-1]
     assert {k: v for k, v in a.items() if not k.startswith("time/")} == \
         {k: v for k, v in b.items() if not k.startswith("time/")}
 
@@ -246,9 +246,9 @@ def test_clip_reward_folder_comes_from_the_config(tmp_path, monkeypatch):
     config = replace(TINY, iterations=1, eval_prompts=0, prompts=prompts, reward="adherence,clip_score:0.5",
                      clip_path=str(tmp_path / "clip"))
     Trainer(config, tmp_path / "run", fresh_policy()).run()
-    row = runs.read_metrics(tmp_path / "run")[-1]
+    row = RunStore(tmp_path / "run").metrics()[-1]
     assert row["reward/mean"] == pytest.approx(row["reward/adherence/mean"] + 0.5 * row["reward/clip_score/mean"])
-    assert TrainConfig.from_dict(runs.load_run(tmp_path / "run").config).clip_path == str(tmp_path / "clip")
+    assert TrainConfig.from_dict(RunStore.open(tmp_path / "run").info().config).clip_path == str(tmp_path / "clip")
 
 
 def test_failure_is_recorded(tmp_path):
@@ -258,7 +258,7 @@ def test_failure_is_recorded(tmp_path):
 
     with pytest.raises(RuntimeError):
         Trainer(replace(TINY, eval_prompts=0), tmp_path / "run", fresh_policy()).run(callback=boom)
-    status = runs.load_run(tmp_path / "run").status
+    status = RunStore.open(tmp_path / "run").info().status
     assert status["state"] == "failed" and "callback exploded" in status["error"]
 
 

@@ -39,7 +39,7 @@ def _help(doc: str) -> str:
 
 def register(subparsers) -> None:
     """Add the `train` command: its flags are TrainConfig's fields (names, types and help from the dataclass)."""
-    from workbench.core.docs import field_docs
+    from workbench.core.fields import field_docs
     from workbench.train import TrainConfig
 
     p = subparsers.add_parser("train", help="RL fine-tune a model (Chunk-GRPO, Flow-GRPO, ...) into a run folder",
@@ -90,12 +90,17 @@ def progress_line(event, total: int) -> str | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from workbench.core.files import read_json
     from workbench.train import TrainConfig, Trainer, preset
-    from workbench.train import store as runs
+    from workbench.train.store import RunStore
 
     overrides = config_overrides(args)
     if args.stop:
-        print(f"stop requested: {runs.request_stop(args.stop)}")
+        store = RunStore.open(args.stop)
+        if store.request_stop() is None:
+            print(f"{store.path} is not running ({store.info().state}); nothing to stop")
+        else:
+            print(f"stop requested: {store.path} saves a checkpoint and stops within one iteration")
         return 0
     if args.resume:
         extra = sorted(set(overrides) - {"iterations"}) + (["--preset"] if args.preset else []) \
@@ -108,10 +113,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         if args.preset and args.config:
             raise WorkbenchError("give --preset or --config, not both")
         if args.config:
-            config = TrainConfig.from_dict({**runs.read_json(args.config), **overrides})
+            config = TrainConfig.from_dict({**read_json(args.config), **overrides})
         else:
             config = preset(args.preset, **overrides) if args.preset else TrainConfig(**overrides)
-        trainer = Trainer(config, runs.new_run_dir() if args.out is None else args.out)
+        trainer = Trainer(config, RunStore.create() if args.out is None else args.out)
     total = trainer.config.iterations
 
     def show(event) -> None:

@@ -13,10 +13,17 @@ from pathlib import Path
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.fields import check_types
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
+from workbench.train.trackers import parse_report_to
+
+RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
+    "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
+    "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": (0.0, 10.0), "seed": (0, 2**63 - 1),
+    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000)}
 
 
 @dataclass
@@ -126,12 +133,16 @@ class TrainConfig:
     """0 = full fine-tuning; > 0 = LoRA of this rank on the attention projections (Flow-GRPO r 32)."""
     lora_alpha: float | None = None
     """LoRA alpha; None = 2 * rank (Flow-GRPO r 32 / alpha 64)."""
+    report_to: str = "tensorboard"
+    """Trackers that receive the run's metrics and sample grids: tensorboard, trackio, all or none (diffusers'
+    --report-to); they write beside the run folder."""
     sample_every: int = 5
     """Save a grid of the rollout images every this many iterations."""
     checkpoint_every: int = 10
     """Save weights + optimizer every this many iterations (always at the end and on stop)."""
 
     def __post_init__(self):
+        check_types(self)  # wrong types and non-finite numbers, from any source, name their field
         if isinstance(self.window, list):
             self.window = tuple(self.window)
         OBJECTIVES.get(self.objective)  # unknown names raise, listing the valid ones
@@ -139,10 +150,17 @@ class TrainConfig:
         self._check_counts()
         self._check_prompts()
         self._check_options()
+        self._check_ranges()
         self.sampling_config(1)  # validates steps, window, noise level, sde
         flat = torch.zeros(1, self.group)  # a dummy group: the estimator itself refuses settings it does not use
         estimator(flat, self.advantage_settings(), flat)
         self.check_batches()
+
+    def _check_ranges(self) -> None:
+        for name, (low, high) in RANGES.items():
+            value = getattr(self, name)
+            if value is not None and not low <= value <= high:
+                raise WorkbenchError(f"{name} must be in {low}..{high}, got {value}")
 
     def _check_counts(self) -> None:
         for name in ("eval_every", "prompts_per_iteration", "steps", "iterations", "inner_epochs", "grad_accum",
@@ -185,6 +203,7 @@ class TrainConfig:
         if self.lr <= 0 or self.max_grad_norm <= 0 or self.weight_decay < 0:
             raise WorkbenchError("lr and max_grad_norm must be > 0 and weight_decay >= 0")
         self.objective_settings()  # validates clip_low, clip_high, kl_beta
+        parse_report_to(self.report_to)
         if self.kl_form not in KL_FORMS:
             raise WorkbenchError(f"kl_form must be one of {', '.join(KL_FORMS)}, got '{self.kl_form}'")
         if self.dtype not in ("float32", "bfloat16"):

@@ -1,4 +1,5 @@
-"""The run store: one folder per fine-tuning run, written by the trainer and read by the app and the CLI.
+"""The run store: one folder per fine-tuning run. `RunStore` subscribes to the trainer's events and writes
+the folder; the command line, the app and the notebooks read runs through it.
 
     runs/<id>/
         config.json          the TrainConfig (JSON)
@@ -8,22 +9,24 @@
         checkpoints/latest.json  -> {"iteration": i, "dir": "iter_XXXX"}
         checkpoints/iter_XXXX/   weights.safetensors (trained parameters: LoRA adapters for LoRA runs),
                                  optimizer.pt (AdamW state), state.json (iteration)
+        tensorboard/         TensorBoard event files (when the run reports to it)
         STOP                 written by `request_stop`; the trainer stops within one iteration
 
-Every file is replaced atomically (written to a temporary file in the same folder, then `os.replace`),
-so a crash mid-write leaves the previous version intact; metrics lines are appended with flush + fsync.
-A checkpoint folder is complete before `latest.json` points at it.
+Every file is replaced atomically (`core.files.atomic_write`), so a crash mid-write leaves the previous
+version; metrics lines are appended with flush + fsync, and a torn last line from a crash is closed before
+the next append, so no complete row is ever lost. A checkpoint folder is complete before `latest.json`
+points at it. Nothing read from a run leads outside its folder.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
-import math
 import os
 import pickle
+import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,209 +36,32 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import atomic_write, clean_json, read_json, write_json
 
 STATES = ("running", "finished", "stopped", "failed")
 CONFIG, STATUS, METRICS, STOP = "config.json", "status.json", "metrics.jsonl", "STOP"
+CHECKPOINT_NAME = re.compile(r"^iter_\d{4,}$")
 
 
-# ------------------------------------------------------------------------------------ atomic files
-def atomic_write(path: str | Path, data: bytes | str) -> Path:
-    """Write `data` to `path` through a temporary file in the same folder and `os.replace`."""
-    path = Path(path)
-    raw = data.encode() if isinstance(data, str) else data
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(raw)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as err:
-        raise WorkbenchError(f"cannot write {path}: {err.strerror or err}; choose a writable run folder") from None
-    return path
+@dataclass
+class Checkpoint:
+    """A complete checkpoint read back from a run."""
+
+    iteration: int
+    weights: dict[str, torch.Tensor]
+    optimizer_state: dict
+    folder: Path
 
 
-def write_json(path: str | Path, obj) -> Path:
-    return atomic_write(path, json.dumps(clean_json(obj), indent=2))
-
-
-def clean_json(obj):
-    """Make obj strict JSON: NaN / inf floats become None, tuples become lists (recursively)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): clean_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean_json(v) for v in obj]
-    return obj
-
-
-def read_json(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise WorkbenchError(f"{path} does not exist; is {path.parent} a run folder (made by `workbench train`)?"
-                             ) from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise WorkbenchError(f"cannot read {path}: {err}") from None
-
-
-# ------------------------------------------------------------------------------------ run folders
-def new_run_dir(root: str | Path = "runs", name: str | None = None) -> Path:
-    """Create and return a fresh run folder `root/<name>` (default name: the time, e.g. 20250101-120000).
-
-    An existing non-empty folder is an error (use `Trainer.resume` to continue a run).
-    """
-    root = Path(root)
-    auto = name is None
-    name = name or time.strftime("%Y%m%d-%H%M%S")
-    if "/" in name or name in ("", ".", ".."):
-        raise WorkbenchError(f"run name {name!r} must be a plain folder name such as 'demo'")
-    path, suffix = root / name, 1
-    while path.exists() and (not path.is_dir() or any(path.iterdir())):
-        if not auto:
-            raise WorkbenchError(f"run folder {path} already exists and is not empty; choose another name "
-                                 "or resume it with --resume")
-        path, suffix = root / f"{name}-{suffix}", suffix + 1
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise WorkbenchError(f"cannot create run folder {path}: {err.strerror or err}") from None
-    return path
-
-
-def check_run_dir(path: str | Path) -> Path:
-    """The run folder as a Path; a missing folder or one without config.json is a WorkbenchError."""
-    path = Path(path)
-    if not path.is_dir():
-        raise WorkbenchError(f"run folder {path} does not exist; list runs with `workbench train --list` "
-                             "or pass the folder given to --out")
-    if not (path / CONFIG).is_file():
-        raise WorkbenchError(f"{path} is not a run folder (no {CONFIG}); pass the folder given to --out")
-    return path
-
-
-def write_status(run_dir: str | Path, state: str, iteration: int, error: str | None = None,
-                 started: float | None = None) -> Path:
-    """Replace status.json; `started` defaults to the previous file's start time (or now)."""
-    if state not in STATES:
-        raise WorkbenchError(f"unknown run state '{state}'; valid states: {', '.join(STATES)}")
-    path = Path(run_dir) / STATUS
-    if started is None:
-        started = read_json(path).get("started", time.time()) if path.is_file() else time.time()
-    return write_json(path, {"state": state, "iteration": iteration, "pid": os.getpid(), "error": error,
-                             "started": started, "updated": time.time()})
-
-
-# ------------------------------------------------------------------------------------ metrics
-def append_metrics(run_dir: str | Path, record: dict) -> None:
-    """Append one JSON line to metrics.jsonl (single write, flush + fsync: a line is all there or absent)."""
-    path = Path(run_dir) / METRICS
-    line = json.dumps(clean_json(record), separators=(",", ":")) + "\n"
-    try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as err:
-        raise WorkbenchError(f"cannot append to {path}: {err.strerror or err}") from None
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """Every complete line of metrics.jsonl as a dict (a torn last line from a crash is skipped)."""
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
-def truncate_metrics(run_dir: str | Path, last_iteration: int) -> None:
-    """Keep only the lines with iteration <= last_iteration (used when resuming from a checkpoint)."""
-    rows = [r for r in read_metrics(run_dir) if r.get("iteration", 0) <= last_iteration]
-    atomic_write(Path(run_dir) / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
-
-
-# ------------------------------------------------------------------------------------ stop requests
-def request_stop(run_dir: str | Path) -> Path:
-    """Ask the trainer running in run_dir to stop: it saves a checkpoint and ends with state 'stopped'."""
-    return atomic_write(check_run_dir(run_dir) / STOP, f"{time.time()}\n")
-
-
-def stop_requested(run_dir: str | Path) -> bool:
-    return (Path(run_dir) / STOP).exists()
-
-
-def clear_stop(run_dir: str | Path) -> None:
-    (Path(run_dir) / STOP).unlink(missing_ok=True)
-
-
-# ------------------------------------------------------------------------------------ checkpoints
-def save_checkpoint(run_dir: str | Path, iteration: int, weights: dict[str, torch.Tensor],
-                    optimizer_state: dict, keep: int = 1) -> Path:
-    """Write checkpoints/iter_XXXX/ completely, then point checkpoints/latest.json at it; keep the newest `keep`."""
-    root = Path(run_dir) / "checkpoints"
-    final = root / f"iter_{iteration:04d}"
-    tmp = root / f".iter_{iteration:04d}.tmp"
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
-        torch.save(optimizer_state, tmp / "optimizer.pt")
-        (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    except OSError as err:
-        raise WorkbenchError(f"cannot write checkpoint {final}: {err.strerror or err}") from None
-    write_json(root / "latest.json", {"iteration": iteration, "dir": final.name})
-    old = sorted(p for p in root.glob("iter_*") if p.is_dir() and p.name != final.name)
-    for p in old[:max(0, len(old) - (keep - 1))]:
-        shutil.rmtree(p, ignore_errors=True)
-    return final
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The folder checkpoints/latest.json points at, or None if the run has no checkpoint yet."""
-    pointer = Path(run_dir) / "checkpoints" / "latest.json"
-    if not pointer.is_file():
-        return None
-    folder = pointer.parent / read_json(pointer)["dir"]
-    return folder if folder.is_dir() else None
-
-
-def load_checkpoint(folder: str | Path) -> tuple[int, dict[str, torch.Tensor], dict]:
-    """(iteration, weights, optimizer state) of a checkpoint folder."""
-    folder = Path(folder)
-    try:
-        iteration = json.loads((folder / "state.json").read_text())["iteration"]
-        weights = load_file(str(folder / "weights.safetensors"))
-        optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
-    except (OSError, KeyError, EOFError, ValueError, pickle.UnpicklingError, SafetensorError, RuntimeError) as err:
-        raise WorkbenchError(f"checkpoint {folder} is incomplete or corrupted ({err}); "
-                             "start a new run or restore the folder") from None
-    return iteration, weights, optimizer_state
-
-
-# ------------------------------------------------------------------------------------ reading runs
 @dataclass
 class RunInfo:
-    """What a run folder holds, as read from disk."""
+    """What a run folder holds, as read from disk; `damaged` says why a part could not be read."""
 
     path: Path
     config: dict
     status: dict
     metrics: list[dict] = field(default_factory=list)
+    damaged: str = ""
 
     @property
     def name(self) -> str:
@@ -243,60 +69,336 @@ class RunInfo:
 
     @property
     def state(self) -> str:
-        return self.status.get("state", "unknown")
+        """running, finished, stopped, failed; 'interrupted' for a run whose process is gone while its status
+        still says running; 'damaged' when its status cannot be read."""
+        if self.damaged and not self.status:
+            return "damaged"
+        state = self.status.get("state", "unknown")
+        if state == "running" and not process_alive(self.status.get("pid"), self.status.get("pid_start")):
+            return "interrupted"
+        return state
+
+    @property
+    def iteration(self) -> int:
+        value = self.status.get("iteration", 0)
+        return value if isinstance(value, int) else 0
 
     def series(self, metric: str) -> tuple[list[int], list[float]]:
         """(iterations, values) of one metric over the iterations that logged it."""
-        rows = [(r["iteration"], r[metric]) for r in self.metrics if r.get(metric) is not None]
-        return [i for i, _ in rows], [float(v) for _, v in rows]
+        return metric_series(self.metrics, metric)
 
     def samples(self) -> list[Path]:
         return sorted((self.path / "samples").glob("iter_*.png"))
 
 
-def load_run(path: str | Path) -> RunInfo:
-    """Config, status and metrics of one run folder."""
-    path = check_run_dir(path)
-    status = read_json(path / STATUS) if (path / STATUS).is_file() else {"state": "unknown", "iteration": 0}
-    return RunInfo(path, read_json(path / CONFIG), status, read_metrics(path))
+def metric_series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
+    """(iterations, values) of one metric over the metrics rows that logged a number for it."""
+    pairs = [(r["iteration"], float(r[metric])) for r in rows
+             if isinstance(r.get(metric), (int, float)) and not isinstance(r.get(metric), bool)]
+    return [i for i, _ in pairs], [v for _, v in pairs]
 
 
+def process_start(pid: int) -> int | None:
+    """The start time of a process in clock ticks since boot (/proc/<pid>/stat field 22), None where unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_alive(pid, start=None) -> bool:
+    """True when process `pid` exists and, where its start time was recorded, is the same process (a pid
+    reused after a crash does not count)."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, owned by someone else
+    return start is None or process_start(pid) in (None, start)
+
+
+class RunStore:
+    """One run folder: its paths, the writes the trainer's events cause, and the reads everyone else does.
+
+        store = RunStore.create("runs", "demo")        # a fresh folder
+        Trainer(config, store).run()                   # the trainer's events write it
+        RunStore.open("runs/demo").info().series("reward/mean")
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.path)!r})"
+
+    # ------------------------------------------------------------------------------------ folders
+    @classmethod
+    def create(cls, root: str | Path = "runs", name: str | None = None) -> RunStore:
+        """A fresh folder `root/<name>` (default name: the time, e.g. 20250101-120000, made unique).
+
+        An existing non-empty folder is an error when named (resume it instead) and skipped when not."""
+        root, auto = Path(root), name is None
+        name = name or time.strftime("%Y%m%d-%H%M%S")
+        if "/" in name or name in ("", ".", ".."):
+            raise WorkbenchError(f"run name {name!r} must be a plain folder name such as 'demo'")
+        path, suffix = root / name, 1
+        while path.exists() and (not path.is_dir() or any(path.iterdir())):
+            if not auto:
+                raise WorkbenchError(f"run folder {path} already exists and is not empty; choose another name "
+                                     "or resume it with --resume")
+            path, suffix = root / f"{name}-{suffix}", suffix + 1
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise WorkbenchError(f"cannot create run folder {path}: {err.strerror or err}") from None
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunStore:
+        """An existing run folder (one with config.json); anything else is a WorkbenchError."""
+        path = Path(path)
+        if not path.is_dir():
+            raise WorkbenchError(f"run folder {path} does not exist; pass the folder given to --out")
+        if not (path / CONFIG).is_file():
+            raise WorkbenchError(f"{path} is not a run folder (no {CONFIG}); pass the folder given to --out")
+        return cls(path)
+
+    def holds_run(self) -> bool:
+        return (self.path / CONFIG).is_file()
+
+    def check_fresh(self) -> None:
+        """A new run may start here: the folder is missing or empty (never appended to, never a file)."""
+        if self.holds_run():
+            raise WorkbenchError(f"{self.path} already holds a run; resume it (--resume) or choose a new --out")
+        if self.path.exists() and not self.path.is_dir():
+            raise WorkbenchError(f"{self.path} is a file; choose a folder for --out")
+        if self.path.is_dir() and any(self.path.iterdir()):
+            raise WorkbenchError(f"{self.path} is not empty and holds no run; choose a new or empty folder for --out")
+
+    # ------------------------------------------------------------------------------------ the subscriber
+    def __call__(self, event) -> None:
+        """Write what a trainer event means for the folder (events come from the main process only)."""
+        kind, data = event.kind, event.data
+        if kind == "started":
+            self.write_config(data["config"])
+            if data.get("resumed_from") is not None:
+                self.truncate_metrics(data["resumed_from"])
+            self.clear_stop()
+            self.write_status("running", event.iteration)
+        elif kind == "iteration":
+            self.append_metrics(data)
+            self.write_status("running", event.iteration)
+        elif kind == "samples":
+            self.save_samples(event.iteration, data["grid"])
+        elif kind == "checkpoint":
+            self.save_checkpoint(event.iteration, data["weights"], data["optimizer"])
+        elif kind in ("finished", "stopped", "failed"):
+            self.clear_stop()
+            error = f"{data.get('type', 'Error')}: {data['error']}" if kind == "failed" else None
+            self.write_status(kind, event.iteration, error)
+
+    # ------------------------------------------------------------------------------------ writes
+    def write_config(self, config: dict) -> Path:
+        return write_json(self.path / CONFIG, config)
+
+    def write_status(self, state: str, iteration: int, error: str | None = None, started: float | None = None) -> Path:
+        """Replace status.json; `started` defaults to the previous file's start time (or now)."""
+        if state not in STATES:
+            raise WorkbenchError(f"unknown run state '{state}'; valid states: {', '.join(STATES)}")
+        if started is None:
+            try:
+                started = float(self.status().get("started", time.time()))
+            except (WorkbenchError, TypeError, ValueError):
+                started = time.time()
+        return write_json(self.path / STATUS, {"state": state, "iteration": iteration, "pid": os.getpid(),
+                                               "pid_start": process_start(os.getpid()), "error": error,
+                                               "started": started, "updated": time.time()})
+
+    def append_metrics(self, record: dict) -> None:
+        """Append one JSON line (one write, flush + fsync). A torn last line left by a crash is closed first,
+        so the new row is never glued to it (readers skip the torn fragment)."""
+        path = self.path / METRICS
+        line = json.dumps(clean_json(record), separators=(",", ":")) + "\n"
+        try:
+            with open(path, "ab+") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() > 0:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":
+                        line = "\n" + line
+                f.write(line.encode())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            raise WorkbenchError(f"cannot append to {path}: {err.strerror or err}") from None
+
+    def truncate_metrics(self, last_iteration: int) -> None:
+        """Keep the rows with iteration <= last_iteration (resuming from that checkpoint re-does the rest)."""
+        rows = [r for r in self.metrics() if r["iteration"] <= last_iteration]
+        atomic_write(self.path / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+
+    def save_samples(self, iteration: int, image) -> Path:
+        """A PIL image of the iteration's rollout grid as samples/iter_XXXX.png."""
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        return atomic_write(self.path / "samples" / f"iter_{iteration:04d}.png", buf.getvalue())
+
+    def save_checkpoint(self, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
+                        keep: int = 1) -> Path:
+        """Write checkpoints/iter_XXXX/ completely, then point latest.json at it; keep the newest `keep`."""
+        root = self.path / "checkpoints"
+        final, tmp = root / f"iter_{iteration:04d}", root / f".iter_{iteration:04d}.tmp"
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
+            torch.save(optimizer_state, tmp / "optimizer.pt")
+            (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        except OSError as err:
+            raise WorkbenchError(f"cannot write checkpoint {final}: {err.strerror or err}") from None
+        write_json(root / "latest.json", {"iteration": iteration, "dir": final.name})
+        old = sorted(p for p in root.glob("iter_*") if p.is_dir() and p.name != final.name)
+        for p in old[:max(0, len(old) - (keep - 1))]:
+            shutil.rmtree(p, ignore_errors=True)
+        return final
+
+    # ------------------------------------------------------------------------------------ the stop flag
+    def request_stop(self) -> Path | None:
+        """Ask the trainer running here to stop (it saves a checkpoint and ends 'stopped'). A run that is not
+        running gets no STOP file: None."""
+        if not self.holds_run():
+            RunStore.open(self.path)  # raises the not-a-run error
+        if self.info().state != "running":
+            return None
+        return atomic_write(self.path / STOP, f"{time.time()}\n")
+
+    def stop_requested(self) -> bool:
+        return (self.path / STOP).exists()
+
+    def clear_stop(self) -> None:
+        (self.path / STOP).unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------------------------ reads
+    def config(self) -> dict:
+        return read_json(self.path / CONFIG)
+
+    def status(self) -> dict:
+        return read_json(self.path / STATUS) if (self.path / STATUS).is_file() else {}
+
+    def metrics(self) -> list[dict]:
+        """Every complete row of metrics.jsonl (objects with an integer iteration); torn or garbled lines skipped."""
+        path = self.path / METRICS
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        except OSError as err:
+            raise WorkbenchError(f"cannot read {path}: {err.strerror or err}") from None
+        rows = []
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            iteration = row.get("iteration") if isinstance(row, dict) else None
+            if isinstance(iteration, int) and not isinstance(iteration, bool):
+                rows.append(row)
+        return rows
+
+    def info(self) -> RunInfo:
+        """Config, status and metrics; a part that cannot be read leaves the run listed as damaged, with the reason."""
+        parts, problems = {}, []
+        for name, read in (("config", self.config), ("status", self.status), ("metrics", self.metrics)):
+            try:
+                parts[name] = read()
+            except WorkbenchError as err:
+                parts[name] = [] if name == "metrics" else {}
+                problems.append(str(err))
+        return RunInfo(self.path, parts["config"], parts["status"], parts["metrics"], "; ".join(problems))
+
+    def checkpoints(self) -> list[Path]:
+        """Checkpoint folders inside this run, the one latest.json names first, then the others newest first."""
+        root = self.path / "checkpoints"
+        folders = sorted((p for p in root.glob("iter_*") if p.is_dir() and CHECKPOINT_NAME.match(p.name)),
+                         reverse=True)
+        pointer = root / "latest.json"
+        if pointer.is_file():
+            try:
+                named = read_json(pointer).get("dir")
+            except WorkbenchError:
+                named = None
+            if isinstance(named, str) and CHECKPOINT_NAME.match(named) and (root / named) in folders:
+                folders.remove(root / named)
+                folders.insert(0, root / named)
+        return folders
+
+    def latest_checkpoint(self) -> Checkpoint | None:
+        """The newest complete checkpoint (latest.json's first, then older complete ones), or None if none is."""
+        for folder in self.checkpoints():
+            try:
+                return load_checkpoint(folder)
+            except WorkbenchError:
+                continue
+        return None
+
+
+def load_checkpoint(folder: str | Path) -> Checkpoint:
+    """A checkpoint folder's iteration, weights and optimizer state; an incomplete one is a WorkbenchError."""
+    folder = Path(folder)
+    try:
+        iteration = json.loads((folder / "state.json").read_text())["iteration"]
+        if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
+            raise ValueError(f"iteration {iteration!r} is not a count")
+        weights = load_file(str(folder / "weights.safetensors"))
+        optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
+    except (OSError, KeyError, EOFError, ValueError, TypeError, pickle.UnpicklingError, SafetensorError,
+            RuntimeError) as err:
+        raise WorkbenchError(f"checkpoint {folder} is incomplete or corrupted ({str(err).splitlines()[0][:160]})"
+                             ) from None
+    return Checkpoint(iteration, weights, optimizer_state, folder)
+
+
+# ------------------------------------------------------------------------------------ many runs
 def list_runs(root: str | Path = "runs") -> list[RunInfo]:
-    """Every run folder directly under root, newest first (a missing root is an empty list)."""
+    """Every run folder directly under root, newest first; a damaged run is listed (state 'damaged') and
+    never hides the others. A missing root is an empty list."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise WorkbenchError(f"{root} is a file, not a folder of runs")
     folders = [p for p in root.glob("*") if (p / CONFIG).is_file()] if root.is_dir() else []
-    return sorted((load_run(p) for p in folders), key=lambda r: r.status.get("started", 0), reverse=True)
+
+    def started(info: RunInfo) -> float:
+        value = info.status.get("started", 0)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+    return sorted((RunStore(p).info() for p in folders), key=started, reverse=True)
 
 
 def compare_runs(paths: list[str | Path], metric: str) -> dict[str, dict]:
     """{run name: {"iterations": [...], "values": [...], "last": float | None}} for one metric."""
     if not paths:
         raise WorkbenchError("compare_runs needs at least one run folder")
+    infos = [RunStore.open(p).info() for p in paths]
     out = {}
-    for p in paths:
-        run = load_run(p)
-        its, values = run.series(metric)
-        out[run.name] = {"iterations": its, "values": values, "last": values[-1] if values else None}
+    for info in infos:
+        its, values = info.series(metric)
+        out[info.name] = {"iterations": its, "values": values, "last": values[-1] if values else None}
     if all(not v["values"] for v in out.values()):
-        names = sorted({k for p in paths for r in load_run(p).metrics for k in r if k != "iteration"})
+        names = sorted({k for info in infos for r in info.metrics for k in r if k != "iteration"})
         raise WorkbenchError(f"no run logged metric '{metric}'; logged metrics: {', '.join(names) or 'none'}")
     return out
 
 
-def export_csv(run: RunInfo | str | Path, path: str | Path) -> Path:
-    """Write the run's metrics as CSV: one row per iteration, one column per metric (empty where unlogged)."""
-    run = run if isinstance(run, RunInfo) else load_run(run)
+def export_csv(run: RunInfo, path: str | Path) -> Path:
+    """Write a run's metrics as CSV: one row per iteration, one column per metric (empty where unlogged)."""
     columns = ["iteration"] + sorted({k for r in run.metrics for k in r if k != "iteration"})
-    lines: list[str] = []
-
-    class _Sink:
-        def write(self, text: str) -> None:
-            lines.append(text)
-
-    writer = csv.DictWriter(_Sink(), fieldnames=columns, restval="", lineterminator="\n")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in run.metrics:
         writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return atomic_write(path, "".join(lines))
+    return atomic_write(path, buffer.getvalue())

@@ -13,9 +13,9 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
-from workbench.train import store as runs
 from workbench.train.config import TrainConfig
 from workbench.train.distributed import DistInfo
+from workbench.train.store import RunStore
 
 # attention projections of diffusers' attention blocks (SD3 / FLUX MMDiT, UNet attn1 / attn2), matched by name suffix
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
@@ -56,18 +56,17 @@ def trainable_weights(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_trained_policy(run_dir: str | Path, device: str | None = None) -> FlowPolicy:
-    """The policy of a run with its latest checkpoint applied (for sampling from a fine-tuned model)."""
-    run_dir = runs.check_run_dir(run_dir)
-    config = TrainConfig.from_dict(runs.read_json(run_dir / runs.CONFIG))
+    """The policy of a run with its newest complete checkpoint applied (for sampling from a fine-tuned model)."""
+    store = RunStore.open(run_dir)
+    config = TrainConfig.from_dict(store.config())
     policy = load_base_policy(replace(config, device=device or config.device), DistInfo())
     if config.lora_rank:
         add_lora(policy.transformer, config.lora_rank, config.lora_alpha)
     else:
         policy.transformer.requires_grad_(True)
-    folder = runs.latest_checkpoint(run_dir)
-    if folder is not None:
-        _, weights, _ = runs.load_checkpoint(folder)
-        copy_weights(policy.transformer, weights)
+    checkpoint = store.latest_checkpoint()
+    if checkpoint is not None:
+        copy_weights(policy.transformer, checkpoint.weights)
     return policy
 
 

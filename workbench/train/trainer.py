@@ -15,7 +15,6 @@ processes and only rank 0 writes. What trains (all weights or LoRA) is set up in
 from __future__ import annotations
 
 import copy
-import io
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.files import clean_json
 from workbench.flow.dynamics import relative_change
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.sampler import ode_sample, transition
@@ -32,19 +32,22 @@ from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
 from workbench.rl.objectives import OBJECTIVES, PolicyInputs, noise_aware_weights, transition_kl
-from workbench.train import store as runs
 from workbench.train.config import TrainConfig
 from workbench.train.distributed import gather, init_distributed, sync_gradients
 from workbench.train.rollout import RolloutSampler
+from workbench.train.store import CONFIG, Checkpoint, RunStore
+from workbench.train.trackers import make_trackers
 from workbench.train.trainable import add_lora, copy_weights, load_base_policy, trainable_weights
 
 EVAL_SEED = 1234  # fixed noise for the held-out ODE evaluation, the same for every run and seed
-EVENT_KINDS = ("iteration", "samples", "checkpoint", "finished", "stopped", "failed")
+EVENT_KINDS = ("started", "iteration", "samples", "checkpoint", "finished", "stopped", "failed")
 
 # ------------------------------------------------------------------------------------ events, summary
 @dataclass
 class TrainerEvent:
-    """Something the trainer did; `data` is JSON-friendly (metrics, file paths, the summary)."""
+    """Something the trainer did. `data`: started {config, resumed_from}, iteration {metrics}, samples
+    {prompts, grid (PIL image)}, checkpoint {weights, optimizer (state dict)}, finished / stopped {summary},
+    failed {error, type}."""
 
     kind: str  # one of EVENT_KINDS
     iteration: int
@@ -53,7 +56,7 @@ class TrainerEvent:
 
 @dataclass
 class RunSummary:
-    run_dir: str
+    run_dir: str | None  # None when the run has no folder
     state: str  # finished, stopped or failed
     iterations: int  # completed iterations
     first_reward_mean: float | None
@@ -63,7 +66,7 @@ class RunSummary:
     seconds: float
 
     def to_dict(self) -> dict:
-        return runs.clean_json(asdict(self))
+        return clean_json(asdict(self))
 
 
 # ------------------------------------------------------------------------------------ the loop
@@ -98,19 +101,25 @@ class _Stored:
 
 
 class Trainer:
-    """Fine-tunes `policy` (default: config.model) with `config`, writing the run store in `run_dir`.
+    """Fine-tunes `policy` (default: config.model) with `config` and emits `TrainerEvent`s.
 
-        trainer = Trainer(TrainConfig(iterations=5), runs.new_run_dir())
+    Subscribers receive every event (on the main process): the `RunStore` of `run_dir` (given as a path or
+    a store; None = no folder, e.g. for benchmarks), the trackers the config reports to, `subscribers`, and
+    the callback given to `run`. The trainer itself writes no file.
+
+        trainer = Trainer(TrainConfig(iterations=5), RunStore.create())
         summary = trainer.run(callback=lambda event: print(event.kind, event.iteration))
     """
 
-    def __init__(self, config: TrainConfig, run_dir: str | Path, policy: FlowPolicy | None = None,
-                 resume: bool = False):
-        self.config, self.run_dir = config, Path(run_dir)
+    def __init__(self, config: TrainConfig, run_dir: str | Path | RunStore | None = None,
+                 policy: FlowPolicy | None = None, resume: bool = False, subscribers=()):
+        self.config = config
+        self.store = run_dir if isinstance(run_dir, RunStore) or run_dir is None else RunStore(run_dir)
         self.dist = init_distributed()
         config.check_batches(self.dist.world)
-        if not resume and self.dist.main and (self.run_dir / runs.CONFIG).exists():
-            raise WorkbenchError(f"{self.run_dir} already holds a run; resume it (--resume) or choose a new --out")
+        if not resume and self.dist.main and self.store is not None:
+            self.store.check_fresh()
+        checkpoint = self._checkpoint_to_resume() if resume else None
         self.policy = policy or load_base_policy(config, self.dist)
         self.reference = self._frozen_copy() if config.kl_beta > 0 else None
         if config.lora_rank:
@@ -121,22 +130,35 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr,
                                            weight_decay=config.weight_decay)
         self._setup_data()
-        self.iteration, self.history, self.last_groups = 0, [], []
+        self.iteration, self.history, self.last_groups, self.resumed_from = 0, [], [], None
         self._stop, self._saved, self._callback = False, -1, None
-        if resume:
-            self._restore()
-        elif self.dist.main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            runs.write_json(self.run_dir / runs.CONFIG, config.to_dict())
-        if self.dist.main:
-            runs.clear_stop(self.run_dir)
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        self.subscribers = [*([self.store] if self.store else []), *make_trackers(config, self.store),
+                            *subscribers] if self.dist.main else []
 
     @classmethod
-    def resume(cls, run_dir: str | Path, policy: FlowPolicy | None = None, iterations: int | None = None) -> Trainer:
-        """Continue the run in run_dir from its latest checkpoint (optionally to a new iteration count)."""
-        run_dir = runs.check_run_dir(run_dir)
-        config = TrainConfig.from_dict(runs.read_json(run_dir / runs.CONFIG))
-        return cls(replace(config, iterations=iterations or config.iterations), run_dir, policy, resume=True)
+    def resume(cls, run_dir: str | Path | RunStore, policy: FlowPolicy | None = None, iterations: int | None = None,
+               subscribers=()) -> Trainer:
+        """Continue the run in run_dir from its newest complete checkpoint (optionally to a new iteration count)."""
+        store = run_dir if isinstance(run_dir, RunStore) else RunStore.open(run_dir)
+        try:
+            config = TrainConfig.from_dict(store.config())
+        except (TypeError, WorkbenchError) as err:
+            raise WorkbenchError(f"cannot resume {store.path}: its {CONFIG} is not a valid training config "
+                                 f"({str(err).splitlines()[0][:200]})") from None
+        return cls(replace(config, iterations=iterations or config.iterations), store, policy, resume=True,
+                   subscribers=subscribers)
+
+    def _checkpoint_to_resume(self) -> Checkpoint:
+        """The newest complete checkpoint of the store; a run without one cannot resume (never starts over)."""
+        checkpoint = self.store.latest_checkpoint() if self.store is not None else None
+        if checkpoint is None:
+            found = ", ".join(p.name for p in self.store.checkpoints()) if self.store else ""
+            raise WorkbenchError(f"{getattr(self.store, 'path', 'the run')} has no complete checkpoint to resume from"
+                                 f"{f' ({found} are incomplete)' if found else ''}; start a fresh run with a new --out "
+                                 "(its metrics stay where they are)")
+        return checkpoint
 
     def request_stop(self) -> None:
         """Stop after the current iteration with a checkpoint and state 'stopped'."""
@@ -171,17 +193,17 @@ class Trainer:
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
                                       self._autocast)
 
-    def _restore(self) -> None:
-        folder = runs.latest_checkpoint(self.run_dir)
-        if folder is not None:
-            self.iteration, weights, optimizer_state = runs.load_checkpoint(folder)
-            copy_weights(self.policy.transformer, weights)
-            self.optimizer.load_state_dict(optimizer_state)
-            self._saved = self.iteration
-        if self.dist.main:  # only rank 0 reads and writes the store
-            runs.truncate_metrics(self.run_dir, self.iteration)
-            runs.write_json(self.run_dir / runs.CONFIG, self.config.to_dict())
-            self.history = runs.read_metrics(self.run_dir)
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        """Weights, optimizer state and the metrics history up to the checkpoint's iteration."""
+        try:
+            copy_weights(self.policy.transformer, checkpoint.weights)
+            self.optimizer.load_state_dict(checkpoint.optimizer_state)
+        except (ValueError, KeyError, RuntimeError) as err:
+            raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model and optimizer "
+                                 f"({str(err).splitlines()[0][:160]})") from None
+        self.iteration = self._saved = self.resumed_from = checkpoint.iteration
+        if self.dist.main:
+            self.history = [r for r in self.store.metrics() if r["iteration"] <= checkpoint.iteration]
 
     def _autocast(self):
         return torch.autocast(self.policy.device.type, dtype=torch.bfloat16, enabled=self.config.dtype == "bfloat16")
@@ -192,7 +214,7 @@ class Trainer:
         cfg, start, state = self.config, time.time(), "finished"
         self._callback = callback
         try:
-            self._status("running")
+            self._emit("started", self.iteration, {"config": cfg.to_dict(), "resumed_from": self.resumed_from})
             if cfg.eval_prompts and not any(r.get("iteration") == 0 for r in self.history):
                 self._log(0, self._evaluate())
             while self.iteration < cfg.iterations:
@@ -357,34 +379,27 @@ class Trainer:
                 | {"time/eval_s": time.perf_counter() - t0})
 
     def _log(self, it: int, metrics: dict[str, float]) -> None:
-        """The one logging function: history, metrics.jsonl, status and the 'iteration' event."""
-        record = runs.clean_json({"iteration": it, **metrics})
+        """The one logging function: the history and the 'iteration' event (the store appends metrics.jsonl)."""
+        record = clean_json({"iteration": it, **metrics})
         self.history.append(record)
-        if self.dist.main:
-            runs.append_metrics(self.run_dir, record)
-            self._status("running")
-            self._emit("iteration", it, record)
+        self._emit("iteration", it, record)
 
     def _emit(self, kind: str, iteration: int, data: dict) -> None:
-        if self.dist.main and self._callback is not None:
-            self._callback(TrainerEvent(kind, iteration, data))
-
-    def _status(self, state: str, error: str | None = None) -> None:
-        if self.dist.main:
-            runs.write_status(self.run_dir, state, self.iteration, error)
+        if not self.dist.main:
+            return
+        event = TrainerEvent(kind, iteration, data)
+        for subscriber in self.subscribers + ([self._callback] if self._callback else []):
+            subscriber(event)
 
     def _save_samples(self, it: int, groups: list[TrajectoryGroup]) -> None:
         from workbench.core.imaging import grid
 
-        if not self.dist.main:
-            return
-        buf = io.BytesIO()
-        grid(torch.cat([g.images for g in groups]), ncol=self.config.group).save(buf, format="PNG")
-        path = runs.atomic_write(self.run_dir / "samples" / f"iter_{it:04d}.png", buf.getvalue())
-        self._emit("samples", it, {"path": str(path), "prompts": [g.prompt for g in groups]})
+        if self.dist.main:
+            image = grid(torch.cat([g.images for g in groups]), ncol=self.config.group)
+            self._emit("samples", it, {"prompts": [g.prompt for g in groups], "grid": image})
 
     def _stop_requested(self) -> bool:
-        flag = self._stop or (self.dist.main and runs.stop_requested(self.run_dir))
+        flag = self._stop or (self.dist.main and self.store is not None and self.store.stop_requested())
         if self.dist.world > 1:
             import torch.distributed as dist
 
@@ -395,9 +410,9 @@ class Trainer:
 
     def _checkpoint(self) -> None:
         if self.dist.main and self._saved != self.iteration:
-            path = runs.save_checkpoint(self.run_dir, self.iteration, self.params, self.optimizer.state_dict())
             self._saved = self.iteration
-            self._emit("checkpoint", self.iteration, {"path": str(path)})
+            self._emit("checkpoint", self.iteration, {"weights": self.params,
+                                                      "optimizer": self.optimizer.state_dict()})
 
     def _summary(self, state: str, start: float) -> RunSummary:
         def values(key: str) -> list[float]:
@@ -405,19 +420,16 @@ class Trainer:
 
         rewards, evals = values("reward/mean"), values("eval/reward_mean")
         first_eval = next((r.get("eval/reward_mean") for r in self.history if r.get("iteration") == 0), None)
-        return RunSummary(str(self.run_dir), state, self.iteration, rewards[0] if rewards else None,
+        path = str(self.store.path) if self.store is not None else None
+        return RunSummary(path, state, self.iteration, rewards[0] if rewards else None,
                           rewards[-1] if rewards else None, first_eval, evals[-1] if evals else None,
                           time.time() - start)
 
     def _finish(self, state: str, start: float) -> RunSummary:
-        if self.dist.main:
-            runs.clear_stop(self.run_dir)
-        self._status(state)
         summary = self._summary(state, start)
         self._emit(state, self.iteration, summary.to_dict())
         return summary
 
     def _fail(self, err: BaseException) -> None:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        self._status("failed", f"{type(err).__name__}: {message}")
         self._emit("failed", self.iteration, {"error": message, "type": type(err).__name__})

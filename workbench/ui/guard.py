@@ -48,6 +48,18 @@ def number(value, name: str) -> float:
     return result
 
 
+def parse_window(text) -> tuple[int, int] | None:
+    """An SDE window typed as "START,END" ("0,12") -> (0, 12); empty -> None (the SDE on every step)."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        start, end = (int(v) for v in str(text).replace(" ", "").split(","))
+    except ValueError:
+        raise WorkbenchError(f"SDE window must be START,END such as 0,12 (or empty for all steps), got {text!r}"
+                             ) from None
+    return start, end
+
+
 def ok(text: str) -> str:
     return f"✓ {text}"
 

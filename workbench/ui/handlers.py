@@ -12,12 +12,12 @@ from dataclasses import replace
 import gradio as gr
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.imaging import to_pil
+from workbench.core.imaging import speckle, to_pil
 from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
 from workbench.ui import plots
-from workbench.ui.guard import escape, guarded, number, ok, whole_number
+from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
 from workbench.ui.state import Session, format_sizes, merge_at, split_at
 from workbench.ui.workbench import Workbench
 
@@ -56,8 +56,9 @@ def _gallery(session: Session) -> list[tuple]:
     """[(PIL image, caption)] of the group's final images; small images are enlarged to about 128 px."""
     images = session.group.images  # (G, 3, H, W)
     scale = max(1, 128 // images.shape[-1])
-    return [(to_pil(img, scale), f"traj {i}: reward {float(r):.3f}, A {float(a):+.2f}")
-            for i, (img, r, a) in enumerate(zip(images, session.rewards, session.advantages))]
+    noise = speckle(images)  # (G,)
+    return [(to_pil(img, scale), f"traj {i}: reward {float(r):.3f}, A {float(a):+.2f}, speckle {float(n):.3f}")
+            for i, (img, r, a, n) in enumerate(zip(images, session.rewards, session.advantages, noise))]
 
 
 def _filmstrip(policy, group):
@@ -67,11 +68,13 @@ def _filmstrip(policy, group):
 
 @guarded(7)
 def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level: float, seed: float,
-             reward_spec: str, session: Session, progress=gr.Progress()):
+             reward_spec: str, session: Session, sde: str = SamplingConfig.sde, window: str = "",
+             progress=gr.Progress()):
     """Generate tab -> (gallery [(image, caption)], x0 filmstrip, log-prob figure, cleared credit heatmap,
-    rates, session, status)."""
+    rates, session, status). `window` is "START,END" (the SDE's steps; ODE elsewhere) or empty for all."""
     config = SamplingConfig(group=whole_number(group, "group size", 1), steps=whole_number(steps, "steps", 1),
-                            noise_level=number(noise_level, "noise level"), seed=whole_number(seed, "seed", 0))
+                            noise_level=number(noise_level, "noise level"), seed=whole_number(seed, "seed", 0),
+                            sde=sde or "", window=parse_window(window))
     session = _sample(wb, prompt or "", config, reward_spec, session, progress)
     group = session.group
     figure = plots.logprob_figure(group.log_probs, session.rewards)

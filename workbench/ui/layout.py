@@ -10,9 +10,13 @@ from functools import partial
 
 import gradio as gr
 
+from workbench.core.fields import field_docs
+from workbench.flow.sde import SDE_KINDS
+from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import reward_names
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
+from workbench.train.config import RANGES, TrainConfig
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
 from workbench.ui.jobs import objective_names
@@ -31,6 +35,12 @@ VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
               "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
 CHUNKERS_SHOWN = ["temporal", "uniform", "adaptive", "equal_mass"]
+SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a clean render scores about 0.02). "
+                "Flow-GRPO's SDE injects noise on its second-to-last step that the last, nearly noiseless step "
+                "cannot remove, so its final images carry speckle that the rewards score; the CPS sampler, or an SDE "
+                "window that ends a few steps before the end, gives clean images (docs/samplers.md).")
+SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot be undone); cps and an SDE window "
+            "that ends before the last steps give clean images (docs/samplers.md)")
 
 
 def _generate_tab(wb, session) -> dict:
@@ -43,18 +53,23 @@ def _generate_tab(wb, session) -> dict:
         with gr.Column(scale=2):
             group = gr.Slider(2, 16, 8, step=1, label="Group size G (images per prompt)", elem_id="gen-group")
             steps = gr.Slider(2, 32, 16, step=1, label="Denoising steps T", elem_id="gen-steps")
-            noise = gr.Slider(0, 1.5, 0.7, step=0.05, label="Noise level a (Flow-GRPO SDE; 0 = ODE)")
+            noise = gr.Slider(0, 1.5, 0.7, step=0.05, label="Noise level a (eta for dance_grpo; 0 = ODE)")
+            with gr.Row():
+                sde = gr.Dropdown(list(SDE_KINDS), value=SamplingConfig.sde, label="SDE kind", elem_id="gen-sde")
+                window = gr.Textbox("", label="SDE window START,END (empty = all steps)", elem_id="gen-window")
             with gr.Row():
                 seed = gr.Number(0, precision=0, label="Seed")
                 reward = gr.Textbox("adherence", label="Reward spec (name:weight,...)",
                                     info="rewards: " + ", ".join(reward_names()))
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
     status = gr.Markdown(elem_id="generate-status")
-    gallery = gr.Gallery(label="Final images (reward, GRPO advantage)", columns=4, format="png", elem_id="gallery")
+    gallery = gr.Gallery(label="Final images (reward, GRPO advantage, speckle)", columns=4, format="png",
+                         elem_id="gallery")
+    gr.Markdown(SPECKLE_NOTE)
     strip = gr.Image(label="x0 predictions: one row per trajectory, one column per step", type="pil",
                      format="png", elem_id="filmstrip")
     logprob = gr.Plot(label="Log-probs", elem_id="logprob-plot")
-    return dict(run=run, inputs=[prompt, group, steps, noise, seed, reward, session],
+    return dict(run=run, inputs=[prompt, group, steps, noise, seed, reward, session, sde, window],
                 outputs=[gallery, strip, logprob], status=status)
 
 
@@ -102,19 +117,34 @@ def _chunks_tab(wb, session, tab) -> None:
     merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **fast)
 
 
-def _finetune_tab(wb, session) -> None:
+def _finetune_tab(wb, session, tab) -> None:
+    """Every control starts at TrainConfig's default and says what its field's docstring says."""
+    defaults, docs = TrainConfig(), field_docs(TrainConfig)
+
+    def hint(name: str, limit: int = 150) -> str:
+        return docs[name] if len(docs[name]) <= limit else docs[name][:limit].rsplit(" ", 1)[0] + " ..."
+
     with gr.Row():
-        objective = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective",
+        objective = gr.Dropdown(objective_names(), value=defaults.objective, label="Objective",
                                 info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
                                      "GPG advantages, ...)")
-        reward = gr.Textbox("adherence", label="Reward spec and weights", info="e.g. adherence:1,sharpness:0.5")
-        chunks = gr.Textbox("2,3,4,7", label="Chunk schedule (sizes, sum = steps)", elem_id="train-chunks")
+        reward = gr.Textbox(defaults.reward, label="Reward spec and weights", info=hint("reward"))
+        chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
+                            elem_id="train-chunks", info=hint("chunks"))
     with gr.Row():
-        lr = gr.Number(3e-5, label="Learning rate")
-        iterations = gr.Number(30, precision=0, label="Iterations", elem_id="train-iterations")
-        group = gr.Slider(2, 16, 8, step=1, label="Group size G", elem_id="train-group")
-        steps = gr.Slider(2, 32, 16, step=1, label="Steps T", elem_id="train-steps")
-        lora = gr.Number(0, precision=0, label="LoRA rank (real models; 0 = full fine-tuning)")
+        lr = gr.Number(defaults.lr, label="Learning rate", info=hint("lr"))
+        iterations = gr.Number(defaults.iterations, precision=0, minimum=1, maximum=rh.APP_LIMITS["iterations"],
+                               label=f"Iterations (at most {rh.APP_LIMITS['iterations']} here)",
+                               elem_id="train-iterations")
+        group = gr.Slider(RANGES["group"][0], rh.APP_LIMITS["group"], defaults.group, step=1, label="Group size G",
+                          elem_id="train-group", info=hint("group"))
+        steps = gr.Slider(2, rh.APP_LIMITS["steps"], defaults.steps, step=1, label="Trained steps T",
+                          elem_id="train-steps", info=hint("steps"))
+        lora = gr.Number(defaults.lora_rank, precision=0, label="LoRA rank (real models; 0 = full fine-tuning)")
+    with gr.Row():
+        sde = gr.Dropdown(list(SDE_KINDS), value=defaults.sde, label="SDE kind", info=SDE_NOTE, elem_id="train-sde")
+        window = gr.Textbox("", label="SDE window START,END (empty = every trained step)", info=hint("window"),
+                            elem_id="train-window")
     with gr.Row():
         start = gr.Button("Start", variant="primary", elem_id="start-btn")
         stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
@@ -124,11 +154,14 @@ def _finetune_tab(wb, session) -> None:
         live = gr.Plot(label="Training curves", elem_id="train-plot", scale=3)
         sample = gr.Image(label="Newest samples", type="pil", format="png", elem_id="train-sample", scale=1)
     timer = gr.Timer(1.0, active=False)
-    start.click(partial(rh.start_run, wb), [objective, reward, chunks, lr, iterations, group, steps, lora, session],
-                [live, sample, session, timer, status], api_name="start_run", concurrency_id="train")
+    inputs = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window, session]
+    start.click(partial(rh.start_run, wb), inputs, [live, sample, session, timer, status], api_name="start_run",
+                concurrency_id="train")
     stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")
-    timer.tick(partial(rh.poll_run, wb), [session], [live, sample, timer, state], api_visibility="private",
-               show_progress="hidden")
+    poll = dict(fn=partial(rh.poll_run, wb), inputs=[session], outputs=[live, sample, timer, state],
+                api_visibility="private", show_progress="hidden")
+    timer.tick(**poll)
+    tab.select(**poll)  # a session that opens the tab sees (and can stop) the run using the device
 
 
 def _runs_tab(wb, tab) -> None:
@@ -184,8 +217,8 @@ def build_app(wb: Workbench) -> gr.Blocks:
                              api_name="generate", **HEAVY)
             with gr.Tab("Chunks", id="chunks") as chunks_tab:
                 _chunks_tab(wb, session, chunks_tab)
-            with gr.Tab("Fine-tune", id="finetune"):
-                _finetune_tab(wb, session)
+            with gr.Tab("Fine-tune", id="finetune") as finetune_tab:
+                _finetune_tab(wb, session, finetune_tab)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 _runs_tab(wb, runs_tab)
             with gr.Tab("Learn", id="learn"):

@@ -1,0 +1,63 @@
+"""Files that survive a crash: atomic replacement, strict JSON, and reading JSON with a one-line error."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from workbench.core.errors import WorkbenchError
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> Path:
+    """Write `data` to `path` through a temporary file in the same folder, fsync and `os.replace`: a crash
+    leaves either the old file or the new one, never a torn one."""
+    path = Path(path)
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        raise WorkbenchError(f"cannot write {path}: {err.strerror or err}; choose a writable folder") from None
+    return path
+
+
+def clean_json(obj):
+    """Make obj strict JSON: NaN / inf floats become None, tuples become lists (recursively)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_json(v) for v in obj]
+    return obj
+
+
+def write_json(path: str | Path, obj) -> Path:
+    """`obj` as strict, indented JSON, written atomically."""
+    return atomic_write(path, json.dumps(clean_json(obj), indent=2, allow_nan=False))
+
+
+def read_json(path: str | Path) -> dict:
+    """A JSON object from a file; missing, unreadable, malformed or not an object is a WorkbenchError."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise WorkbenchError(f"{path} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WorkbenchError(f"cannot read {path}: {str(err).splitlines()[0][:200]}") from None
+    if not isinstance(data, dict):
+        raise WorkbenchError(f"{path} does not hold a JSON object")
+    return data
