@@ -51,9 +51,11 @@ def test_loop_writes_run_store_and_metrics(tmp_path):
     assert summary.first_eval_reward == run.metrics[0]["eval/reward_mean"]
     assert summary.last_reward_mean == run.metrics[2]["reward/mean"]
     assert [p.name for p in run.samples()] == ["iter_0001.png", "iter_0002.png"]
+    assert [p.name for p in run.eval_samples()] == ["eval_0000.png", "eval_0002.png"]  # before / after
     assert TrainConfig.from_dict(run.config) == TINY
     kinds = [e.kind for e in events]
-    assert kinds == ["started", "iteration", "iteration", "samples", "iteration", "samples", "checkpoint", "finished"]
+    assert kinds == ["started", "eval_samples", "iteration", "iteration", "samples", "eval_samples", "iteration",
+                     "samples", "checkpoint", "finished"]
     saved = RunStore(tmp_path / "run").latest_checkpoint().weights
     after = weights(policy)
     assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -2,9 +2,12 @@
 
     config.py       TrainConfig, validated once for the CLI, the app and the notebooks
     presets.py      named recipes (embedded_demo, gcpo, flow_grpo, dapo, gpg, ...)
-    trainer.py      the loop; emits TrainerEvents
+    trainer.py      the loop; emits TrainerEvents (events.py) to its subscribers
     rollout.py      one iteration's sampling rounds (DAPO refill, GPG resampling)
-    store.py        the run folder on disk
+    evaluation.py   held-out evaluation at fixed noise, with and without CFG; the before/after grid
+    tasks.py        named tasks (crosses): training and held-out prompts, a measure of success
+    store.py        the run folder on disk, a subscriber of the events
+    trackers.py     TensorBoard and trackio, subscribers too
     trainable.py    what trains (all weights or LoRA) and loading a trained policy
     distributed.py  torchrun / accelerate helpers
 """
@@ -12,8 +15,9 @@
 from __future__ import annotations
 
 from workbench.train.config import TrainConfig
+from workbench.train.events import RunSummary, TrainerEvent
 from workbench.train.presets import PRESETS, preset
 from workbench.train.trainable import load_trained_policy
-from workbench.train.trainer import RunSummary, Trainer, TrainerEvent
+from workbench.train.trainer import Trainer
 
 __all__ = ["PRESETS", "RunSummary", "TrainConfig", "Trainer", "TrainerEvent", "load_trained_policy", "preset"]

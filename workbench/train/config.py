@@ -18,6 +18,7 @@ from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
+from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
@@ -45,12 +46,17 @@ class TrainConfig:
     """Advantage estimator from ADVANTAGES: grpo (Flow-GRPO), dr_grpo, gpg (arXiv 2504.02546), gfpo."""
     global_std: bool = False
     """grpo: divide by the std of all rewards of the iteration instead of each group's (Flow-GRPO SD3 configs)."""
+    task: str | None = None
+    """A named task (TASKS: crosses) that brings its training prompts, held-out prompts and success metric;
+    None = the world's training scenes, evaluated on its held-out scenes."""
     prompts: list[str] | None = None
-    """Training prompts; None = the prompts of the world's training scenes (never the held-out ones)."""
+    """Training prompts; None = the task's or the world's training scenes (never the held-out ones)."""
     prompt_file: str | None = None
     """Text file with one training prompt per line (blank lines and '#' comments skipped); excludes prompts."""
     eval_prompts: int = 16
     """Held-out scenes scored with the deterministic ODE for eval/reward_mean; 0 = no evaluation."""
+    eval_cfg: bool = False
+    """Also evaluate with the model's default classifier-free guidance (eval_cfg/*), beside the unguided ODE."""
     eval_every: int = 10
     """Evaluate every this many iterations (and before training, and at the last iteration)."""
     prompts_per_iteration: int = 4
@@ -180,6 +186,11 @@ class TrainConfig:
     def _check_prompts(self) -> None:
         if self.prompts is not None and self.prompt_file is not None:
             raise WorkbenchError("give prompts or prompt_file, not both")
+        if self.task is not None:
+            TASKS.get(self.task)  # an unknown name lists the valid ones
+            if self.prompts is not None or self.prompt_file is not None:
+                raise WorkbenchError(f"the task '{self.task}' brings its own prompts; drop prompts / prompt_file "
+                                     "or the task")
         if self.prompts is not None and not [p for p in self.prompts if p.strip()]:
             raise WorkbenchError("prompts is empty; give at least one prompt or leave it None for the world's")
         if self.prompt_file is not None and not Path(self.prompt_file).is_file():
@@ -317,8 +328,17 @@ class TrainConfig:
             if not pool:
                 raise WorkbenchError(f"prompt file {self.prompt_file} has no prompts")
             return pool
+        if self.task is not None:
+            return TASKS.get(self.task)().train_prompts
         from workbench.toyworld.world import split_scenes
         return [s.prompt() for s in split_scenes()[0]]
+
+    def held_out_prompts(self) -> list[str]:
+        """The first eval_prompts held-out prompts: the task's, or the world's held-out scenes."""
+        if self.task is not None:
+            return TASKS.get(self.task)().eval_prompts[:self.eval_prompts]
+        from workbench.toyworld.world import split_scenes
+        return [s.prompt() for s in split_scenes()[1][:self.eval_prompts]]
 
     def reward_folders(self) -> dict[str, str | None]:
         """The model folders of model-based rewards, keyed by the setting that names them (e.g. clip_path)."""

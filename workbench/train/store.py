@@ -6,6 +6,7 @@ the folder; the command line, the app and the notebooks read runs through it.
         status.json          state (running / finished / stopped / failed), iteration, pid, error, times
         metrics.jsonl        one JSON object per iteration: {"iteration": i, "reward/mean": ..., ...}
         samples/iter_XXXX.png  grid of that iteration's rollout images
+        samples/eval_XXXX.png  grid of the first held-out prompts at that evaluation (a row per CFG scale)
         checkpoints/latest.json  -> {"iteration": i, "dir": "iter_XXXX"}
         checkpoints/iter_XXXX/   weights.safetensors (trained parameters: LoRA adapters for LoRA runs),
                                  optimizer.pt (AdamW state), state.json (iteration)
@@ -88,7 +89,12 @@ class RunInfo:
         return metric_series(self.metrics, metric)
 
     def samples(self) -> list[Path]:
+        """Rollout grids samples/iter_XXXX.png, oldest first."""
         return sorted((self.path / "samples").glob("iter_*.png"))
+
+    def eval_samples(self) -> list[Path]:
+        """Held-out grids samples/eval_XXXX.png (fixed prompts and noise: before/after), oldest first."""
+        return sorted((self.path / "samples").glob("eval_*.png"))
 
 
 def metric_series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
@@ -194,6 +200,8 @@ class RunStore:
             self.write_status("running", event.iteration)
         elif kind == "samples":
             self.save_samples(event.iteration, data["grid"])
+        elif kind == "eval_samples":
+            self.save_samples(event.iteration, data["grid"], prefix="eval")
         elif kind == "checkpoint":
             self.save_checkpoint(event.iteration, data["weights"], data["optimizer"])
         elif kind in ("finished", "stopped", "failed"):
@@ -241,11 +249,11 @@ class RunStore:
         rows = [r for r in self.metrics() if r["iteration"] <= last_iteration]
         atomic_write(self.path / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
 
-    def save_samples(self, iteration: int, image) -> Path:
-        """A PIL image of the iteration's rollout grid as samples/iter_XXXX.png."""
+    def save_samples(self, iteration: int, image, prefix: str = "iter") -> Path:
+        """A PIL image as samples/<prefix>_XXXX.png: the iteration's rollout grid (iter) or held-out grid (eval)."""
         buf = io.BytesIO()
         image.save(buf, format="PNG")
-        return atomic_write(self.path / "samples" / f"iter_{iteration:04d}.png", buf.getvalue())
+        return atomic_write(self.path / "samples" / f"{prefix}_{iteration:04d}.png", buf.getvalue())
 
     def save_checkpoint(self, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
                         keep: int = 1) -> Path:

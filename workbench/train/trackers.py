@@ -52,8 +52,8 @@ class TensorBoardTracker:
             for key, value in event.data.items():
                 if key != "iteration" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.writer.add_scalar(key, value, event.iteration)
-        elif event.kind == "samples":
-            self.writer.add_image("samples", np.asarray(event.data["grid"]), event.iteration, dataformats="HWC")
+        elif event.kind in ("samples", "eval_samples"):
+            self.writer.add_image(event.kind, np.asarray(event.data["grid"]), event.iteration, dataformats="HWC")
         elif event.kind in ("finished", "stopped", "failed"):
             self.writer.flush()
             self.writer.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,48 +25,23 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import clean_json
+from workbench.core.imaging import grid
 from workbench.flow.dynamics import relative_change
 from workbench.flow.policy import Conditioning, FlowPolicy
-from workbench.flow.sampler import ode_sample, transition
+from workbench.flow.sampler import transition
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
 from workbench.rl.objectives import OBJECTIVES, PolicyInputs, noise_aware_weights, transition_kl
 from workbench.train.config import TrainConfig
 from workbench.train.distributed import gather, init_distributed, sync_gradients
+from workbench.train.evaluation import evaluate
+from workbench.train.events import RunSummary, TrainerEvent
 from workbench.train.rollout import RolloutSampler
 from workbench.train.store import CONFIG, Checkpoint, RunStore
+from workbench.train.tasks import TASKS
 from workbench.train.trackers import make_trackers
 from workbench.train.trainable import add_lora, copy_weights, load_base_policy, trainable_weights
-
-EVAL_SEED = 1234  # fixed noise for the held-out ODE evaluation, the same for every run and seed
-EVENT_KINDS = ("started", "iteration", "samples", "checkpoint", "finished", "stopped", "failed")
-
-# ------------------------------------------------------------------------------------ events, summary
-@dataclass
-class TrainerEvent:
-    """Something the trainer did. `data`: started {config, resumed_from}, iteration {metrics}, samples
-    {prompts, grid (PIL image)}, checkpoint {weights, optimizer (state dict)}, finished / stopped {summary},
-    failed {error, type}."""
-
-    kind: str  # one of EVENT_KINDS
-    iteration: int
-    data: dict = field(default_factory=dict)
-
-
-@dataclass
-class RunSummary:
-    run_dir: str | None  # None when the run has no folder
-    state: str  # finished, stopped or failed
-    iterations: int  # completed iterations
-    first_reward_mean: float | None
-    last_reward_mean: float | None
-    first_eval_reward: float | None  # before training (iteration 0)
-    last_eval_reward: float | None
-    seconds: float
-
-    def to_dict(self) -> dict:
-        return clean_json(asdict(self))
 
 
 # ------------------------------------------------------------------------------------ the loop
@@ -177,7 +152,6 @@ class Trainer:
 
     def _setup_data(self) -> None:
         from workbench.rewards import build_reward
-        from workbench.toyworld.world import split_scenes
 
         cfg = self.config
         folders = cfg.reward_folders()
@@ -189,7 +163,8 @@ class Trainer:
         self.pool = cfg.prompt_pool()
         for prompt in self.pool:
             self.policy.check_prompt(prompt)
-        self.eval_prompts = [s.prompt() for s in split_scenes()[1][:cfg.eval_prompts]]
+        self.eval_prompts = cfg.held_out_prompts()
+        self.task = TASKS.get(cfg.task)() if cfg.task else None
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
                                       self._autocast)
 
@@ -216,7 +191,7 @@ class Trainer:
         try:
             self._emit("started", self.iteration, {"config": cfg.to_dict(), "resumed_from": self.resumed_from})
             if cfg.eval_prompts and not any(r.get("iteration") == 0 for r in self.history):
-                self._log(0, self._evaluate())
+                self._log(0, self._evaluate(0))
             while self.iteration < cfg.iterations:
                 it, t0 = self.iteration + 1, time.perf_counter()
                 # 1-2. rollout and rewards: G SDE trajectories for this process's prompts (groups r::world),
@@ -240,7 +215,7 @@ class Trainer:
                     "time/iteration_s": time.perf_counter() - t0}
                 self.iteration, self.last_groups = it, batch.groups
                 if cfg.eval_prompts and (it % cfg.eval_every == 0 or it == cfg.iterations):
-                    metrics |= self._evaluate()
+                    metrics |= self._evaluate(it)
                 self._log(it, metrics)
                 if it % cfg.sample_every == 0:
                     self._save_samples(it, batch.groups)
@@ -365,18 +340,18 @@ class Trainer:
         return float(norm)
 
     # -------------------------------------------------------------------------------- evaluation, store, events
-    def _evaluate(self) -> dict[str, float]:
-        """eval/reward_mean (and per component) of the held-out prompts with the deterministic ODE (rank 0)."""
+    def _evaluate(self, it: int) -> dict[str, float]:
+        """Held-out metrics (`evaluation.evaluate`, rank 0); emits the before/after grid as 'eval_samples'."""
         if not self.dist.main or not self.eval_prompts:
             return {}
-        t0, cfg = time.perf_counter(), self.config
+        cfg = self.config
+        scales = {"eval": cfg.guidance_scale} | ({"eval_cfg": self.policy.default_guidance} if cfg.eval_cfg else {})
         with self._autocast():
-            images = ode_sample(self.policy, self.eval_prompts, steps=cfg.sampling_steps, seed=EVAL_SEED,
-                                shift=cfg.shift, guidance_scale=cfg.guidance_scale)
-        comps = self.reward_fn.components(images, self.eval_prompts)
-        return ({"eval/reward_mean": self.reward_fn.combine(comps).mean().item()}
-                | {f"eval/{k}/mean": v.mean().item() for k, v in comps.items()}
-                | {"time/eval_s": time.perf_counter() - t0})
+            result = evaluate(self.policy, self.eval_prompts, self.reward_fn, self.task, scales, cfg.sampling_steps,
+                              cfg.shift)
+        self._emit("eval_samples", it, {"prompts": result.grid_prompts, "guidance": list(scales.values()),
+                                        "grid": result.grid})
+        return result.metrics
 
     def _log(self, it: int, metrics: dict[str, float]) -> None:
         """The one logging function: the history and the 'iteration' event (the store appends metrics.jsonl)."""
@@ -392,8 +367,6 @@ class Trainer:
             subscriber(event)
 
     def _save_samples(self, it: int, groups: list[TrajectoryGroup]) -> None:
-        from workbench.core.imaging import grid
-
         if self.dist.main:
             image = grid(torch.cat([g.images for g in groups]), ncol=self.config.group)
             self._emit("samples", it, {"prompts": [g.prompt for g in groups], "grid": image})

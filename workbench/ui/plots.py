@@ -14,6 +14,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from workbench.rl.chunking import chunk_boundaries
+from workbench.train.store import metric_series
 
 STEP_AXIS = "denoising step t (0 = pure noise)"
 BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")
@@ -109,12 +110,6 @@ def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, s
     return fig
 
 
-def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
-    """(iterations, values) of one metric over the rows that logged it."""
-    pairs = [(r.get("iteration", i), r[key]) for i, r in enumerate(rows) if isinstance(r.get(key), (int, float))]
-    return [p[0] for p in pairs], [float(p[1]) for p in pairs]
-
-
 def training_figure(rows: list[dict], title: str) -> go.Figure:
     """Live training curves from metrics.jsonl rows: reward, loss, clip fraction, KL, grad norm, chunk ratios."""
     fig = make_subplots(rows=2, cols=3, subplot_titles=[p[0] for p in TRAIN_PANELS], vertical_spacing=0.18)
@@ -123,7 +118,7 @@ def training_figure(rows: list[dict], title: str) -> go.Figure:
     for n, (_, y_title, keys) in enumerate(TRAIN_PANELS):
         row, col = divmod(n, 3)
         for key in keys or chunk_keys:
-            x, y = _series(rows, key)
+            x, y = metric_series(rows, key)
             if x:
                 fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=key), row=row + 1, col=col + 1)
         fig.update_xaxes(title_text="iteration", row=row + 1, col=col + 1)
