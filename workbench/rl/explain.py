@@ -40,9 +40,12 @@ from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, PolicyInputs
 # checks it): GPG's alpha-scaled r - mean (arXiv 2504.02546), Dr. GRPO's std-free r - mean (arXiv
 # 2503.20783), GFPO's GRPO over the kept top-k (arXiv 2508.09726, needs a second score); all others GRPO.
 PAIRED_ADVANTAGE = {"gpg": "gpg", "dr_grpo": "dr_grpo", "gfpo": "gfpo"}
-INNER_UPDATES = 3  # default number of inner AdamW updates that move the policy away from the sampler
-INNER_LR = 1e-4  # default lr of those updates (scripts/explain_defaults.py: some units clip at CLIP after 3)
-CLIP = 2e-5  # default clip range of the explainer (see INNER_LR)
+# Defaults of the Objectives view, from scripts/explain_defaults.py on the shipped embedded model (G=8, T=16):
+# 3 updates at the trainer's lr 3e-5 with the library's clip 1e-4 clip 17 % of step units, 12 % of
+# Chunk-GRPO [2,3,4,7] units and 50 % of GSPO's sequences: some units of every objective, not all.
+INNER_UPDATES = 3  # inner AdamW updates that move the policy away from the sampling policy
+INNER_LR = 3e-5  # their learning rate (TrainConfig's default lr)
+CLIP = 1e-4  # clip range eps of the explained objectives (ObjectiveSettings' default, Flow-GRPO's)
 
 
 def paired_estimator(objective: str) -> str:
@@ -158,12 +161,13 @@ def _one(name: str, log_prob, old_log_prob, advantage, settings, step_mask) -> t
 
 def moved_log_probs(policy: FlowPolicy, group: TrajectoryGroup, advantages: torch.Tensor,
                     objective: str = "step_grpo", settings: ObjectiveSettings | None = None,
-                    updates: int = INNER_UPDATES, lr: float = INNER_LR) -> torch.Tensor:
+                    updates: int = INNER_UPDATES, lr: float = INNER_LR, progress=None) -> torch.Tensor:
     """Per-step log-probs (G, T) of the group's stored transitions after `updates` AdamW steps on it.
 
     The steps minimise `objective` over the whole group (advantages (G,)) on a deep copy of the policy's
     transformer, re-scoring the transitions with gradient through `sampler.transition` as the trainer's
     inner epochs do; the policy itself is untouched. updates = 0 returns the sampling log-probs (ratio 1).
+    `progress(done, total)` is called after each update.
     """
     from workbench.flow.sampler import transition
 
@@ -183,11 +187,13 @@ def moved_log_probs(policy: FlowPolicy, group: TrajectoryGroup, advantages: torc
     sigmas, mask = group.sigmas.to(dev), cfg.sde_mask().to(dev).expand(g, t)  # (T + 1,), (G, T)
     inputs = dict(old_log_prob=group.log_probs.to(dev), advantages=advantages.to(dev).float(), step_mask=mask)
     moved.transformer.train()
-    for _ in range(updates):
+    for done in range(1, updates + 1):
         log_prob = transition(moved, x, sigmas, step, cond, cfg, x_next=x_next).log_prob.view(g, t)  # (G, T)
         OBJECTIVES.get(objective)(PolicyInputs(log_prob, **inputs), settings).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if progress is not None:
+            progress(done, updates)
     moved.transformer.eval()
     with torch.no_grad():  # re-score all G * T transitions in one batch (what `sampler.rescore` does step by step)
         return transition(moved, x, sigmas, step, cond, cfg, x_next=x_next).log_prob.view(g, t).cpu()  # (G, T)
