@@ -18,7 +18,8 @@ re-scores the group.
 
     old = group.log_probs  # (G, T)
     adv = paired_advantages(rewards, ["step_grpo", "chunk_grpo"])
-    ex = explain(moved_log_probs(policy, group, adv["chunk_grpo"]), old, adv, ObjectiveSettings(chunks=[2, 3, 4, 7]))
+    new = moved_log_probs(policy, group, adv["step_grpo"])  # 3 AdamW updates of step GRPO on a copy
+    ex = explain(new, old, adv, ObjectiveSettings(chunks=[2, 3, 4, 7]), ["step_grpo", "chunk_grpo"])
     ex.weight[ex.index("chunk_grpo")]  # (G, T)
 """
 
@@ -36,9 +37,10 @@ from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, PolicyInputs
 
-# Which advantage estimator each objective is trained with (the presets pair them the same way; a test
-# checks it): GPG's alpha-scaled r - mean (arXiv 2504.02546), Dr. GRPO's std-free r - mean (arXiv
-# 2503.20783), GFPO's GRPO over the kept top-k (arXiv 2508.09726, needs a second score); all others GRPO.
+# Which advantage estimator each objective is trained with: GPG's alpha-scaled r - mean (arXiv 2504.02546),
+# Dr. GRPO's std-free r - mean (arXiv 2503.20783), GFPO's GRPO over the kept top-k (arXiv 2508.09726, needs
+# a second score); all others GRPO. Every preset named after an objective pairs it the same way (a test
+# checks it; Dr. GRPO has no preset yet).
 PAIRED_ADVANTAGE = {"gpg": "gpg", "dr_grpo": "dr_grpo", "gfpo": "gfpo"}
 # Defaults of the Objectives view, from scripts/explain_defaults.py on the shipped embedded model (G=8, T=16):
 # 3 updates at the trainer's lr 3e-5 with the library's clip 1e-4 clip 17 % of step units, 12 % of
@@ -84,7 +86,8 @@ class Explanation:
 
     names: list[str]  # O objectives, in the order asked for
     log_ratio: torch.Tensor  # (G, T) l = log p_theta - log p_old; 0 on untrained steps
-    ratio: torch.Tensor  # (O, G, T) the ratio objective o uses at (i, t): step, chunk or sequence ratio
+    ratio: torch.Tensor  # (O, G, T) the ratio objective o uses at (i, t): step, chunk or sequence ratio (GPG: the
+    # step ratio, which it does not use; NaN for an objective that reports no step_ratio)
     clipped: torch.Tensor  # (O, G, T) bool, the step's unit takes the clipped branch (no gradient)
     advantage: torch.Tensor  # (O, G) the advantage objective o uses for trajectory i
     weight: torch.Tensor  # (O, G, T) w = dL / d log p_t of the objective's policy loss
@@ -156,7 +159,10 @@ def _one(name: str, log_prob, old_log_prob, advantage, settings, step_mask) -> t
                                settings)
     (weight,) = torch.autograd.grad(out.loss, leaf, allow_unused=True)
     weight = torch.zeros_like(leaf) if weight is None else weight  # (G, T)
-    return out.step_ratio, out.step_clipped, adv, weight, out.loss.detach()
+    ratio, clipped = out.step_ratio, out.step_clipped  # (G, T) each
+    if ratio is None:  # an objective outside the shared code paths: its weights, but no ratio map
+        ratio, clipped = torch.full_like(weight, float("nan")), torch.zeros_like(weight, dtype=torch.bool)
+    return ratio, clipped, adv, weight, out.loss.detach()
 
 
 def moved_log_probs(policy: FlowPolicy, group: TrajectoryGroup, advantages: torch.Tensor,

@@ -109,7 +109,7 @@ def _chunks_tab(wb, session, tab) -> None:
     split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split", **fast)
     merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **fast)
     clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
-                  js=forward_js("curve-plot"), **fast)
+                  js=forward_js("curve-plot"), trigger_mode="always_last", **fast)  # a click while one runs waits
 
 
 OBJECTIVES_INTRO = (
@@ -151,7 +151,7 @@ def _objectives_tab(wb, session, tab) -> None:
           [name, row, traj, step, view, session], [maps, formula, view, status], api_name="objectives_cell")
     clicked.click(partial(ob.objectives_click, wb), [point, view, session],
                   [name, row, traj, step, maps, formula, view, status], api_visibility="private",
-                  js=forward_js("objectives-plot"), show_progress="hidden")
+                  js=forward_js("objectives-plot"), trigger_mode="always_last", show_progress="hidden")
 
 
 def _finetune_tab(wb, session) -> None:
@@ -208,7 +208,8 @@ def _learn_tab(wb, session) -> None:
     gr.Markdown(example_text())
     run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
     status = gr.Markdown(elem_id="learn-status")
-    gallery = gr.Gallery(label="The group (reward, advantage)", columns=4, format="png", elem_id="learn-gallery")
+    gallery = gr.Gallery(label="The group (reward, advantage)", columns=8, height=220, format="png",
+                         elem_id="learn-gallery")
     stages = []
     for n in range(1, 5):
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
