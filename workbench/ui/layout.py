@@ -98,7 +98,8 @@ def _chunks_tab(wb, session, tab) -> None:
                 "line at t + 0.5).")
     curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
     outputs = [curve, spec, step, rates, session, status]
-    point = gr.Textbox(visible="hidden", elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
+    point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
+                       elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
     tab.select(partial(h.chunks_view, wb), [session], outputs, api_visibility="private")
     fast = {"queue": False, "show_progress": "hidden"}  # edits take ~50 ms: skip the queue round trip
@@ -141,7 +142,7 @@ def _objectives_tab(wb, session, tab) -> None:
         step = gr.Number(0, precision=0, label="Step t", elem_id="cell-step")
         show = gr.Button("Show the cell", elem_id="cell-btn")
     formula = gr.Markdown(latex_delimiters=LATEX, elem_id="cell-formula")
-    point = gr.Textbox(visible="hidden", elem_id="objectives-click")
+    point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
               [maps, summary, formula, view, status], api_name="objectives", **HEAVY)
