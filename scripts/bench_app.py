@@ -1,4 +1,5 @@
-"""Benchmark the browser workbench: start-up time, chunk-edit latency in the browser, memory. Prints figures.
+"""Benchmark the browser workbench: start-up, chunk-edit and curve-click latency in the browser, the Objectives
+tab, memory. Prints figures.
 
     .venv/bin/python scripts/bench_app.py [--model PATH] [--edits 7]
 
@@ -6,7 +7,10 @@
    visible in headless chromium (target 10 s).
 2. Generate a group (G=8, T=16), measure its credit (K=4), then type chunk specs in the Chunks tab and time
    each from Enter to the plot title and status showing the new chunks (target 300 ms).
-3. Resident memory of the app process (target 2 GB).
+3. Click the temporal-dynamics curve to toggle boundaries and time each from the click to the plot title
+   and status showing the new chunks (target 300 ms).
+4. The Objectives tab: N=3 inner updates and every objective's maps, from Compute to the status.
+5. Resident memory of the app process (target 2 GB).
 
 Without the embedded weights (workbench/weights/embedded/) a random-init model of the same size is
 used, so the timings still hold. Needs /usr/bin/chromium and playwright.
@@ -97,6 +101,44 @@ def chunk_edit_ms(page, specs: list[str]) -> list[float]:
     return times
 
 
+POINT = """([plot, name, x]) => {
+    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
+    gd.scrollIntoView({block: "center"});
+    const trace = gd._fullData.find(t => t.name === name);
+    const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+    return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya._length / 2];
+}"""  # the page position above step x of the curve, half-way up the plot
+
+
+def click_toggle_ms(page, clicks: int) -> list[float]:
+    """Milliseconds from a click on the curve (mouse down) to the plot title and status showing the toggled
+    boundary (checked on every animation frame)."""
+    sys.path.insert(0, str(ROOT))
+    from workbench.ui.state import toggle_boundary
+
+    box = page.locator("#chunk-spec textarea")
+    box.fill("2,3,4,7")
+    box.press("Enter")
+    page.wait_for_function(DONE, arg=["typed: chunks 2,3,4,7", "[2, 3, 4, 7]"], polling="raf", timeout=60_000)
+    sizes, times = [2, 3, 4, 7], []
+    for k in range(clicks):
+        step = (6, 10, 3)[k % 3]
+        new = toggle_boundary(sizes, step)
+        verb = "added" if len(new) > len(sizes) else "removed"
+        where = page.evaluate(POINT, ["curve-plot", "mean L1_rel", step])
+        page.mouse.move(*where)  # the pointer reaches the step first (plotly draws its hover label), then clicks
+        page.wait_for_timeout(300)
+        start = time.perf_counter()
+        page.mouse.down()
+        page.mouse.up()
+        page.wait_for_function(DONE, arg=[f"{verb} the boundary after step {step}: chunks {','.join(map(str, new))}",
+                                          str(new)], polling="raf", timeout=60_000)
+        times.append(1000 * (time.perf_counter() - start))
+        sizes = new
+        page.wait_for_timeout(200)  # let plotly settle, as a user would between clicks
+    return times
+
+
 def browse(page, url: str, started: float, edits: int) -> dict:
     """Drive the page in chromium; returns the timings."""
     from playwright.sync_api import expect
@@ -117,6 +159,12 @@ def browse(page, url: str, started: float, edits: int) -> dict:
     page.get_by_role("tab", name="Chunks").click()
     expect(page.locator("#chunks-status")).to_contain_text("over T=16 steps", timeout=300_000)
     out["edit_ms"] = chunk_edit_ms(page, (SPECS * edits)[:edits])
+    out["click_ms"] = click_toggle_ms(page, edits)
+    page.get_by_role("tab", name="Objectives").click()
+    t = time.time()
+    page.click("#objectives-btn")
+    expect(page.locator("#objectives-status")).to_contain_text("after 3 updates", timeout=600_000)
+    out["objectives_s"] = time.time() - t
     return out
 
 
@@ -154,6 +202,10 @@ def main() -> None:
     print(f"generate      G=8, T=16: {timings['generate_s']:.1f} s; credit K=4: {timings['credit_s']:.1f} s")
     print(f"chunk edit    Enter -> plot and status updated: median {statistics.median(edits):.0f} ms, "
           f"max {max(edits):.0f} ms over {len(edits)} edits (target 300 ms)")
+    clicks = timings["click_ms"]
+    print(f"curve click   click -> plot and status updated: median {statistics.median(clicks):.0f} ms, "
+          f"max {max(clicks):.0f} ms over {len(clicks)} clicks (target 300 ms)")
+    print(f"objectives    N=3 inner updates + maps of every objective (G=8, T=16): {timings['objectives_s']:.1f} s")
     print(f"memory        app RSS {rss_start:.0f} MB after start-up, {rss_end:.0f} MB after generate + credit "
           "(target 2048 MB)")
 

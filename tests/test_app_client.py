@@ -60,3 +60,19 @@ def test_importing_app_builds_and_launches_nothing():
     args = app.parse_args([])
     assert (args.host, args.port, args.model, args.runs) == ("127.0.0.1", 7860, None, "runs")
     assert not any(isinstance(value, gr.Blocks) for value in vars(app).values())
+
+
+def test_objectives_and_boundary_endpoints(client):
+    names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert {"/objectives", "/objectives_cell", "/chunks_toggle", "/learn_example"} <= names
+    client.predict(PROMPT, 3, 4, 0.7, 0, "adherence", api_name="/generate")  # this client's session: G=3, T=4
+    curve, spec, step, rates, status = client.predict("1", api_name="/chunks_toggle")  # temporal(4) = 1,1,1,1
+    assert status == "✓ removed the boundary after step 1: chunks 1,2,1" and spec == "1,2,1"
+    assert "[1, 2, 1]" in curve["plot"]
+    *_, status = client.predict("3", api_name="/chunks_toggle")
+    assert status.startswith("⚠ a boundary can follow steps 0..2")
+    maps, summary, formula, status = client.predict(1, 1e-3, 1e-4, "step_grpo", api_name="/objectives")
+    assert status.startswith("✓ explained") and "| gspo | grpo |" in summary and "$$" in formula
+    assert '"moved|chunk_grpo"' in maps["plot"]
+    maps, formula, status = client.predict("gpg", "ratio1", 2, 3, api_name="/objectives_cell")
+    assert status == "✓ gpg at i=2, t=3" and "**gpg** at trajectory i = 2, step t = 3, at ratio 1" in formula

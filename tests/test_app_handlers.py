@@ -7,7 +7,6 @@ start / busy / stop / crash logic is fast; one test runs the real trainer for 2 
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 import textwrap
@@ -391,18 +390,3 @@ def test_runs_table_compare_and_download(tmp_path, model_dir):
     files, status = rh.download(wb, "a")
     assert len(files) == 1 and "no checkpoint" in status
     assert "choose a run" in msg(rh.download(wb, None))
-
-
-def test_learn_example_streams_and_fills_the_session(wb, monkeypatch):
-    monkeypatch.setitem(h.LEARN, "group", 4)
-    monkeypatch.setitem(h.LEARN, "steps", 6)
-    monkeypatch.setitem(h.LEARN, "branches", 2)
-    steps = list(h.learn_example(wb, Session()))
-    assert [s[-1][:1] for s in steps] == ["…", "…", "✓"]
-    gallery, session = steps[1][0], steps[2][3]
-    assert len(gallery) == 4 and session.credit is not None and session.group.num_steps == 6
-    text = steps[2][2]
-    assert "one chunk (GSPO) | 6 | 0.0 %" in text  # the whole-trajectory credit always agrees with A
-    m = session.credit.rechunk([1] * 6).misattribution()
-    assert f"| 1,1,1,1,1,1 | {100 * m['chunk_misattribution']:.1f} %" in text
-    assert json.dumps(session.credit.sizes) == json.dumps(CHUNKERS.get("temporal")(6))

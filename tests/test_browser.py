@@ -157,3 +157,57 @@ def test_fine_tune_start_and_stop(page, url):
     page.click("#download-btn")
     expect(page.locator("#run-files")).to_contain_text(f"{run_id}-metrics", timeout=LONG)  # shown as "name .csv"
     page.screenshot(path=str(ARTIFACTS / "browser_runs.png"), full_page=True)
+
+
+POINT_JS = """([plot, name, x, y]) => {
+    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
+    gd.scrollIntoView({block: "center"});
+    const trace = gd._fullData.find(t => t.name === name);
+    const xa = gd._fullLayout[trace.xaxis.replace("x", "xaxis")];
+    const ya = gd._fullLayout[trace.yaxis.replace("y", "yaxis")];
+    const box = gd.getBoundingClientRect();
+    const top = y === null ? ya._offset + ya._length / 2 : ya._offset + ya.l2p(y);
+    return [box.left + xa._offset + xa.l2p(x), box.top + top];
+}"""  # the page position of data point (x, y) of the trace `name` (y = null: half the plot's height)
+LINES_JS = ("(plot) => document.querySelector(`#${plot} .js-plotly-plot`).layout.shapes"
+            ".filter(s => s.type === 'line').length")  # dashed chunk boundaries drawn on a figure
+
+
+def click_point(page, plot: str, trace: str, x: float, y: float | None = None) -> None:
+    """Click a plotly figure where its trace `trace` has the data point (x, y), as a user would."""
+    page.mouse.click(*page.evaluate(POINT_JS, [plot, trace, x, y]))
+
+
+def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
+    page.goto(url)
+    generate(page, group=3, steps=8)
+    page.get_by_role("tab", name="Objectives").click()
+    set_number(page, "obj-updates", 1)
+    page.click("#objectives-btn")
+    status = page.locator("#objectives-status")
+    expect(status).to_contain_text("explained 7 objectives on G=3, T=8 after 1 updates", timeout=LONG)
+    expect(page.locator("#objectives-plot .js-plotly-plot")).to_be_visible()
+    lines_before = page.evaluate(LINES_JS, "objectives-plot")
+    assert lines_before == 2 * 3  # chunk_grpo's 3 boundaries (temporal(8) = 1,2,2,3) in both rows
+    click_point(page, "objectives-plot", "moved|chunk_grpo", 5, 1)  # step t = 5 of trajectory i = 1
+    expect(status).to_contain_text("chunk_grpo at i=1, t=5", timeout=LONG)
+    formula = page.locator("#cell-formula")
+    expect(formula).to_contain_text("chunk_grpo at trajectory i = 1, step t = 5", timeout=LONG)
+    expect(formula.locator(".katex").first).to_be_visible()  # the LaTeX is rendered as math
+    expect(page.locator("#cell-traj input")).to_have_value("1")
+    expect(page.locator("#cell-step input")).to_have_value("5")
+    page.screenshot(path=str(ARTIFACTS / "browser_objectives_cell.png"), full_page=True)
+    page.get_by_role("tab", name="Chunks").click()
+    chunks = page.locator("#chunks-status")
+    expect(chunks).to_contain_text("chunks 1,2,2,3 over T=8 steps", timeout=LONG)
+    title = page.locator("#curve-plot .gtitle")
+    expect(title).to_contain_text("[1, 2, 2, 3]")
+    click_point(page, "curve-plot", "mean L1_rel", 4)  # a chunk starts at step 5: the boundary after 4 goes
+    expect(chunks).to_contain_text("removed the boundary after step 4: chunks 1,2,5", timeout=LONG)
+    expect(title).to_contain_text("[1, 2, 5]")
+    expect(page.locator("#chunk-spec textarea")).to_have_value("1,2,5")
+    page.screenshot(path=str(ARTIFACTS / "browser_chunks_click.png"), full_page=True)
+    page.get_by_role("tab", name="Objectives").click()
+    expect(status).to_contain_text("chunks 1,2,5", timeout=LONG)
+    page.wait_for_function(f"(plot) => ({LINES_JS})(plot) === 4", arg="objectives-plot", timeout=LONG)
+    page.screenshot(path=str(ARTIFACTS / "browser_objectives_rechunked.png"), full_page=True)

@@ -7,6 +7,7 @@ embedded pixel-space model; `workbench.models.adapters` wraps diffusers' SD3 and
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -67,6 +68,22 @@ class FlowPolicy:
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Latents (B, C, H, W) -> RGB images (B, 3, H', W') in [0, 1]."""
         raise NotImplementedError
+
+    def with_transformer(self, transformer: torch.nn.Module) -> FlowPolicy:
+        """A shallow copy of this policy that denoises with `transformer`; everything else stays shared.
+
+        Attributes holding the old transformer (the embedded model, a diffusers pipeline) are copied
+        shallowly with it replaced, so the copy never writes into the original. Used to move a copy of
+        the weights away from the sampling policy (`workbench.rl.explain.moved_log_probs`).
+        """
+        other = copy.copy(self)
+        for name, value in vars(self).items():
+            if value is not self.transformer and getattr(value, "transformer", None) is self.transformer:
+                holder = copy.copy(value)
+                holder.transformer = transformer
+                setattr(other, name, holder)
+        other.transformer = transformer
+        return other
 
     def velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: Conditioning,
                  guidance_scale: float = 1.0) -> torch.Tensor:

@@ -22,7 +22,7 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.registry import Registry
-from workbench.rl.chunking import chunk_sum
+from workbench.rl.chunking import chunk_ids, chunk_sum
 
 OBJECTIVES = Registry("objective")
 
@@ -114,6 +114,8 @@ class ObjectiveOutput:
     ratio_std: float
     chunk_ratio_mean: list[float] = field(default_factory=list)
     chunk_ratio_std: list[float] = field(default_factory=list)
+    step_ratio: torch.Tensor | None = None  # (B, T) detached: the ratio of the unit each step is in; 1 if untrained
+    step_clipped: torch.Tensor | None = None  # (B, T) bool: the step's unit takes the clipped branch (no gradient)
 
     def stats(self) -> dict[str, float]:
         """Namespaced metrics; chunk/* are means over the chunks some trajectory trains."""
@@ -194,8 +196,13 @@ def _unit_stats(log_ratio: torch.Tensor, valid: torch.Tensor) -> dict:
 
 
 def _finish(policy_loss: torch.Tensor, inputs: PolicyInputs, settings: ObjectiveSettings, mask: torch.Tensor,
-            log_ratio: torch.Tensor, valid: torch.Tensor, clipped: torch.Tensor) -> ObjectiveOutput:
-    """Add the optional KL term (mean over trained steps) and collect the diagnostics."""
+            log_ratio: torch.Tensor, valid: torch.Tensor, clipped: torch.Tensor,
+            chunks: list[int] | None = None) -> ObjectiveOutput:
+    """Add the optional KL term (mean over trained steps) and collect the diagnostics.
+
+    log_ratio, valid, clipped: (B, U) per unit; chunks: the sizes of the U units over the T steps
+    (None: every step is its own unit). They are also broadcast back to steps (step_ratio, step_clipped).
+    """
     if settings.kl_beta > 0 and inputs.kl is None:
         raise WorkbenchError("kl_beta > 0 needs inputs.kl (per-step KL to the reference); pass it or set kl_beta=0")
     kl = inputs.kl[mask].mean() if inputs.kl is not None else torch.zeros((), device=policy_loss.device)
@@ -203,7 +210,16 @@ def _finish(policy_loss: torch.Tensor, inputs: PolicyInputs, settings: Objective
     return ObjectiveOutput(
         loss=loss, policy_loss=float(policy_loss.detach()), kl_loss=float(kl.detach()),
         clip_frac=float(clipped[valid].float().mean()), **_unit_stats(log_ratio, valid),
+        **_per_step(log_ratio, clipped, mask, chunks),
     )
+
+
+def _per_step(log_ratio: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor, chunks: list[int] | None
+              ) -> dict[str, torch.Tensor]:
+    """Unit ratios and clip flags (B, U) broadcast to the steps (B, T) of each unit; untrained steps: 1, False."""
+    unit = chunk_ids(chunks).to(mask.device) if chunks is not None else torch.arange(mask.shape[1], device=mask.device)
+    ratio = log_ratio.detach().exp()[:, unit]  # (B, T)
+    return {"step_ratio": torch.where(mask, ratio, torch.ones_like(ratio)), "step_clipped": clipped[:, unit] & mask}
 
 
 # ---------------------------------------------------------------- step objectives
@@ -293,7 +309,7 @@ def chunk_objective(inputs: PolicyInputs, settings: ObjectiveSettings, chunks: l
     adv = inputs.advantages.detach().to(l).unsqueeze(1).expand_as(chunk_l)  # (B, K)
     per_chunk, clipped = clipped_surrogate(chunk_l.exp(), adv, settings.clip_low, settings.eps_high)
     policy_loss = _mean_over_units(per_chunk, valid)
-    return _finish(policy_loss, inputs, settings, mask, chunk_l, valid, clipped)
+    return _finish(policy_loss, inputs, settings, mask, chunk_l, valid, clipped, chunks)
 
 
 @OBJECTIVES.register("chunk_grpo")

@@ -140,15 +140,8 @@ class Trainer:
         self._stop = True
 
     def _frozen_copy(self) -> FlowPolicy:
-        """The KL reference: a shallow copy of the policy denoising with a frozen copy of the initial transformer."""
-        frozen = copy.deepcopy(self.policy.transformer).requires_grad_(False).eval()
-        ref = copy.copy(self.policy)
-        ref.transformer = frozen
-        model = getattr(ref, "model", None)
-        if getattr(model, "transformer", None) is self.policy.transformer:  # EmbeddedPolicy denoises via its model
-            ref.model = copy.copy(model)
-            ref.model.transformer = frozen
-        return ref
+        """The KL reference: the policy denoising with a frozen copy of the initial transformer."""
+        return self.policy.with_transformer(copy.deepcopy(self.policy.transformer).requires_grad_(False).eval())
 
     def _setup_data(self) -> None:
         from workbench.rewards import build_reward

@@ -1,4 +1,4 @@
-"""Handlers of the Generate, Attribution, Chunks and Learn tabs: short functions that call the library.
+"""Handlers of the Generate, Attribution and Chunks tabs: short functions that call the library.
 
 Each handler is a plain function `fn(wb, *inputs, session, progress=gr.Progress())` returning its
 outputs as a tuple whose last item is the status Markdown (see `guard.guarded`); the layout binds `wb`
@@ -15,17 +15,16 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import speckle, to_pil
 from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
+from workbench.rl.chunking import CHUNKERS, chunk_boundaries, parse_chunk_spec
 from workbench.ui import plots
+from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
-from workbench.ui.state import Session, format_sizes, merge_at, split_at
+from workbench.ui.state import Session, format_sizes, merge_at, split_at, toggle_boundary
 from workbench.ui.workbench import Workbench
 
 CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
 THUMB = 64  # filmstrip cells larger than this (real models decode 512-1024 px) are shrunk to it
-LEARN_PROMPT = "a large red circle in the top left on a white background"
-LEARN = {"group": 8, "steps": 16, "branches": 4}  # the Learn example: the papers' 16 steps, K=4 continuations
 
 
 def _tracker(progress, label: str):
@@ -192,37 +191,10 @@ def chunks_merge(wb: Workbench, step: float, session: Session):
     return _edit(wb, session, lambda t: merge_at(session.sizes, at), f"merged at step {at}")
 
 
-def _learn_comparison(session: Session) -> str:
-    """Markdown table: chunk misattribution of the example under several schedules (no new sampling)."""
-    credit, t = session.credit, session.steps
-    rows = [("every step its own chunk (step GRPO)", [1] * t), ("GCPO temporal chunks", CHUNKERS.get("temporal")(t)),
-            ("chunks of 4", CHUNKERS.get("uniform")(t, size=4)), ("one chunk (GSPO)", [t])]
-    lines = ["| schedule | chunks | misattributed |", "|---|---|---|"]
-    for label, sizes in rows:
-        m = credit.rechunk(sizes).misattribution()
-        lines.append(f"| {label} | {format_sizes(sizes)} | {100 * m['chunk_misattribution']:.1f} % "
-                     f"± {100 * m['chunk_misattribution_se']:.1f} % |")
-    return "\n".join(lines)
-
-
-@guarded(5)
-def learn_example(wb: Workbench, session: Session, progress=gr.Progress()):
-    """Learn tab button (streams) -> (gallery, credit heatmap, explanation Markdown, session, status)."""
-    from workbench.rewards import build_reward
-    from workbench.rl.credit import measure_credit
-
-    yield gr.skip(), gr.skip(), f"Sampling a group of {LEARN['group']} images...", gr.skip(), "… sampling"
-    config = SamplingConfig(group=LEARN["group"], steps=LEARN["steps"], noise_level=0.7, seed=0)
-    session = _sample(wb, LEARN_PROMPT, config, "adherence", session, progress)
-    yield (_gallery(session), gr.skip(), f"Branching {LEARN['branches']} continuations from every state to value it...",
-           session, "… measuring credit")
-    credit = measure_credit(wb.policy(), session.group, build_reward("adherence"), branches=LEARN["branches"],
-                            chunks=session.sizes, progress=_tracker(progress, "continuations from state"))
-    session = replace(session, credit=credit)
-    m = credit.misattribution()
-    text = (f"Rewards range from {float(credit.rewards.min()):.3f} to {float(credit.rewards.max()):.3f}. "
-            f"**{100 * m['step_misattribution']:.0f} %** of the (image, step) cells are marked x: the step moved "
-            "the expected reward against the sign of the image's advantage, yet GRPO pushes it the same way as "
-            "the rest of the image.\n\nThe same measurement, summed over chunks instead of steps:\n\n"
-            + _learn_comparison(session))
-    yield gr.skip(), credit_plot(session), text, session, ok("example ready; it is also in the other tabs")
+@guarded(6)
+def chunks_toggle(wb: Workbench, point, session: Session):
+    """A click on the curve at step t (or an API call with t): toggle the boundary after step t."""
+    after = whole_number(clicked_point(point)["x"], "clicked step", 0)
+    verb = "removed" if after + 1 in chunk_boundaries(session.sizes) else "added"
+    return _edit(wb, session, lambda t: toggle_boundary(session.sizes, after),
+                 f"{verb} the boundary after step {after}")

@@ -1,4 +1,4 @@
-"""The page: six tabs and their wiring, in one place. Handlers live in `handlers` and `run_handlers`.
+"""The page: seven tabs and their wiring, in one place. Handlers live in `handlers`, `objectives` and `run_handlers`.
 
 `build_app(wb)` returns the `gr.Blocks`; `app.py` launches it. Per-user data is one `gr.State(Session())`,
 so two browser sessions never share a group, a credit measurement, a chunk schedule or a run.
@@ -15,12 +15,16 @@ from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import reward_names
 from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
 from workbench.ui import handlers as h
+from workbench.ui import objectives as ob
 from workbench.ui import run_handlers as rh
+from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.jobs import objective_names
-from workbench.ui.learn import EXAMPLE, INTRO
+from workbench.ui.learn import INTRO, example_text, learn_walk
+from workbench.ui.objectives import ROWS
 from workbench.ui.plots import empty_figure
 from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
@@ -105,8 +109,13 @@ def _chunks_tab(wb, session, tab) -> None:
         merge = gr.Button("Merge here", elem_id="merge-btn", scale=1)
     status = gr.Markdown(elem_id="chunks-status")
     rates = gr.Markdown(elem_id="chunks-rates")
+    gr.Markdown("**Click the curve** at step t to add or remove the chunk boundary after step t (the dashed "
+                "line at t + 0.5).")
     curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
     outputs = [curve, spec, step, rates, session, status]
+    point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
+                       elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
+    clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
     tab.select(partial(h.chunks_view, wb), [session], outputs, api_visibility="private")
     fast = {"queue": False, "show_progress": "hidden"}  # edits take ~50 ms: skip the queue round trip
     gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
@@ -115,6 +124,50 @@ def _chunks_tab(wb, session, tab) -> None:
               **fast)
     split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split", **fast)
     merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **fast)
+    clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
+                  js=forward_js("curve-plot"), trigger_mode="always_last", **fast)  # a click while one runs waits
+
+
+OBJECTIVES_INTRO = (
+    "What each objective does to each step of the group made in **Generate**: the map of an objective shows "
+    "its push −w = −dL/d log p on every (trajectory, step), blue raising that step's log-prob, red lowering "
+    "it, on **one colour scale for all maps**. The top row is the first update of an iteration (every ratio "
+    "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "
+    "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
+    "**Click a cell** (or set it below) to see that objective's formula with the cell's numbers.")
+LATEX = [{"left": "$$", "right": "$$", "display": True}]
+
+
+def _objectives_tab(wb, session, tab) -> None:
+    view = gr.State(None)  # ui.objectives.ObjectivesView of this session
+    gr.Markdown(OBJECTIVES_INTRO)
+    with gr.Row():
+        updates = gr.Slider(0, 10, INNER_UPDATES, step=1, label="Inner updates N", elem_id="obj-updates")
+        lr = gr.Number(INNER_LR, label="Learning rate of the inner updates", elem_id="obj-lr")
+        clip = gr.Number(CLIP, label="Clip range ε", elem_id="obj-clip")
+        inner = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective of the inner updates")
+        run = gr.Button("Compute", variant="primary", elem_id="objectives-btn")
+    status = gr.Markdown(elem_id="objectives-status")
+    summary = gr.Markdown(elem_id="objectives-summary")
+    maps = gr.Plot(label="Push of every objective", elem_id="objectives-plot")
+    with gr.Row():
+        name = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective", elem_id="cell-objective")
+        row = gr.Radio([(label, key) for key, label in ROWS], value="moved", label="Maps", elem_id="cell-row")
+        traj = gr.Number(0, precision=0, label="Trajectory i", elem_id="cell-traj")
+        step = gr.Number(0, precision=0, label="Step t", elem_id="cell-step")
+        show = gr.Button("Show the cell", elem_id="cell-btn")
+    formula = gr.Markdown(latex_delimiters=LATEX, elem_id="cell-formula")
+    point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
+    clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
+    run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
+              [maps, summary, formula, view, status], api_name="objectives", **HEAVY)
+    tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
+               api_visibility="private")
+    gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_cell, wb),
+          [name, row, traj, step, view, session], [maps, formula, view, status], api_name="objectives_cell")
+    clicked.click(partial(ob.objectives_click, wb), [point, view, session],
+                  [name, row, traj, step, maps, formula, view, status], api_visibility="private",
+                  js=forward_js("objectives-plot"), trigger_mode="always_last", show_progress="hidden")
 
 
 def _finetune_tab(wb, session, tab) -> None:
@@ -186,13 +239,16 @@ def _runs_tab(wb, tab) -> None:
 
 def _learn_tab(wb, session) -> None:
     gr.Markdown(INTRO)
-    gr.Markdown(EXAMPLE)
+    gr.Markdown(example_text())
     run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
     status = gr.Markdown(elem_id="learn-status")
-    gallery = gr.Gallery(label="The group (reward, advantage)", columns=4, format="png", elem_id="learn-gallery")
-    text = gr.Markdown(elem_id="learn-result")
-    heatmap = gr.Plot(label="Credit of the example", elem_id="learn-plot")
-    run.click(partial(h.learn_example, wb), [session], [gallery, heatmap, text, session, status],
+    gallery = gr.Gallery(label="The group (reward, advantage)", columns=8, height=220, format="png",
+                         elem_id="learn-gallery")
+    stages = []
+    for n in range(1, 5):
+        stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
+    last = gr.Markdown(elem_id="learn-text-5")
+    run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
               api_name="learn_example", **HEAVY)
 
 
@@ -217,10 +273,13 @@ def build_app(wb: Workbench) -> gr.Blocks:
                              api_name="generate", **HEAVY)
             with gr.Tab("Chunks", id="chunks") as chunks_tab:
                 _chunks_tab(wb, session, chunks_tab)
+            with gr.Tab("Objectives", id="objectives") as objectives_tab:
+                _objectives_tab(wb, session, objectives_tab)
             with gr.Tab("Fine-tune", id="finetune") as finetune_tab:
                 _finetune_tab(wb, session, finetune_tab)
             with gr.Tab("Runs", id="runs") as runs_tab:
                 _runs_tab(wb, runs_tab)
             with gr.Tab("Learn", id="learn"):
                 _learn_tab(wb, session)
+        demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
     return demo

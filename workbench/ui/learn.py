@@ -1,6 +1,30 @@
-"""The text of the Learn tab: short, and true to what the code measures (METHODS.md sections 3 and 5)."""
+"""The Learn tab: a guided walk on live numbers of one example group (METHODS.md sections 3, 5 and 7).
+
+`learn_walk` samples the group, explains what step GRPO and Chunk-GRPO push on each step
+(`workbench.rl.explain`), measures the credit and streams one short paragraph and one figure per stage.
+Every number in a paragraph is formatted from the objects the walk computed; the fixed texts (INTRO)
+state no measurement.
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.rl.chunking import CHUNKERS
+from workbench.rl.credit import Credit
+from workbench.rl.explain import Explanation, explain
+from workbench.rl.objectives import ObjectiveSettings
+from workbench.ui import explain_plots, handlers
+from workbench.ui.guard import guarded, ok
+from workbench.ui.state import Session, format_sizes
+from workbench.ui.workbench import Workbench
+
+LEARN_PROMPT = "a large red circle in the top left on a white background"
+LEARN = {"group": 8, "steps": 16, "branches": 4}  # the example: the papers' 16 steps, K=4 continuations
 
 INTRO = """
 ### Why chunks? Two loaves of bread
@@ -19,16 +43,127 @@ their rewards: the value of that state. A step's *credit* is the value after the
 before it; the credits of one image add up to its reward minus the group mean. A cell is
 *misattributed* (marked x) when its credit has the opposite sign of the image's advantage.
 
-**What chunking changes.** Chunk-GRPO (GCPO, arXiv 2510.21583) groups consecutive steps into chunks,
-e.g. 2,3,4,7, and gives each chunk one importance ratio (the geometric mean of its steps' ratios).
-Summing credit over a chunk can cancel opposite-sign steps. With a single chunk the credit is exactly
-reward minus mean, which always agrees with A: 0 % misattribution by construction, but nothing tells
-the steps apart any more. Chunk sizes trade resolution for agreement.
+**What chunking changes.** Chunk-GRPO (GCPO, arXiv 2510.21583) groups consecutive steps into chunks
+and gives each chunk one importance ratio (the geometric mean of its steps' ratios). Summing credit over
+a chunk can cancel opposite-sign steps, and the objective's push on a step changes with the size of its
+chunk. The walk below shows both on a group sampled now.
 """
 
-EXAMPLE = """
-The button samples 8 images of *"a large red circle in the top left on a white background"* with the
-loaded model (the embedded one by default; 16 steps), scores them with the `adherence` reward and
-measures credit with K=4 continuations per state (up to a minute or two on a CPU). The group then also
-appears in the Attribution and Chunks tabs, where you can change the chunks yourself.
-"""
+
+def example_text() -> str:
+    return (f"The button samples {LEARN['group']} images of *\"{LEARN_PROMPT}\"* with the loaded model "
+            f"({LEARN['steps']} steps), scores them with the `adherence` reward, shows what step GRPO and "
+            f"Chunk-GRPO push on each step, and measures credit with K={LEARN['branches']} continuations per "
+            "state (up to a minute or two on a CPU). The group then also appears in the other tabs.")
+
+
+def group_text(session: Session) -> str:
+    """Stage 1: the group, its rewards and advantages."""
+    r, a, g = session.rewards, session.advantages, session.group
+    best, worst = int(a.argmax()), int(a.argmin())
+    return (f"**1. The group and its advantages.** The model drew G={g.group_size} images in T={g.num_steps} "
+            f"denoising steps each. The reward ranges from {float(r.min()):.3f} to {float(r.max()):.3f} (mean "
+            f"{float(r.mean()):.3f}). GRPO turns each reward into one advantage: image {best} gets "
+            f"A = {float(a[best]):+.2f}, image {worst} gets A = {float(a[worst]):+.2f}.")
+
+
+def step_grpo_text(ex: Explanation, advantages: torch.Tensor) -> str:
+    """Stage 2: step GRPO's push at ratio 1, one value per image."""
+    g, t = ex.log_ratio.shape
+    push = -ex.weight[ex.index("step_grpo")]  # (G, T)
+    best, worst = int(advantages.argmax()), int(advantages.argmin())
+    return (f"**2. What step GRPO pushes on each step.** At the first update of an iteration every ratio is 1, "
+            f"so step GRPO's push on step t of image i is A(i) / (B T) with B = {g} images and T = {t} steps: "
+            f"every step of image {best} is raised by {float(push[best, 0]):.4f}, every step of image {worst} "
+            f"lowered by {-float(push[worst, 0]):.4f}. Each row of the map has one colour: good and bad steps of "
+            "an image are pushed alike.")
+
+
+def credit_text(credit: Credit, ex: Explanation) -> str:
+    """Stage 3: the measured credit and where it disagrees with the advantage."""
+    m = credit.misattribution()
+    wrong = credit.misattributed_steps()  # (G, T)
+    best = int(credit.advantages.argmax())
+    corr = float(ex.correlation(credit.step_credit)[ex.index("step_grpo")])
+    k = credit.branch_rewards.shape[-1]
+    return (f"**3. The measured credit, and where it disagrees.** With K={k} continuations from every state, "
+            f"**{100 * m['step_misattribution']:.0f} % ± {100 * m['step_misattribution_se']:.0f} %** of the "
+            f"(image, step) cells are marked x: the step moved the expected reward against the sign of the "
+            f"image's advantage. Image {best}, the best one, has {int(wrong[best].sum())} such steps of "
+            f"{credit.num_steps}, and step GRPO raises them anyway. Over all cells, step GRPO's push correlates "
+            f"with the credit at {corr:+.2f}.")
+
+
+def chunks_text(ex: Explanation, credit: Credit) -> str:
+    """Stage 4: Chunk-GRPO's push pattern A / (K |c|) and the chunk credit."""
+    sizes = ex.settings.chunks
+    o = ex.index("chunk_grpo")
+    best = int(credit.advantages.argmax())
+    w = ex.weight[o, best]  # (T,)
+    first, last = float(w[0]), float(w[-1])
+    m = credit.rechunk(sizes).misattribution()
+    corr = ex.correlation(credit.step_credit)
+    return (f"**4. What chunks change.** With chunks {format_sizes(sizes)} Chunk-GRPO's push on a step is "
+            f"A(i) / (B K |c|) at ratio 1: in image {best} a step of the first chunk ({_steps(sizes[0])}) is "
+            f"pushed {first / last:.1f} times as hard as a step of the last chunk ({_steps(sizes[-1])}). "
+            f"Summed over chunks, the credit disagrees with the advantage in "
+            f"**{100 * m['chunk_misattribution']:.0f} % ± {100 * m['chunk_misattribution_se']:.0f} %** of the "
+            f"(image, chunk) cells (x on the right). The push correlates with the step credit at "
+            f"{float(corr[o]):+.2f} (step GRPO: {float(corr[ex.index('step_grpo')]):+.2f}). Other schedules, "
+            "from the same measurement:\n\n" + schedule_table(credit))
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" + ("" if n == 1 else "s")
+
+
+def schedule_table(credit: Credit) -> str:
+    """Markdown table: chunk misattribution of the credit under several schedules (no new sampling)."""
+    t = credit.num_steps
+    rows = [("every step its own chunk (step GRPO)", [1] * t), ("GCPO temporal chunks", CHUNKERS.get("temporal")(t)),
+            ("chunks of 4", CHUNKERS.get("uniform")(t, size=4)), ("one chunk (GSPO)", [t])]
+    lines = ["| schedule | chunks | misattributed |", "|---|---|---|"]
+    for label, sizes in rows:
+        m = credit.rechunk(sizes).misattribution()
+        lines.append(f"| {label} | {format_sizes(sizes)} | {100 * m['chunk_misattribution']:.1f} % "
+                     f"± {100 * m['chunk_misattribution_se']:.1f} % |")
+    return "\n".join(lines)
+
+
+def invitation_text(session: Session) -> str:
+    """Stage 5: where to go next."""
+    return (f"**5. Your turn.** Open **Chunks** and click the curve to add or remove boundaries of "
+            f"{format_sizes(session.sizes)}: the misattribution rates follow at once. Open **Objectives** to see "
+            "every objective the workbench trains with on this group, also after a few updates, when clipping "
+            "switches off whole chunks at once.")
+
+
+@guarded(12)
+def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
+    """Learn button (streams) -> (gallery, 5 paragraphs with 4 figures between them, session, status)."""
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rewards import build_reward
+    from workbench.rl.credit import measure_credit
+
+    skip = gr.skip()
+    yield (skip,) * 10 + (skip, "… sampling the group")
+    config = SamplingConfig(group=LEARN["group"], steps=LEARN["steps"], noise_level=0.7, seed=0)
+    session = handlers._sample(wb, LEARN_PROMPT, config, "adherence", session, progress)
+    if not bool(session.advantages.any()):
+        raise WorkbenchError("every image of the example got the same reward, so GRPO has no signal to show; "
+                             "try the Generate tab with another prompt")
+    old = session.group.log_probs  # (G, T): at ratio 1 the policy is the sampling policy
+    ex = explain(old, old, session.advantages, ObjectiveSettings(chunks=session.sizes), ["step_grpo", "chunk_grpo"],
+                 step_mask=session.group.config.sde_mask().expand_as(old))
+    waiting = f"Branching K={LEARN['branches']} continuations from every state to value it..."
+    yield (handlers._gallery(session), group_text(session),
+           explain_plots.advantage_figure(session.rewards, session.advantages),
+           step_grpo_text(ex, session.advantages), explain_plots.push_figure(ex, "step_grpo", "Step GRPO's push "
+                                                                             "−w at ratio 1: one value per image"),
+           waiting, skip, skip, skip, skip, session, "… measuring credit")
+    credit = measure_credit(wb.policy(), session.group, build_reward("adherence"), branches=LEARN["branches"],
+                            chunks=session.sizes, progress=handlers._tracker(progress, "continuations from state"))
+    session = replace(session, credit=credit)
+    yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
+                         explain_plots.chunk_push_figure(ex, credit.chunk_credit, credit.advantages),
+                         invitation_text(session), session, ok("example ready; it is also in the other tabs"))

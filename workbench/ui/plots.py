@@ -106,8 +106,8 @@ def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, s
     _boundary_legend(fig)
     fig.update_layout(title=f"Temporal dynamics and chunks {list(sizes)}", xaxis_title=STEP_AXIS,
                       yaxis_title="L1_rel = |x_t - x_t+1|_1 / |x_t|_1 (relative)",
-                      xaxis_range=[-0.5, t - 0.5], shapes=_boundary_shapes(sizes), **LAYOUT)
-    return fig
+                      xaxis_range=[-0.5, t - 0.5], shapes=_boundary_shapes(sizes), hovermode="x", **LAYOUT)
+    return fig  # hovermode "x": a click anywhere above step t selects it (the Chunks tab toggles a boundary)
 
 
 def training_figure(rows: list[dict], title: str) -> go.Figure:

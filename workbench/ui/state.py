@@ -76,3 +76,20 @@ def merge_at(sizes: list[int], step: int) -> list[int]:
         raise WorkbenchError(f"no chunk boundary at step {step} to merge; {where}")
     edges = [0, *[c for c in cuts if c != step], sum(sizes)]
     return [b - a for a, b in zip(edges, edges[1:])]
+
+
+def toggle_boundary(sizes: list[int], after: int) -> list[int]:
+    """Add or remove the chunk boundary after step `after` (0 <= after <= T - 2).
+
+    The boundary after step t lies between steps t and t + 1, where the curve draws a dashed line at
+    t + 0.5: with it a chunk starts at step t + 1 (`split_at(sizes, t + 1)`), without it steps t and
+    t + 1 share a chunk (`merge_at(sizes, t + 1)`). [2, 3, 4, 7] toggled after 1 gives [5, 4, 7].
+    """
+    sizes = check_sizes(sizes)
+    last = sum(sizes) - 1
+    if not 0 <= after < last:
+        raise WorkbenchError(f"a boundary can follow steps 0..{last - 1}, not step {after}"
+                             + (" (the last step ends the last chunk)" if after == last else "")
+                             + "; click an earlier step")
+    cut = after + 1
+    return merge_at(sizes, cut) if cut in chunk_boundaries(sizes) else split_at(sizes, cut)

@@ -1,0 +1,180 @@
+"""The Objectives tab, direct boundary editing and the Learn walk, through their handlers (no browser)."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from tests import test_app_handlers as base
+from workbench.core.errors import WorkbenchError
+from workbench.rl.chunking import CHUNKERS, chunk_boundaries
+from workbench.rl.explain import explain
+from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
+from workbench.ui import handlers as h
+from workbench.ui import learn
+from workbench.ui import objectives as ob
+from workbench.ui.clicks import clicked_point, forward_js
+from workbench.ui.formulas import cell, closed_form, formula_markdown
+from workbench.ui.state import Session, toggle_boundary
+
+PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
+model_dir, wb, sampled = base.model_dir, base.wb, base.sampled  # the handler tests' fixtures: tiny model and group
+
+
+# --------------------------------------------------------------------------- boundary editing
+def test_toggle_boundary_adds_and_removes_the_boundary_after_a_step():
+    assert toggle_boundary([2, 3, 4, 7], 1) == [5, 4, 7]  # the boundary after step 1 (a chunk started at 2) goes
+    assert toggle_boundary([5, 4, 7], 1) == [2, 3, 4, 7]  # and comes back
+    assert toggle_boundary([2, 3, 4, 7], 0) == [1, 1, 3, 4, 7]
+    assert toggle_boundary([16], 14) == [15, 1]
+    with pytest.raises(WorkbenchError, match="the last step ends the last chunk"):
+        toggle_boundary([2, 3, 4, 7], 15)
+    with pytest.raises(WorkbenchError, match="steps 0..14"):
+        toggle_boundary([2, 3, 4, 7], -1)
+
+
+def test_clicked_points_from_the_page_and_from_api_callers():
+    assert clicked_point('{"trace": "moved|gspo", "x": 3, "y": 1}') == {"trace": "moved|gspo", "x": 3, "y": 1}
+    assert clicked_point("5")["x"] == 5 and clicked_point(5.0)["x"] == 5.0
+    for bad in ("abc", '{"y": 1}', None):
+        with pytest.raises(WorkbenchError):
+            clicked_point(bad)
+    assert "curve-plot" in forward_js("curve-plot")
+
+
+def test_clicking_the_curve_toggles_a_boundary(wb, sampled):
+    curve, spec, slider, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
+    assert status == "✓ removed the boundary after step 2: chunks 1,1,2" and spec == "1,1,2"
+    assert session.sizes == [1, 1, 2] and session.credit.sizes == [1, 1, 2] and is_skip(slider)
+    assert [s.x0 for s in curve.layout.shapes] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]
+    m = sampled.credit.rechunk([1, 1, 2]).misattribution()
+    assert f"{100 * m['chunk_misattribution']:.1f} %" in rates
+    again = h.chunks_toggle(wb, json.dumps({"trace": "mean L1_rel", "x": 2, "y": 0.1}), session)
+    assert again[-1] == "✓ added the boundary after step 2: chunks 1,1,1,1" and again[-2].sizes == [1, 1, 1, 1]
+    for bad, why in (("3", "the last step ends the last chunk"), ("x", "a click must be"), ("1.5", "whole number")):
+        out = h.chunks_toggle(wb, bad, session)
+        assert why in msg(out) and all(is_skip(v) for v in out[:-1])
+
+
+# --------------------------------------------------------------------------- the Objectives tab
+@pytest.fixture(scope="module")
+def computed(wb, sampled):
+    """The Objectives view of the sampled group after 1 inner update (random-init model)."""
+    return ob.objectives_compute(wb, 1, 1e-3, 1e-4, "chunk_grpo", None, sampled)
+
+
+def panels(figure: go.Figure) -> dict:
+    return {t.name: t for t in figure.data if isinstance(t, go.Heatmap)}
+
+
+def test_objectives_need_a_group_and_valid_settings(wb, sampled):
+    assert "no group yet" in msg(ob.objectives_compute(wb, 1, 1e-3, 1e-4, "chunk_grpo", None, Session()))
+    for args, why in (((-1, 1e-3, 1e-4, "chunk_grpo"), "inner updates N must be a whole number >= 0"),
+                      ((1, 0, 1e-4, "chunk_grpo"), "learning rate must be > 0"),
+                      ((1, 1e-3, 1.5, "chunk_grpo"), "clip_low must be in [0, 1)"),
+                      ((1, 1e-3, 1e-4, "ppo"), "unknown objective 'ppo'")):
+        out = ob.objectives_compute(wb, *args, None, sampled)
+        assert why in msg(out) and all(is_skip(v) for v in out[:-1])
+
+
+def test_objectives_maps_summary_and_formula(sampled, computed):
+    figure, summary, formula, view, status = computed
+    names = list(view.advantages)
+    assert status.startswith(f"✓ explained {len(names)} objectives on G=3, T=4 after 1 updates of chunk_grpo")
+    assert set(names) == set(OBJECTIVES.names()) and view.updates == 1 and view.inner_sizes == sampled.sizes
+    maps = panels(figure)
+    assert {f"{k}|{n}" for k in ("ratio1", "moved") for n in names} | {"credit", "log-ratio"} == set(maps)
+    rows = ob.explanations(view, sampled.sizes)
+    moved = rows[1][2]
+    for o, name in enumerate(names):  # every map is -w of its objective; at ratio 1 nothing clips
+        assert torch.tensor(maps[f"moved|{name}"].z) == pytest.approx(-moved.weight[o])
+        assert not bool(rows[0][2].clipped[o].any())
+    assert torch.tensor(maps["credit"].z) == pytest.approx(sampled.credit.step_credit)
+    scales = {figure.layout.coloraxis.cmin, -figure.layout.coloraxis.cmax}
+    assert len(scales) == 1  # one symmetric colour scale for every objective's map
+    corr = moved.correlation(sampled.credit.step_credit)
+    line = next(x for x in summary.splitlines() if x.startswith("| gspo |"))
+    value = corr[moved.index("gspo")]
+    assert line.endswith(f"| {value:+.2f} |" if value == value else "| n/a |")
+    assert "**chunk_grpo** at trajectory i = 0, step t = 0, after 1 update" in formula and "$$" in formula
+
+
+def test_objectives_follow_schedule_edits_and_new_groups(wb, sampled, computed):
+    view = computed[3]
+    session = h.chunks_from_spec(wb, "2,2", sampled)[-2]
+    figure, summary, formula, view, status = ob.objectives_view(wb, view, session)
+    assert status == "✓ chunks 2,2"
+    chunk_lines = [s for s in figure.layout.shapes if s.type == "line"]
+    assert [s.x0 for s in chunk_lines] == [1.5, 1.5]  # one boundary in each row's chunk_grpo map
+    fresh = h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", session)[-2]
+    stale = ob.objectives_view(wb, view, fresh)
+    assert stale[1] == ob.NO_VIEW and is_skip(stale[0])
+    assert "press Compute" in msg(ob.objectives_cell(wb, "gspo", "moved", 0, 0, view, fresh))
+
+
+def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
+    view = computed[3]
+    figure, formula, view2, status = ob.objectives_cell(wb, "gspo", "ratio1", 2, 1, view, sampled)
+    assert status == "✓ gspo at i=2, t=1" and view2.selected == ("ratio1", "gspo", 2, 1)
+    assert "**gspo** at trajectory i = 2, step t = 1, at ratio 1" in formula
+    outline = [s for s in figure.layout.shapes if s.type == "rect"]
+    assert len(outline) == 1 and (outline[0].x0, outline[0].y0) == (0.5, 1.5)
+    assert "steps 0..3" in msg(ob.objectives_cell(wb, "gspo", "ratio1", 0, 4, view, sampled))
+    assert "unknown objective" in msg(ob.objectives_cell(wb, "nope", "ratio1", 0, 0, view, sampled))
+    out = ob.objectives_click(wb, json.dumps({"trace": "moved|dapo", "x": 3, "y": 1}), view, sampled)
+    assert out[:4] == ("dapo", "moved", 1, 3) and out[-1] == "✓ dapo at i=1, t=3"
+    assert "**dapo** at trajectory i = 1, step t = 3" in out[5]
+    assert "click a map of an objective" in msg(ob.objectives_click(wb, '{"trace": "credit", "x": 0, "y": 0}',
+                                                                   view, sampled))
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.05])
+def test_the_formula_agrees_with_autograd_on_every_cell(spread):
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 6, generator=gen, dtype=torch.float64)
+    new = old + spread * torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[2, 3:] = False
+    ex = explain(new, old, torch.tensor([1.2, -0.3, 0.8, -1.7], dtype=torch.float64),
+                 ObjectiveSettings(clip_low=0.02, clip_high=0.03, chunks=[2, 1, 3]), step_mask=mask)
+    for name in ex.names:
+        for i in range(4):
+            for t in range(6):
+                c = cell(ex, name, i, t)
+                assert closed_form(c) == pytest.approx(c.weight, rel=1e-9, abs=1e-15), (name, i, t)
+                text = formula_markdown(c, "after 1 update")
+                assert f"**{name}** at trajectory i = {i}, step t = {t}" in text and f"{c.weight:.4g}" in text
+    clipped = ex.clipped[ex.index("step_grpo")].nonzero().tolist()  # (n, 2) cells (i, t)
+    assert bool(clipped) == bool(spread)
+    for i, t in clipped:
+        assert r"\text{clipped: } w_{i,t} = 0" in formula_markdown(cell(ex, "step_grpo", i, t), "after 1 update")
+
+
+# --------------------------------------------------------------------------- the Learn walk
+def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
+    monkeypatch.setitem(learn.LEARN, "group", 4)
+    monkeypatch.setitem(learn.LEARN, "steps", 6)
+    monkeypatch.setitem(learn.LEARN, "branches", 2)
+    stages = list(learn.learn_walk(wb, Session()))
+    assert [s[-1][:1] for s in stages] == ["…", "…", "✓"]
+    gallery, text1, fig1, text2, fig2 = stages[1][:5]
+    session = stages[2][-2]
+    credit, adv = session.credit, session.advantages
+    assert len(gallery) == 4 and credit is not None and session.group.num_steps == 6
+    best, worst = int(adv.argmax()), int(adv.argmin())
+    assert f"image {best} gets A = {float(adv[best]):+.2f}" in text1 and isinstance(fig1, go.Figure)
+    assert f"raised by {float(adv[best]) / (4 * 6):.4f}" in text2  # A / (B T) at ratio 1
+    assert f"lowered by {-float(adv[worst]) / (4 * 6):.4f}" in text2
+    assert torch.tensor(fig2.data[0].z) == pytest.approx(adv[:, None].expand(4, 6) / 24)
+    text3, fig3, text4, fig4, text5 = stages[2][5:10]
+    m = credit.misattribution()
+    assert f"**{100 * m['step_misattribution']:.0f} % ± {100 * m['step_misattribution_se']:.0f} %**" in text3
+    assert f"has {int(credit.misattributed_steps()[best].sum())} such steps of 6" in text3
+    sizes = CHUNKERS.get("temporal")(6)  # [1, 1, 1, 3]
+    assert session.sizes == sizes and f"pushed {3 / 1:.1f} times as hard" in text4  # |last| / |first| = 3
+    assert "| one chunk (GSPO) | 6 | 0.0 % ± 0.0 % |" in text4
+    assert torch.tensor(fig4.data[1].z) == pytest.approx(credit.chunk_credit)
+    assert "Chunks" in text5 and "Objectives" in text5 and isinstance(fig3, go.Figure)

@@ -1,0 +1,187 @@
+"""The gradient-weight explainer (workbench.rl.explain): its bookkeeping against finite differences and
+METHODS.md section 7's closed forms, the chunk invariants, clipping, and moving a copy of the policy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.rl.explain import PAIRED_ADVANTAGE, explain, moved_log_probs, paired_advantages, paired_estimator
+from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, PolicyInputs
+
+G, T = 4, 6
+
+
+def case(seed: int = 0, spread: float = 0.3, dtype=torch.float64):
+    """Random (new, old) log-probs (G, T) with log-ratios of size `spread`, and advantages (G,) of both signs."""
+    gen = torch.Generator().manual_seed(seed)
+    old = -torch.rand(G, T, generator=gen, dtype=dtype)
+    new = old + spread * torch.randn(G, T, generator=gen, dtype=dtype)
+    adv = torch.tensor([1.3, -0.7, 0.4, -1.0], dtype=dtype)
+    return new, old, adv
+
+
+def finite_difference(name, new, old, adv, settings, mask, h=1e-6) -> torch.Tensor:
+    """(G, T) central differences of the objective's loss in each log p_t: independent of autograd."""
+    fn = OBJECTIVES.get(name)
+
+    def loss(lp):
+        return float(fn(PolicyInputs(lp, old, adv, step_mask=mask), settings).loss)
+    grad = torch.zeros_like(new)
+    for i in range(G):
+        for t in range(T):
+            bump = torch.zeros_like(new)
+            bump[i, t] = h
+            grad[i, t] = (loss(new + bump) - loss(new - bump)) / (2 * h)
+    return grad
+
+
+@pytest.mark.parametrize("name", OBJECTIVES.names())
+def test_weights_equal_finite_differences_for_every_objective(name):
+    new, old, adv = case(seed=1)
+    mask = torch.ones(G, T, dtype=torch.bool)
+    mask[1, 4:] = False  # a trajectory with fewer trained steps
+    mask[3, 0] = False
+    settings = ObjectiveSettings(clip_low=0.2, clip_high=0.25, chunks=[2, 1, 3])
+    ex = explain(new, old, adv, settings, [name], step_mask=mask)
+    expected = finite_difference(name, new, old, adv, settings, mask)
+    assert ex.weight[0] == pytest.approx(expected, abs=1e-7)
+    assert bool((ex.weight[0][~mask] == 0).all()) and bool(ex.weight[0].abs().sum() > 0)
+
+
+def closed_form(name: str, new, old, adv, eps: float, sizes: list[int]) -> torch.Tensor:
+    """METHODS.md section 7, all steps trained: w = -A r / (B K |c|) per unclipped unit, 0 if clipped."""
+    l = new - old  # (G, T)
+    unit_sizes = {"step_grpo": [1] * T, "gfpo": [1] * T, "dapo": [1] * T, "gspo": [T], "chunk_grpo": sizes}[name]
+    w = torch.zeros_like(l)
+    start = 0
+    for size in unit_sizes:
+        r = l[:, start:start + size].mean(1).exp()  # (G,) the unit's ratio
+        clipped = ((adv > 0) & (r > 1 + eps)) | ((adv < 0) & (r < 1 - eps))
+        norm = G * T if name == "dapo" else G * len(unit_sizes) * size  # token mean: all steps of the batch
+        w[:, start:start + size] = torch.where(clipped, 0.0, -adv * r / norm)[:, None]
+        start += size
+    return w
+
+
+@pytest.mark.parametrize("name", ["step_grpo", "gfpo", "dapo", "chunk_grpo", "gspo", "gpg"])
+@pytest.mark.parametrize("spread", [0.0, 0.05])
+def test_weights_match_the_closed_forms(name, spread):
+    new, old, adv = case(seed=2, spread=spread)
+    sizes = [2, 1, 3]
+    ex = explain(new, old, adv, ObjectiveSettings(clip_low=0.02, chunks=sizes), [name])
+    expected = -adv[:, None].expand(G, T) / (G * T) if name == "gpg" else closed_form(name, new, old, adv, 0.02, sizes)
+    assert ex.weight[0] == pytest.approx(expected, abs=1e-12)
+    if spread:
+        assert bool(ex.clipped[0].any()) == (name not in ("gpg", "gspo"))  # GPG never clips; GSPO's mean is small
+
+
+def test_chunk_size_one_is_step_grpo_and_one_chunk_is_gspo():
+    new, old, adv = case(seed=3, spread=0.05)
+    ones = explain(new, old, adv, ObjectiveSettings(clip_low=0.02, chunks=[1] * T), ["chunk_grpo", "step_grpo"])
+    whole = explain(new, old, adv, ObjectiveSettings(clip_low=0.02, chunks=[T]), ["chunk_grpo", "gspo"])
+    for ex in (ones, whole):
+        assert torch.equal(ex.clipped[0], ex.clipped[1]) and bool(ex.clipped[0].any())
+        assert ex.weight[0] == pytest.approx(ex.weight[1], abs=1e-15)
+        assert ex.ratio[0] == pytest.approx(ex.ratio[1], abs=1e-15)
+    assert whole.ratio[0] == pytest.approx((new - old).mean(1, keepdim=True).exp().expand(G, T))  # sequence ratio
+
+
+def test_clipped_units_get_weight_zero_and_the_others_do_not():
+    new, old, adv = case(seed=4, spread=0.1)
+    ex = explain(new, old, adv, ObjectiveSettings(clip_low=0.02, chunks=[2, 1, 3]))
+    for name in ("step_grpo", "dapo", "dr_grpo", "gfpo", "chunk_grpo", "gspo"):
+        o = ex.index(name)
+        clipped = ex.clipped[o]  # (G, T)
+        assert bool(clipped.any()) and bool((~clipped).any()), name
+        assert bool((ex.weight[o][clipped] == 0).all()) and bool((ex.weight[o][~clipped] != 0).all()), name
+        ratio = ex.ratio[o]
+        expected = ((adv[:, None] > 0) & (ratio > 1.02)) | ((adv[:, None] < 0) & (ratio < 0.98))
+        assert torch.equal(clipped, expected), name  # "clipped" is the objective's own rule on the ratio it uses
+    assert not bool(ex.clipped[ex.index("gpg")].any())  # GPG has no ratio and never clips
+
+
+def test_chunks_push_a_first_chunk_step_3_5_times_a_last_chunk_step_at_ratio_1():
+    old = -torch.rand(3, 16, generator=torch.Generator().manual_seed(0))
+    adv = torch.tensor([1.5, -0.5, -1.0])
+    ex = explain(old, old, adv, ObjectiveSettings(chunks=[2, 3, 4, 7]), ["chunk_grpo", "step_grpo"])
+    chunk, step = ex.weight[0], ex.weight[1]  # (G, T) each
+    assert chunk[:, 0] / chunk[:, -1] == pytest.approx(torch.full((3,), 3.5))  # 7 / 2
+    assert chunk[:, :2] == pytest.approx((-adv / (3 * 4 * 2))[:, None].expand(3, 2))  # -A / (B K |c|)
+    assert step == pytest.approx((-adv / (3 * 16))[:, None].expand(3, 16))  # -A / (B T) on every step
+    assert torch.equal(ex.ratio, torch.ones_like(ex.ratio)) and not bool(ex.clipped.any())
+    assert ex.share.sum(dim=(1, 2)) == pytest.approx(torch.ones(2))
+
+
+def test_correlation_with_a_credit_map():
+    new, old, adv = case(seed=5, spread=0.0)
+    ex = explain(new, old, adv, ObjectiveSettings(chunks=[2, 1, 3]), ["step_grpo", "chunk_grpo"])
+    credit = adv[:, None].expand(G, T).float()  # credit that agrees with A on every step
+    corr = ex.correlation(credit)
+    assert corr[0] == pytest.approx(1.0) and 0 < corr[1] < 1  # chunks weigh steps unequally
+    flat = explain(new, old, torch.zeros(G, dtype=torch.float64), ObjectiveSettings(), ["step_grpo"])
+    assert torch.isnan(flat.correlation(credit)).all() and torch.equal(flat.share, torch.zeros_like(flat.share))
+
+
+def test_paired_advantages_follow_the_presets():
+    from workbench.train.presets import PRESETS, preset
+
+    rewards = torch.tensor([0.2, 0.4, 0.9, 0.1])
+    adv = paired_advantages(rewards, ["step_grpo", "dr_grpo", "gpg", "gfpo"], metric=torch.tensor([1., 2., 3., 4.]))
+    assert adv["dr_grpo"] == pytest.approx(rewards - rewards.mean()) and adv["gpg"] == pytest.approx(adv["dr_grpo"])
+    assert adv["step_grpo"] == pytest.approx((rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-4))
+    assert adv["gfpo"][:2].tolist() == [0.0, 0.0]  # GFPO keeps the top half by the metric
+    with pytest.raises(WorkbenchError, match="pass metric"):
+        paired_advantages(rewards, ["gfpo"])
+    for name in OBJECTIVES.names():
+        if name in PRESETS:
+            assert paired_estimator(name) == preset(name).advantage, name
+    assert set(PAIRED_ADVANTAGE) <= set(OBJECTIVES.names())
+
+
+def test_explain_rejects_a_kl_term_and_unknown_names():
+    new, old, adv = case()
+    with pytest.raises(WorkbenchError, match="kl_beta=0"):
+        explain(new, old, adv, ObjectiveSettings(kl_beta=0.1))
+    with pytest.raises(WorkbenchError, match="valid objectives"):
+        explain(new, old, adv, ObjectiveSettings(), ["ppo"])
+    with pytest.raises(WorkbenchError, match="no advantages for objective 'gspo'"):
+        explain(new, old, {"step_grpo": adv}, ObjectiveSettings(), ["step_grpo", "gspo"])
+
+
+# --------------------------------------------------------------------------- moving a copy of the policy
+@pytest.fixture(scope="module")
+def small_group(random_policy):
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+
+    return sample_group(random_policy, "a red circle", SamplingConfig(group=3, steps=4, seed=0))
+
+
+def test_moved_log_probs_leave_the_policy_alone_and_follow_the_advantage(random_policy, small_group):
+    before = {k: v.clone() for k, v in random_policy.transformer.state_dict().items()}
+    flags = [p.requires_grad for p in random_policy.transformer.parameters()]
+    adv = torch.tensor([1.0, -1.0, 0.5])
+    assert torch.equal(moved_log_probs(random_policy, small_group, adv, updates=0), small_group.log_probs)
+    same = moved_log_probs(random_policy, small_group, adv, updates=1, lr=1e-30)  # batched re-scoring, no move
+    assert same == pytest.approx(small_group.log_probs, abs=1e-5)
+    settings = ObjectiveSettings(clip_low=0.5)  # wide: the updates are not clipped
+    new = moved_log_probs(random_policy, small_group, adv, "step_grpo", settings, updates=1, lr=1e-6)
+    old = small_group.log_probs
+    def loss(log_prob):
+        return float(OBJECTIVES.get("step_grpo")(PolicyInputs(log_prob, old, adv), settings).loss)
+    assert loss(new) < loss(old)  # one small step along the gradient lowers the loss
+    assert all(torch.equal(before[k], v) for k, v in random_policy.transformer.state_dict().items())
+    assert flags == [p.requires_grad for p in random_policy.transformer.parameters()]
+    with pytest.raises(WorkbenchError, match="updates >= 0"):
+        moved_log_probs(random_policy, small_group, adv, updates=-1)
+
+
+def test_with_transformer_swaps_only_the_copy(random_policy):
+    import copy
+
+    other = random_policy.with_transformer(copy.deepcopy(random_policy.transformer))
+    assert other.transformer is not random_policy.transformer and other.model.transformer is other.transformer
+    assert random_policy.model.transformer is random_policy.transformer
+    assert other.model.text_encoder is random_policy.model.text_encoder  # the rest is shared

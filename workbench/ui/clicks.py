@@ -1,0 +1,59 @@
+"""Clicks on plotly figures, forwarded to handlers: `gr.Plot` has no click event in Gradio 6.
+
+A script run on page load (`CLICK_JS`, bound with `demo.load(js=...)`) listens for `plotly_click` on the
+figures named in `ROUTES`, stores the clicked point as JSON {"trace", "x", "y"} and clicks a hidden
+button; the button's event reads the stored point through `forward_js` (its first input, a hidden
+textbox, is replaced by the point), so the handler gets it like any other input. Gradio re-renders a
+figure with `Plotly.react` on the same element, which keeps the listener; a new element is bound by a
+MutationObserver.
+"""
+
+from __future__ import annotations
+
+import json
+
+from workbench.core.errors import WorkbenchError
+
+ROUTES = {"curve-plot": "curve-click-btn", "objectives-plot": "objectives-click-btn"}  # plot elem_id -> button
+
+CLICK_JS = """
+() => {
+  const routes = ROUTES_JSON;
+  window.wbClicks = window.wbClicks || {};
+  const bind = () => {
+    for (const [plot, button] of Object.entries(routes)) {
+      const gd = document.querySelector(`#${plot} .js-plotly-plot`);
+      if (!gd || gd.wbBound || typeof gd.on !== "function") continue;
+      gd.wbBound = true;
+      gd.on("plotly_click", (event) => {
+        const p = event.points[0];
+        window.wbClicks[plot] = JSON.stringify({trace: p.data.name || "", x: p.x, y: p.y});
+        document.getElementById(button).click();
+      });
+    }
+  };
+  new MutationObserver(bind).observe(document.body, {childList: true, subtree: true});
+  bind();
+}
+""".replace("ROUTES_JSON", json.dumps(ROUTES))
+
+
+def forward_js(plot: str) -> str:
+    """The `js=` of a hidden button's event: its first input becomes the last point clicked on `plot`."""
+    return f"(point, ...rest) => [window.wbClicks?.['{plot}'] ?? point, ...rest]"
+
+
+def clicked_point(value) -> dict:
+    """{"trace", "x", "y"} from a forwarded click, or from a plain number (the step, for API callers)."""
+    if isinstance(value, (int, float)):
+        return {"trace": "", "x": value, "y": None}
+    text = str(value or "").strip()
+    try:
+        point = json.loads(text)
+    except json.JSONDecodeError:
+        raise WorkbenchError(f"a click must be a step number or a clicked point, got {text!r}") from None
+    if isinstance(point, (int, float)):
+        return {"trace": "", "x": point, "y": None}
+    if not isinstance(point, dict) or "x" not in point:
+        raise WorkbenchError(f"a clicked point needs an x, got {text!r}")
+    return {"trace": str(point.get("trace", "")), "x": point["x"], "y": point.get("y")}

@@ -1,0 +1,194 @@
+"""Figures of the gradient-weight explainer (Objectives and Learn tabs): pure functions to `go.Figure`s.
+
+A map shows the push -w = -dL / d log p_t of an objective on every (trajectory, step): positive (blue)
+raises the step's log-prob, negative (red) lowers it, the same colours as the measured credit (positive
+= the step raised the expected reward). Heatmap traces are named "<row>|<objective>" so a click on a
+cell (`ui.clicks`) says which map it hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from workbench.rl.chunking import chunk_boundaries
+from workbench.rl.explain import Explanation
+from workbench.ui.plots import BOUNDARY_STYLE, LAYOUT, MISATTRIBUTED_STYLE, STEP_AXIS
+
+PUSH = "push −w"
+CLIPPED_STYLE = dict(symbol="x-thin", size=6, line=dict(width=1.5, color="black"))
+SELECTED_STYLE = dict(color="gold", width=3)
+
+
+def _scale(*maps: torch.Tensor) -> float:
+    """One symmetric colour range covering every map (never 0)."""
+    return max(float(m.abs().max()) for m in maps if m.numel()) or 1e-12
+
+
+def _cell_hover(ex: Explanation, o: int) -> list:
+    """customdata (G, T, 2): the ratio the objective uses and whether it clipped, for the hover label."""
+    ratio, clipped = ex.ratio[o].tolist(), ex.clipped[o].tolist()
+    return [[[r, "clipped: no gradient" if c else ""] for r, c in zip(rr, cc)] for rr, cc in zip(ratio, clipped)]
+
+
+def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]], credit: torch.Tensor | None,
+                          selected: tuple[str, str, int, int] | None = None) -> go.Figure:
+    """Small multiples: one row per (key, title, Explanation), one column per objective, one colour scale.
+
+    Column 0 holds the measured credit (G, T) in the first row (if given) and the log-ratio l of each
+    later row's policy. Clipped cells carry an x; Chunk-GRPO panels show their chunk boundaries; each
+    title gives the objective's correlation with the credit. selected = (row key, objective, i, t) is
+    outlined.
+    """
+    names = rows[0][2].names
+    g, t = rows[0][2].log_ratio.shape
+    corr = {key: ex.correlation(credit).tolist() if credit is not None else None for key, _, ex in rows}
+    titles = []
+    for r, (key, title, _) in enumerate(rows):
+        first = ("measured credit d(i,t)" if credit is not None else "credit: measure it in Attribution") if r == 0 \
+            else f"log-ratio l(i,t), {title}"
+        titles += [first] + [f"{n}, {title}" + (f"<br>corr {_corr(corr[key][o])}" if corr[key] is not None else "")
+                             for o, n in enumerate(names)]
+    fig = make_subplots(rows=len(rows), cols=len(names) + 1, subplot_titles=titles, horizontal_spacing=0.012,
+                        vertical_spacing=0.2, shared_yaxes=True)
+    scale = _scale(*[-ex.weight for _, _, ex in rows])
+    shapes = []
+    for r, (key, _, ex) in enumerate(rows):
+        _first_column(fig, r, ex, credit, t)
+        for o in range(len(names)):
+            _objective_panel(fig, r, o, key, ex, scale, shapes)
+    if selected is not None:
+        _outline(fig, shapes, rows, names, selected)
+    fig.update_layout(coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-scale, cmax=scale,
+                                     colorbar=dict(title=PUSH, x=1.0, thickness=10, len=0.9)),
+                      coloraxis2=dict(colorscale="RdBu", cmid=0, colorbar=dict(title="credit", x=-0.04, y=0.8,
+                                                                                xanchor="right", thickness=8,
+                                                                                len=0.4)),
+                      coloraxis3=dict(colorscale="PuOr", cmid=0, colorbar=dict(title="l", x=-0.04, y=0.2,
+                                                                               xanchor="right", thickness=8,
+                                                                               len=0.4)),
+                      shapes=shapes, height=220 * len(rows) + 140, showlegend=False,
+                      title="What each objective pushes on each step: −dL/d log p(i,t) on one colour scale "
+                            "(rows of a map: trajectories i; columns: steps t; x: clipped unit, no gradient)",
+                      **{**LAYOUT, "margin": dict(l=110, r=40, t=110, b=50)})
+    fig.update_annotations(font_size=10)
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_yaxes(showticklabels=True, dtick=2, col=1)
+    fig.update_xaxes(dtick=5)
+    fig.update_xaxes(title_text="step t", row=len(rows))
+    return fig
+
+
+def _corr(value: float) -> str:
+    return "n/a (a constant map)" if value != value else f"{value:+.2f}"
+
+
+def _first_column(fig: go.Figure, r: int, ex: Explanation, credit: torch.Tensor | None, t: int) -> None:
+    if r == 0 and credit is not None:
+        fig.add_trace(go.Heatmap(z=credit.tolist(), coloraxis="coloraxis2", name="credit",
+                                 hovertemplate="traj %{y}, step %{x}: credit %{z:.4f}<extra></extra>"), row=1, col=1)
+    elif r > 0:
+        fig.add_trace(go.Heatmap(z=ex.log_ratio.tolist(), coloraxis="coloraxis3", name="log-ratio",
+                                 hovertemplate="traj %{y}, step %{x}: l = %{z:.3g}<extra></extra>"), row=r + 1, col=1)
+    fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=1)
+
+
+def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: float, shapes: list) -> None:
+    """One objective's push map in row r, column o + 2, with clip marks and (Chunk-GRPO) chunk boundaries."""
+    name = ex.names[o]
+    g, t = ex.log_ratio.shape
+    fig.add_trace(go.Heatmap(z=(-ex.weight[o]).tolist(), coloraxis="coloraxis", name=f"{key}|{name}",
+                             customdata=_cell_hover(ex, o),
+                             hovertemplate=f"{name}: traj %{{y}}, step %{{x}}<br>{PUSH} = %{{z:.3g}}<br>"
+                                           "ratio used %{customdata[0]:.6f} %{customdata[1]}<extra></extra>"),
+                  row=r + 1, col=o + 2)
+    rows_, cols_ = ex.clipped[o].nonzero(as_tuple=True)
+    fig.add_trace(go.Scatter(x=cols_.tolist(), y=rows_.tolist(), mode="markers", marker=CLIPPED_STYLE,
+                             name="clipped unit (no gradient)", hoverinfo="skip"), row=r + 1, col=o + 2)
+    axis = fig.get_subplot(r + 1, o + 2)
+    xref, yref = axis.xaxis.plotly_name.replace("axis", ""), axis.yaxis.plotly_name.replace("axis", "")
+    if name == "chunk_grpo" and ex.settings.chunks:
+        shapes += [dict(type="line", xref=xref, yref=yref, x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5,
+                        line={**BOUNDARY_STYLE, "width": 1}) for b in chunk_boundaries(ex.settings.chunks)]
+    fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=o + 2)
+
+
+def _outline(fig, shapes: list, rows, names: list[str], selected: tuple[str, str, int, int]) -> None:
+    key, name, i, t = selected
+    keys = [k for k, _, _ in rows]
+    if key not in keys or name not in names:
+        return
+    axis = fig.get_subplot(keys.index(key) + 1, names.index(name) + 2)
+    xref, yref = axis.xaxis.plotly_name.replace("axis", ""), axis.yaxis.plotly_name.replace("axis", "")
+    shapes.append(dict(type="rect", xref=xref, yref=yref, x0=t - 0.5, x1=t + 0.5, y0=i - 0.5, y1=i + 0.5,
+                       line=SELECTED_STYLE))
+
+
+def advantage_figure(rewards: torch.Tensor, advantages: torch.Tensor) -> go.Figure:
+    """Rewards (G,) and the GRPO advantages (G,) made from them, one bar per trajectory."""
+    g = rewards.shape[0]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("reward r(i) of the final image",
+                                                        "GRPO advantage A(i) = (r - mean) / std"))
+    fig.add_trace(go.Bar(x=list(range(g)), y=rewards.tolist(), name="reward", marker_color="gray"), row=1, col=1)
+    colors = ["rgb(33,102,172)" if a >= 0 else "rgb(178,24,43)" for a in advantages.tolist()]
+    fig.add_trace(go.Bar(x=list(range(g)), y=advantages.tolist(), name="advantage", marker_color=colors),
+                  row=1, col=2)
+    fig.add_hline(y=float(rewards.mean()), line=dict(dash="dot", color="black"), row=1, col=1,
+                  annotation_text="group mean")
+    fig.update_xaxes(title_text="trajectory i", dtick=1)
+    fig.update_yaxes(title_text="reward (reward units)", row=1, col=1)
+    fig.update_yaxes(title_text="A (std units)", row=1, col=2)
+    fig.update_layout(title=f"The group: G={g} images of one prompt, one advantage each", showlegend=False,
+                      height=330, **LAYOUT)
+    return fig
+
+
+def push_figure(ex: Explanation, name: str, title: str) -> go.Figure:
+    """One objective's push map -w (G, T), with its chunk boundaries for Chunk-GRPO."""
+    o = ex.index(name)
+    g, t = ex.log_ratio.shape
+    push = -ex.weight[o]
+    scale = _scale(push)
+    fig = go.Figure(go.Heatmap(z=push.tolist(), colorscale="RdBu", zmid=0, zmin=-scale, zmax=scale,
+                               colorbar=dict(title=PUSH, thickness=12),
+                               hovertemplate="traj %{y}, step %{x}: push %{z:.4g}<extra></extra>"))
+    if name == "chunk_grpo" and ex.settings.chunks:
+        fig.update_layout(shapes=[dict(type="line", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5, line=BOUNDARY_STYLE)
+                                  for b in chunk_boundaries(ex.settings.chunks)])
+    fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5])
+    fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1)
+    fig.update_layout(title=title, height=360, **LAYOUT)
+    return fig
+
+
+def chunk_push_figure(ex: Explanation, chunk_credit: torch.Tensor, advantages: torch.Tensor) -> go.Figure:
+    """Chunk-GRPO's push map (G, T) beside the chunk credit (G, K); chunks whose credit sign differs from
+    A(i) carry an x."""
+    o = ex.index("chunk_grpo")
+    sizes = ex.settings.chunks
+    g, t = ex.log_ratio.shape
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.14,
+                        subplot_titles=(f"Chunk-GRPO push at ratio 1, chunks {list(sizes)}",
+                                        "chunk credit d(i,c) = sum of step credits"))
+    push = -ex.weight[o]
+    fig.add_trace(go.Heatmap(z=push.tolist(), colorscale="RdBu", zmid=0, zmin=-_scale(push), zmax=_scale(push),
+                             colorbar=dict(title=PUSH, x=0.53, thickness=10),
+                             hovertemplate="traj %{y}, step %{x}: push %{z:.4g}<extra></extra>"), row=1, col=1)
+    cscale = _scale(chunk_credit)
+    fig.add_trace(go.Heatmap(z=chunk_credit.tolist(), colorscale="RdBu", zmid=0, zmin=-cscale, zmax=cscale,
+                             colorbar=dict(title="credit", x=1.01, thickness=10),
+                             hovertemplate="traj %{y}, chunk %{x}: credit %{z:.4f}<extra></extra>"), row=1, col=2)
+    wrong = chunk_credit * advantages[:, None] < 0  # (G, K)
+    rows_, cols_ = wrong.nonzero(as_tuple=True)
+    fig.add_trace(go.Scatter(x=cols_.tolist(), y=rows_.tolist(), mode="markers", marker=MISATTRIBUTED_STYLE,
+                             name="misattributed chunk: credit sign opposite to A(i)"), row=1, col=2)
+    fig.update_layout(shapes=[dict(type="line", xref="x", yref="y", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5,
+                                   line=BOUNDARY_STYLE) for b in chunk_boundaries(sizes)])
+    fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=1)
+    fig.update_xaxes(title_text="chunk c", dtick=1, row=1, col=2)
+    fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1)
+    fig.update_layout(title="What chunks change: the push per step, and the credit per chunk", height=380, **LAYOUT)
+    return fig

@@ -1,0 +1,173 @@
+"""Handlers of the Objectives tab: what every registered objective pushes on each step of the current group.
+
+The tab explains the group made in Generate (`workbench.rl.explain`) twice: at ratio 1 (the first update
+of an iteration) and after N inner AdamW updates of one objective on a copy of the model, where clipping
+starts to act. Its own per-user data is an `ObjectivesView` in a gr.State beside the `Session`; the maps
+are recomputed from it (milliseconds) whenever the chunk schedule or the measured credit changes, only
+the inner updates are slow. Handlers follow `handlers`: `fn(wb, *inputs, view, session)`, last output a
+status line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import gradio as gr
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.flow.trajectory import TrajectoryGroup
+from workbench.rl.explain import Explanation, explain, moved_log_probs, paired_advantages, paired_estimator
+from workbench.rl.objectives import ObjectiveSettings
+from workbench.ui.clicks import clicked_point
+from workbench.ui.explain_plots import objective_maps_figure
+from workbench.ui.formulas import cell, formula_markdown
+from workbench.ui.guard import guarded, number, ok, whole_number
+from workbench.ui.handlers import _tracker
+from workbench.ui.jobs import objective_names
+from workbench.ui.state import Session, format_sizes
+from workbench.ui.workbench import Workbench
+
+ROWS = (("ratio1", "at ratio 1"), ("moved", "after the inner updates"))  # (key, label) of the two rows of maps
+NO_VIEW = "Press **Compute** to explain the group made in **Generate**."
+
+
+@dataclass
+class ObjectivesView:
+    """One session's explained group: the moved log-probs and how they were made."""
+
+    group: TrajectoryGroup  # the group explained; a new group from Generate makes the view stale
+    advantages: dict[str, torch.Tensor]  # objective -> (G,) from its paired estimator
+    moved: torch.Tensor  # (G, T) log-probs after the inner updates
+    updates: int  # N inner updates
+    lr: float
+    clip: float  # clip range eps, for the inner updates and the explained objectives
+    inner: str  # the objective the inner updates minimised
+    inner_sizes: list[int]  # the chunk schedule they used
+    selected: tuple[str, str, int, int] = ("moved", "chunk_grpo", 0, 0)  # (row key, objective, i, t)
+
+
+def explanations(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str, Explanation]]:
+    """[(row key, row title, Explanation)] at ratio 1 and after the inner updates, under chunks `sizes`."""
+    group = view.group
+    settings = ObjectiveSettings(clip_low=view.clip, chunks=list(sizes))
+    old = group.log_probs  # (G, T)
+    mask = group.config.sde_mask().expand_as(old)  # (G, T) trained steps
+    names = objective_names()
+    return [(key, title if key == "ratio1" else f"after {view.updates} update{'' if view.updates == 1 else 's'}",
+             explain(new, old, view.advantages, settings, names, mask))
+            for (key, title), new in zip(ROWS, (old, view.moved))]
+
+
+def _gfpo_metric(group: TrajectoryGroup) -> torch.Tensor:
+    """GFPO's second score for the group's images: the reward its preset filters by (sharpness)."""
+    from workbench.rewards import build_reward
+    from workbench.train.presets import preset
+
+    return build_reward(preset("gfpo").gfpo_metric)(group.images, [group.prompt] * group.group_size)
+
+
+def _current(view: ObjectivesView | None, session: Session) -> ObjectivesView:
+    """The view, if it explains the session's current group."""
+    if session.group is None:
+        raise WorkbenchError("no group yet: generate one in the Generate tab first")
+    if view is None or view.group is not session.group:
+        raise WorkbenchError("the group changed since the last computation: press Compute")
+    return view
+
+
+def _summary(rows, credit: torch.Tensor | None, view: ObjectivesView) -> str:
+    """Markdown table: per objective its advantage, clipped steps and correlation with the credit."""
+    (_, _, first), (_, title, moved) = rows
+    corr = [ex.correlation(credit).tolist() if credit is not None else None for ex in (first, moved)]
+    head = ("| objective | advantage | clipped steps " + title + " | corr. with credit at ratio 1 | corr. " + title
+            + " |\n|---|---|---|---|---|")
+    lines = [head]
+    for o, name in enumerate(moved.names):
+        clipped = float(moved.clipped[o][moved.step_mask].float().mean())
+        cells = [f"{c[o]:+.2f}" if c is not None and c[o] == c[o] else "n/a" for c in corr]  # NaN: a constant map
+        lines.append(f"| {name} | {paired_estimator(name)} | {100 * clipped:.0f} % | {cells[0]} | {cells[1]} |")
+    how = (f"Inner updates: {view.updates} AdamW step(s) of **{view.inner}** (lr {view.lr:g}, chunks "
+           f"{format_sizes(view.inner_sizes)}) on a copy of the model; clip range ε = {view.clip:g}. ")
+    note = ("Correlation: Pearson, over the trained cells, between the push −w and the measured credit."
+            if credit is not None else "Measure credit in **Attribution** to see each map's correlation with it.")
+    return "\n".join(lines) + "\n\n" + how + note
+
+
+def _render(view: ObjectivesView, session: Session, note: str) -> tuple:
+    """(figure, summary, formula, view, status) under the session's chunks and credit."""
+    rows = explanations(view, session.sizes)
+    credit = session.credit.step_credit if session.credit is not None else None  # (G, T)
+    key, name, i, t = view.selected
+    ex = dict((k, e) for k, _, e in rows)[key]
+    when = dict((k, title) for k, title, _ in rows)[key]
+    formula = formula_markdown(cell(ex, name, i, t), when)
+    figure = objective_maps_figure(rows, credit, view.selected)
+    return figure, _summary(rows, credit, view), formula, view, ok(note)
+
+
+@guarded(5)
+def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, inner: str,
+                       view: ObjectivesView | None, session: Session, progress=gr.Progress()):
+    """Compute button -> (maps figure, summary table, formula, view, status)."""
+    if session.group is None:
+        raise WorkbenchError("no group yet: generate one in the Generate tab first")
+    n = whole_number(updates, "inner updates N", 0)
+    lr = number(lr, "learning rate")
+    if lr <= 0:
+        raise WorkbenchError(f"the learning rate must be > 0, got {lr:g}")
+    settings = ObjectiveSettings(clip_low=number(clip, "clip range"), chunks=list(session.sizes))
+    group, names = session.group, objective_names()
+    if inner not in names:
+        raise WorkbenchError(f"unknown objective '{inner}'; valid objectives: {', '.join(names)}")
+    advantages = paired_advantages(session.rewards, names, metric=_gfpo_metric(group))
+    moved = moved_log_probs(wb.policy(), group, advantages[inner], inner, settings, n, lr,
+                            progress=_tracker(progress, "inner update"))
+    selected = view.selected if view is not None and view.group is group else ObjectivesView.selected
+    view = ObjectivesView(group, advantages, moved, n, lr, settings.clip_low, inner, list(session.sizes), selected)
+    return _render(view, session, f"explained {len(names)} objectives on G={group.group_size}, "
+                                  f"T={group.num_steps} after {n} updates of {inner}")
+
+
+@guarded(5)
+def objectives_view(wb: Workbench, view: ObjectivesView | None, session: Session):
+    """Tab opened -> the maps under the session's current chunks and credit (nothing is sampled)."""
+    if view is None or session.group is None or view.group is not session.group:
+        return gr.skip(), NO_VIEW, gr.skip(), view, ""
+    return _render(view, session, f"chunks {format_sizes(session.sizes)}")
+
+
+def _select(view: ObjectivesView, key: str, name: str, i, t) -> ObjectivesView:
+    """The view with cell (key, name, i, t) selected, after checking it exists."""
+    g, steps = view.moved.shape
+    i, t = whole_number(i, "trajectory i", 0), whole_number(t, "step t", 0)
+    if i >= g or t >= steps:
+        raise WorkbenchError(f"the group has trajectories 0..{g - 1} and steps 0..{steps - 1}; got i={i}, t={t}")
+    if key not in dict(ROWS):
+        raise WorkbenchError(f"choose the maps at ratio 1 or after the updates, got {key!r}")
+    if name not in view.advantages:
+        raise WorkbenchError(f"unknown objective '{name}'; valid objectives: {', '.join(view.advantages)}")
+    return replace(view, selected=(key, name, i, t))
+
+
+@guarded(4)
+def objectives_cell(wb: Workbench, name: str, key: str, i: float, t: float, view: ObjectivesView | None,
+                    session: Session):
+    """Cell controls -> (figure, formula, view, status) for the chosen objective, row and cell."""
+    view = _select(_current(view, session), key, name, i, t)
+    figure, _, formula, view, status = _render(view, session, f"{name} at i={int(i)}, t={int(t)}")
+    return figure, formula, view, status
+
+
+@guarded(8)
+def objectives_click(wb: Workbench, point, view: ObjectivesView | None, session: Session):
+    """A click on a map -> (objective, row, i, t controls, figure, formula, view, status)."""
+    view = _current(view, session)
+    clicked = clicked_point(point)
+    key, _, name = clicked["trace"].partition("|")
+    if not name:
+        raise WorkbenchError("that map is the credit or the log-ratio: click a map of an objective")
+    view = _select(view, key, name, clicked["y"], clicked["x"])  # y: trajectory i, x: step t
+    _, _, i, t = view.selected
+    figure, _, formula, view, status = _render(view, session, f"{name} at i={i}, t={t}")
+    return name, key, i, t, figure, formula, view, status
