@@ -108,3 +108,20 @@ def gfpo() -> TrainConfig:
     """GFPO (arXiv 2508.09726): GRPO advantages over the kept half of each group, filtered by a second score."""
     return TrainConfig(objective="gfpo", advantage="gfpo",
                        gfpo_metric="sharpness")  # the paper keeps the shortest responses; here the sharpest images
+
+
+@PRESETS.register("crosses")
+def crosses() -> TrainConfig:
+    """The lesson: teach the embedded model to draw crosses (it draws blobs and rings; 1 of 49 held-out right).
+
+    Measured by scripts/experiment_crosses.py (docs/crosses.md), single thread.
+    """
+    return TrainConfig(task="crosses",  # 275 training-split cross prompts, 49 disjoint held-out ones
+                       reward="shape_match",  # the shape alone: colour, size and position are already right
+                       eval_prompts=49,  # every held-out cross prompt
+                       eval_cfg=True,  # also at the model's default CFG 4, where pictures are made
+                       eval_every=10,  # ~8 evaluations per run: the grid changes visibly between them
+                       window=(0, 8),  # a cross or a ring is decided in the first 8 of 16 steps; half the cost
+                       chunks="1,2,2,3",  # GCPO-style temporal chunks over the 8 trained steps
+                       lr=5e-5,  # 3e-5 too slow (0.10 no CFG at 110 it.), 1e-4 unstable (0.33 vs 0.35)
+                       iterations=75)  # ~5 CPU minutes on one thread
