@@ -24,7 +24,7 @@ import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,7 @@ class Curve:
     train_cpu: list[float] = field(default_factory=list)
     total_cpu: list[float] = field(default_factory=list)
     accuracy: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SPACES})
+    source: str = ""  # the run folder whose curve this is
 
     def at_budget(self, space: str, budget: float = BUDGET_S) -> float:
         """Accuracy of the last evaluation whose training CPU time is within budget."""
@@ -77,13 +78,37 @@ class CpuClock:
             c.accuracy[space].append(event.data.get(f"{space}/cross_accuracy", float("nan")))
 
 
-def run_one(config: TrainConfig, run_dir: Path, policy_factory) -> Curve:
-    """Train config into a fresh run_dir on one thread; print and return its evaluation curve."""
-    if RunStore(run_dir).holds_run():
-        shutil.rmtree(run_dir)
-    clock = CpuClock()
-    Trainer(config, run_dir, policy_factory(), subscribers=[clock]).run()
-    c = clock.curve
+CURVE_FILE = "cpu_curve.json"  # beside each run: its evaluations with the CPU seconds measured during the run
+
+
+def reusable(config: TrainConfig, run_dir: Path) -> Curve | None:
+    """The curve of a finished run in run_dir with the same settings and at least as many iterations, cut at
+    config.iterations (everything random derives from (seed, iteration), so its first evaluations are this run's)."""
+    store = RunStore(run_dir)
+    if not (store.holds_run() and (run_dir / CURVE_FILE).is_file() and store.info().state == "finished"):
+        return None
+    saved = TrainConfig.from_dict(store.config())
+    if saved.iterations < config.iterations or replace(saved, iterations=config.iterations) != config:
+        return None
+    data = json.loads((run_dir / CURVE_FILE).read_text())
+    keep = [k for k, it in enumerate(data["iterations"]) if it <= config.iterations]
+    return Curve([data["iterations"][k] for k in keep], [data["train_cpu"][k] for k in keep],
+                 [data["total_cpu"][k] for k in keep], {s: [data["accuracy"][s][k] for k in keep] for s in SPACES},
+                 f"{run_dir} ({saved.iterations} iterations)")
+
+
+def run_one(config: TrainConfig, run_dir: Path, policy_factory, reuse: bool = False) -> Curve:
+    """Train config into a fresh run_dir on one thread (or reuse a finished one); print and return its curve."""
+    c = reusable(config, run_dir) if reuse else None
+    if c is None:
+        if RunStore(run_dir).holds_run():
+            shutil.rmtree(run_dir)
+        clock = CpuClock()
+        Trainer(config, run_dir, policy_factory(), subscribers=[clock]).run()
+        c = clock.curve
+        (run_dir / CURVE_FILE).write_text(json.dumps(asdict(c) | {"source": ""}))
+    else:
+        print(f"  seed {config.seed}: reusing the finished run in {run_dir}")
     for k, it in enumerate(c.iterations):
         print(f"  seed {config.seed} it {it:4d}  train {c.train_cpu[k]:6.1f}s  total {c.total_cpu[k]:6.1f}s  "
               + "  ".join(f"{SPACES[s]} {c.accuracy[s][k]:.2f}" for s in SPACES), flush=True)
@@ -151,6 +176,8 @@ def report(curves: list[Curve], config: TrainConfig, command: str, out: Path) ->
         values = [c.at_budget(space) for c in curves]
         lines.append(f"- {SPACES[space]}: " + ", ".join(f"{v:.2f}" for v in values)
                      + f" (target {TARGETS[space]:.2f}; mean {np.nanmean(values):.2f} +- {np.nanstd(values):.2f})")
+    lines += [f"- seed {config.seed + k}: its curve is the first {config.iterations} iterations of the finished run "
+              f"{c.source} with the same settings (--reuse)" for k, c in enumerate(curves) if c.source]
     lines += ["", "![held-out cross accuracy against CPU time](crosses_curves.png)", "", "Reproduce:", "", "```",
               command, "```", ""]
     return atomic_write(out / "crosses.md", "\n".join(lines))
@@ -164,6 +191,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset field")
     parser.add_argument("--out", default=None, help="folder for crosses.md and the curves (default docs/)")
     parser.add_argument("--runs", default=None, help="folder for the run folders (default runs/crosses)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep finished runs with the same settings and at least as many iterations")
     args = parser.parse_args()
     torch.set_num_threads(1)
     overrides = parse_sets(args.set) | ({"iterations": args.iterations} if args.iterations else {})
@@ -176,7 +205,8 @@ def main() -> None:
     runs = Path(args.runs or ("runs/crosses_quick" if args.quick else "runs/crosses"))
     out.mkdir(parents=True, exist_ok=True)
     factory = policy_factory(args.quick)
-    curves = [run_one(preset("crosses", **overrides, seed=config.seed + k), runs / f"seed{config.seed + k}", factory)
+    curves = [run_one(preset("crosses", **overrides, seed=config.seed + k), runs / f"seed{config.seed + k}", factory,
+                      args.reuse)
               for k in range(seeds)]
     plot(curves, out / "crosses_curves.png")
     command = "python scripts/experiment_crosses.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])

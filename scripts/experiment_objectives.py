@@ -196,70 +196,72 @@ def main() -> None:
     print(f"wrote {report} and {out / 'objectives_curves.png'} ({plotter})")
 
 
-TASK_CLIP = 5e-6  # crosses preset: per-step ratios move ~4e-6 per update (window 0..8), so ~1e-5 clips some units
-TASK_ITERATIONS = 40  # 6 objectives x 3 seeds x ~90 CPU-s: about 30 CPU minutes in all (budget 50)
+TASK_CLIP = 5e-6  # crosses preset: per-step ratios move ~4e-6 per update (window 0..8), so this clips some units
+TASK_SIZES = dict(prompts_per_iteration=4, iterations=24, eval_every=8)  # half the preset's prompts, 24 of its 80
+# iterations: 6 objectives x 3 seeds x ~60 CPU-s = ~18 CPU minutes in all (budget 50)
 SPACES = {"eval": "no CFG", "eval_cfg": "CFG 4"}
 
 
 def task_experiment(args) -> None:
-    """Every objective on a lesson (`--task crosses`): held-out accuracy curves and a table with spread and CPU."""
+    """Every objective on a lesson (`--task crosses`): held-out accuracy curves and a table with spread and CPU.
+
+    Seeds run in the outer loop and the report is rewritten after each round, so an interrupted experiment
+    still leaves every objective compared on the seeds it finished."""
     import torch
     from experiment_crosses import CpuClock, policy_factory
 
     from workbench.train import preset
 
     torch.set_num_threads(1)
-    sizes = dict(group=2, steps=4, window=(0, 2), chunks="1,1", eval_prompts=4, eval_every=1) if args.quick else {}
-    iterations = args.iterations or (2 if args.quick else TASK_ITERATIONS)
-    base = preset(args.task, **({"eval_every": 10} | sizes), iterations=iterations, sample_every=10**6,
-                  clip_low=args.clip_low or TASK_CLIP,
+    quick = dict(group=2, steps=4, window=(0, 2), chunks="1,1", eval_prompts=4, eval_every=1, iterations=2)
+    sizes = (quick if args.quick else TASK_SIZES) | ({"iterations": args.iterations} if args.iterations else {})
+    base = preset(args.task, **sizes, sample_every=10**6, clip_low=args.clip_low or TASK_CLIP,
                   **({} if args.kl_beta is None else {"kl_beta": args.kl_beta}))
     seeds, out = args.seeds or (2 if args.quick else 3), Path(args.out or ("runs/objectives_quick" if args.quick
                                                                             else "docs"))
     run_root = Path(args.runs or f"runs/objectives_{args.task}")
     out.mkdir(parents=True, exist_ok=True)
-    factory, metric = policy_factory(args.quick), f"{TASK_METRIC[args.task]}"
-    curves = {space: {} for space in SPACES}
-    table = []
-    for name, config in variants(base).items():
-        per_seed, cpu, clip_fracs, flat = {s: [] for s in SPACES}, [], [], []
-        for seed in range(seeds):
+    factory, metric, configs = policy_factory(args.quick), TASK_METRIC[args.task], variants(base)
+    results = {name: {"curves": {s: [] for s in SPACES}, "cpu": [], "clip": [], "flat": []} for name in configs}
+    command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    for seed in range(seeds):
+        for name, config in configs.items():
             run_dir = run_root / name.split(" [")[0].replace(" ", "_") / f"seed{seed}"
             if RunStore(run_dir).holds_run():
                 import shutil
                 shutil.rmtree(run_dir)
-            clock = CpuClock()
+            clock, res = CpuClock(), results[name]
             Trainer(replace(config, seed=seed), run_dir, factory(), subscribers=[clock]).run()
             rows = RunStore(run_dir).metrics()
             for space in SPACES:
-                per_seed[space].append(eval_curve(rows, f"{space}/{metric}"))
-            cpu.append(clock.curve.total_cpu[-1])
-            clip_fracs += [r["policy/clip_frac"] for r in rows if r.get("policy/clip_frac") is not None]
-            flat += [r["adv/zero_std_frac"] for r in rows if r.get("adv/zero_std_frac") is not None]
+                res["curves"][space].append(eval_curve(rows, f"{space}/{metric}"))
+            res["cpu"].append(clock.curve.total_cpu[-1])
+            res["clip"] += [r["policy/clip_frac"] for r in rows if r.get("policy/clip_frac") is not None]
+            res["flat"] += [r["adv/zero_std_frac"] for r in rows if r.get("adv/zero_std_frac") is not None]
             print(f"{name:32s} seed {seed}: " + "  ".join(
-                f"{SPACES[s]} {per_seed[s][-1][1][0]:.2f} -> {per_seed[s][-1][1][-1]:.2f}" for s in SPACES)
-                + f"  ({cpu[-1]:.0f} CPU-s)", flush=True)
+                f"{SPACES[s]} {res['curves'][s][-1][1][0]:.2f} -> {res['curves'][s][-1][1][-1]:.2f}" for s in SPACES)
+                + f"  ({res['cpu'][-1]:.0f} CPU-s)", flush=True)
         for space in SPACES:
-            curves[space][name] = per_seed[space]
-        table.append((name, {s: [v[-1] for _, v in per_seed[s]] for s in SPACES}, float(np.nanmean(clip_fracs)),
-                      float(np.mean(flat)), cpu))
-    for space in SPACES:
-        plot(curves[space], out / f"objectives_{args.task}_{space}.png",
-             ylabel=f"held-out {metric.replace('_', ' ')} ({SPACES[space]})")
-    command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print(f"wrote {write_task_report(out, args.task, table, base, seeds, command.strip())}")
+            plot({n: r["curves"][space] for n, r in results.items()}, out / f"objectives_{args.task}_{space}.png",
+                 ylabel=f"held-out {metric.replace('_', ' ')} ({SPACES[space]})")
+        table = [(n, {s: [v[-1] for _, v in r["curves"][s]] for s in SPACES}, float(np.nanmean(r["clip"])),
+                  float(np.mean(r["flat"])), r["cpu"]) for n, r in results.items()]
+        print(f"wrote {write_task_report(out, args.task, table, base, seed + 1, command.strip())}", flush=True)
 
 
 TASK_METRIC = {"crosses": "cross_accuracy"}
 
 
 def write_task_report(out: Path, task: str, table: list, config: TrainConfig, seeds: int, command: str) -> Path:
+    from workbench.train import preset
+
     metric = TASK_METRIC[task]
     lines = [f"# Objectives at equal compute on the {task} lesson", "",
              f"Every run: the `{task}` preset (reward `{config.reward}`, SDE and training on steps "
              f"{config.window[0]}..{config.window[1] - 1} of {config.steps}, lr {config.lr}, KL beta {config.kl_beta}) "
              f"for {config.iterations} iterations of {config.prompts_per_iteration} prompts x {config.group} samples "
-             f"(fewer than the preset's {preset_iterations(task)}, to fit the budget), clip {config.clip_low}; "
+             f"(the preset: {preset(task).prompts_per_iteration} prompts, {preset(task).iterations} iterations; "
+             f"fewer here to fit the budget), clip {config.clip_low}; "
              f"{seeds} seed(s). Held-out `{metric}` over {config.eval_prompts} prompts (deterministic ODE, fixed "
              "noise), final value mean +- std over seeds (per seed in brackets). One thread; CPU seconds per run "
              "include the evaluations.", "",
@@ -271,12 +273,6 @@ def write_task_report(out: Path, task: str, table: list, config: TrainConfig, se
     lines += ["", f"![no CFG](objectives_{task}_eval.png)", f"![CFG 4](objectives_{task}_eval_cfg.png)", "",
               "Reproduce:", "", "```", command, "```", ""]
     return atomic_write(out / f"objectives_{task}.md", "\n".join(lines))
-
-
-def preset_iterations(task: str) -> int:
-    from workbench.train import preset
-
-    return preset(task).iterations
 
 
 if __name__ == "__main__":
