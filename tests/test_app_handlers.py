@@ -369,8 +369,9 @@ def test_the_lesson_menu_fills_the_form_from_the_preset(model_dir):
     assert (config.task, config.eval_cfg, config.eval_prompts, config.reward) == ("crosses", True, 49, "adherence")
     dapo = rh.form_config(wb, "dapo", *rh.lesson_form(lesson)[1:], "crosses")  # a method keeps its companions
     assert dapo.dynamic_sampling and dapo.task == "crosses" and dapo.window == lesson.window
-    menu = {c["props"].get("elem_id"): c["props"] for c in build_app(wb).config["components"]}["train-lesson"]
-    assert menu["value"] == rh.NO_LESSON and ("crosses", "crosses") in menu["choices"]
+    props = {c["props"].get("elem_id"): c["props"] for c in build_app(wb).config["components"]}
+    assert props["train-lesson"]["value"] == rh.NO_LESSON and ("crosses", "crosses") in props["train-lesson"]["choices"]
+    assert "lesson **crosses**" in props["learn-lesson"]["value"]  # the Learn tab points to it
 
 
 def test_poll_shows_before_now_and_the_held_out_accuracies(tmp_path, model_dir):

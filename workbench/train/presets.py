@@ -112,7 +112,7 @@ def gfpo() -> TrainConfig:
 
 @PRESETS.register("crosses")
 def crosses() -> TrainConfig:
-    """The lesson: teach the embedded model to draw crosses (it draws blobs and rings: 1 of 49 held-out right).
+    """Teach the embedded model to draw crosses (it draws blobs and rings: 1 of 49 held-out crosses right).
 
     Measured by scripts/experiment_crosses.py (docs/crosses.md): one thread, process CPU time, seed 0 unless
     said. With the defaults (lr 3e-5, all 16 steps) an earlier exploration reached 0.10 held-out cross accuracy

@@ -23,7 +23,7 @@ from workbench.ui import objectives as ob
 from workbench.ui import run_handlers as rh
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.jobs import objective_names
-from workbench.ui.learn import INTRO, example_text, learn_walk
+from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_walk
 from workbench.ui.objectives import ROWS
 from workbench.ui.plots import empty_figure
 from workbench.ui.state import Session
@@ -260,6 +260,7 @@ def _learn_tab(wb, session) -> None:
     for n in range(1, 5):
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
     last = gr.Markdown(elem_id="learn-text-5")
+    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
               api_name="learn_example", **HEAVY)
 
