@@ -68,3 +68,14 @@ def test_a_short_run_of_the_crosses_preset_writes_both_accuracies_and_the_grids(
     rows = [r for r in info.metrics if "eval/cross_accuracy" in r and "eval_cfg/cross_accuracy" in r]
     assert [r["iteration"] for r in rows] == [0, 2] and all(r["time/eval_cpu_s"] > 0 for r in rows)
     assert [p.name for p in info.eval_samples()] == ["eval_0000.png", "eval_0002.png"]
+
+
+def test_the_progress_line_shows_the_task_accuracies():
+    from workbench.cli.train import progress_line
+    from workbench.train import TrainerEvent
+
+    data = {"eval/reward_mean": 0.3, "eval/cross_accuracy": 0.25, "eval_cfg/cross_accuracy": 0.5}
+    assert progress_line(TrainerEvent("iteration", 0, data), 80).endswith(
+        "(base model)  eval/cross_accuracy 0.25  eval_cfg/cross_accuracy 0.50")
+    line = progress_line(TrainerEvent("iteration", 10, {"reward/mean": 0.4, **data}), 80)
+    assert "eval 0.3000  eval/cross_accuracy 0.25" in line
