@@ -46,9 +46,9 @@ CFG / 0.39 CFG 4 after 20 iterations, 0.22 / 0.27 after 100) while the pictures 
 stripes; 8 prompts per iteration (twice the CPU per iteration) averaged that noise away and is the preset.
 The reward is `shape_match` alone: its (IoU_cross / IoU_best)^20 already separates a cross from a blob within
 a group and GRPO normalises each group, so a reshaped monotone score would change little. It is exactly 1 for
-every image read as a cross, so groups go flat once the model has learned a prompt (seed 0: 12 % of groups
-on average, up to half of an iteration's late in the run), which is what DAPO's dynamic sampling replaces.
-A shape + adherence mix tried in an earlier session reached ~0.20 (unfinished).
+every image read as a cross, so groups go flat once the model has learned a prompt (9 / 4 / 1 % of groups on
+average over seeds 0 / 1 / 2, up to half of an iteration's late in the run), which is what DAPO's dynamic
+sampling replaces. A shape + adherence mix tried in an earlier session reached ~0.20 (unfinished).
 
 Limits: 49 held-out prompts make one evaluation move in steps of 0.02 and the accuracy of one run moves by
 ~0.1 between neighbouring evaluations, so "at 5 minutes" is read off a noisy curve; the reward sees only the
