@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 import torch
+from PIL import Image
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json, write_json
@@ -351,8 +352,9 @@ def test_real_training_run_two_iterations(tmp_path, model_dir):
     wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
     session = start(wb, iterations=2)[2]
     assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive, timeout=120)
-    fig, _, timer, text = rh.poll_run(wb, session)
+    fig, sample, timer, text = rh.poll_run(wb, session)
     assert "finished, iteration 2/2" in text, text
+    assert isinstance(sample, Image.Image), "the Newest samples panel gets the run's newest rollout grid"
     assert [len(t.x) for t in fig.data if t.name == "reward/mean"] == [2]
 
 

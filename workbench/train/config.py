@@ -143,7 +143,7 @@ class TrainConfig:
     """Trackers that receive the run's metrics and sample grids: tensorboard, trackio, all or none (diffusers'
     --report-to); they write beside the run folder."""
     sample_every: int = 5
-    """Save a grid of the rollout images every this many iterations."""
+    """Save a grid of the rollout images every this many iterations (and at the first, the last and a stop)."""
     checkpoint_every: int = 10
     """Save weights + optimizer every this many iterations (always at the end and on stop)."""
 

@@ -210,9 +210,9 @@ class Trainer:
                 if cfg.eval_prompts and (it % cfg.eval_every == 0 or it == cfg.iterations):
                     metrics |= self._evaluate(it)
                 self._log(it, metrics)
-                if it % cfg.sample_every == 0:
-                    self._save_samples(it, batch.groups)
                 stop = self._stop_requested()
+                if it == 1 or it % cfg.sample_every == 0 or it == cfg.iterations or stop:  # the app shows the newest
+                    self._save_samples(it, batch.groups)
                 if it % cfg.checkpoint_every == 0 or it == cfg.iterations or stop:
                     self._checkpoint()
                 if stop:
