@@ -131,13 +131,15 @@ def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
                                                                    view, sampled))
 
 
+@pytest.mark.parametrize("dropped", [False, True])  # True: trajectory 1 trains no step (a dropped row, B < G)
 @pytest.mark.parametrize("spread", [0.0, 0.05])
-def test_the_formula_agrees_with_autograd_on_every_cell(spread):
+def test_the_formula_agrees_with_autograd_on_every_cell(spread, dropped):
     gen = torch.Generator().manual_seed(0)
     old = -torch.rand(4, 6, generator=gen, dtype=torch.float64)
     new = old + spread * torch.randn(4, 6, generator=gen, dtype=torch.float64)
     mask = torch.ones(4, 6, dtype=torch.bool)
     mask[2, 3:] = False
+    mask[1] = not dropped
     ex = explain(new, old, torch.tensor([1.2, -0.3, 0.8, -1.7], dtype=torch.float64),
                  ObjectiveSettings(clip_low=0.02, clip_high=0.03, chunks=[2, 1, 3]), step_mask=mask)
     for name in ex.names:

@@ -49,7 +49,7 @@ class EmbeddedConfig:
 
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
     text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
-    default_shift: float = 3.0  # SD3-style schedule shift used for sampling (METHODS 4: 17 steps, shift 3)
+    default_shift: float = 3.0  # SD3-style schedule shift used for sampling (docs/methods.md "Schedules")
     prediction: str = "x0"  # what the transformer outputs: "x0" (clean image) or "velocity"
     default_guidance: float = 4.0  # CFG scale for making pictures (`sample`, quality report); RL rollouts use 1
     training: dict = field(default_factory=dict)  # pretraining settings and results, for the model card
