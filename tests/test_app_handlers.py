@@ -267,6 +267,7 @@ def test_the_form_builds_a_train_config_and_its_controls_start_at_its_defaults(m
     ("dapo", {"dynamic_sampling": True, "advantage": "grpo"}),
     ("gpg", {"advantage": "gpg", "minibatch_size": 4 * 4 * 8}),  # one update per rollout at the form's G and T
     ("gfpo", {"advantage": "gfpo", "gfpo_metric": "sharpness"}),
+    ("dr_grpo", {"advantage": "dr_grpo"}),  # trained with the advantage the explainer pairs it with
     ("chunk_grpo", {"advantage": "grpo", "dynamic_sampling": False, "minibatch_size": 4 * 8}),
 ])
 def test_the_form_brings_each_method_with_its_companions(model_dir, objective, expected):

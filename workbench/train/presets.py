@@ -103,6 +103,12 @@ def dapo() -> TrainConfig:
     return replace(base, clip_high=base.clip_low * 0.28 / 0.2)  # DAPO's 0.2 / 0.28 asymmetry
 
 
+@PRESETS.register("dr_grpo")
+def dr_grpo() -> TrainConfig:
+    """Dr. GRPO (arXiv 2503.20783): advantages without the std division, loss normalised by a constant T."""
+    return TrainConfig(objective="dr_grpo", advantage="dr_grpo")  # its advantage: r - mean(r), no std
+
+
 @PRESETS.register("gfpo")
 def gfpo() -> TrainConfig:
     """GFPO (arXiv 2508.09726): GRPO advantages over the kept half of each group, filtered by a second score."""
