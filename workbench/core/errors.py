@@ -23,3 +23,9 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
     keep = limit - 40  # 40 characters hold the note
     head = keep * 3 // 5
     return f"{flat[:head]} ... ({len(flat) - keep} characters cut) ... {flat[head - keep:]}"
+
+
+def shorten(value, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters, for quoting what the user typed inside a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 5] + "...'"
