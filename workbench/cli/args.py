@@ -22,7 +22,7 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-NEGATIVE_VALUE = re.compile(r"^-[\d.]")  # '-1,5' or '-0.5': a value, never a flag (no flag starts with a digit)
+NEGATIVE_VALUE = re.compile(r"^-(?:[\d.]|inf|nan)", re.IGNORECASE)  # '-1,5', '-0.5', '-inf': values, never flags
 
 
 def negative_values_inline(argv: list[str]) -> list[str]:

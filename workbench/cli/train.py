@@ -18,7 +18,7 @@ import sys
 from dataclasses import fields
 
 from workbench.cli.args import Parser, device, integer, negative_values_inline, number, run_command, seed
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -150,20 +150,21 @@ def make_folder(path) -> None:
 
 
 def resume_note(store, iteration: int) -> str:
-    """Which checkpoint a resume continues from, and why, when latest.json named another one."""
+    """Which checkpoint a resume continues from, and why, when checkpoints/latest.json did not lead to it."""
     from workbench.core.files import read_json
 
     folder = f"iter_{iteration:04d}"
     note = f"resuming {store.path} from checkpoint {folder} (iteration {iteration})"
     pointer = store.path / "checkpoints" / "latest.json"
     try:
-        named = read_json(pointer).get("dir") if pointer.is_file() else None
+        named = read_json(pointer).get("dir")
     except WorkbenchError:
-        named = "an unreadable latest.json"
-    if named != folder:
-        note += f"; latest.json names {named!r}, which is missing or incomplete" if named else \
-            "; latest.json is missing, so the newest complete checkpoint was used"
-    return note
+        named = None
+    if named == folder:
+        return note
+    if isinstance(named, str):
+        return note + f"; latest.json names {shorten(named)}, which is not a complete checkpoint of this run"
+    return note + "; latest.json is missing or unreadable, so the newest complete checkpoint was used"
 
 
 def _close_distributed() -> None:

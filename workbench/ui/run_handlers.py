@@ -108,7 +108,8 @@ def refresh_runs(wb: Workbench):
     for r in listed:
         last = r.series(DEFAULT_METRIC)[1]
         started = r.status.get("started")
-        state = f"damaged: {r.damaged}" if r.state == "damaged" else r.state
+        state = r.state if not r.damaged else (f"damaged: {r.damaged}" if r.state == "damaged"
+                                                else f"{r.state} (damaged: {r.damaged})")
         rows.append([r.name, state, r.iteration, str(r.config.get("objective", "")),
                      round(last[-1], 4) if last else None,
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
