@@ -91,8 +91,8 @@ def progress_line(event, total: int) -> str | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from workbench.core.files import clean_json, read_json
-    from workbench.train import TrainConfig, Trainer, preset
+    from workbench.core.files import clean_json
+    from workbench.train import Trainer
     from workbench.train.store import RunStore
 
     overrides = config_overrides(args)
@@ -113,19 +113,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if trainer.dist.main:
             print(resume_note(trainer.store, trainer.resumed_from), flush=True)
     else:
-        if args.preset and args.config:
-            raise WorkbenchError("give --preset or --config, not both")
-        if args.config:
-            try:
-                config = TrainConfig.from_dict({**read_json(args.config), **overrides})
-            except WorkbenchError as err:
-                raise WorkbenchError(f"--config {args.config}: {err}") from None
-        else:
-            config = preset(args.preset, **overrides) if args.preset else TrainConfig(**overrides)
-        store = RunStore.create() if args.out is None else RunStore(args.out)
-        store.check_fresh()  # before the model loads: a file, a run or a non-empty folder is refused
-        make_folder(store.path)
-        trainer = Trainer(config, store)
+        trainer = Trainer(new_config(args, overrides), new_store(args.out))
     total = trainer.config.iterations
 
     def show(event) -> None:
@@ -140,13 +128,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_folder(path) -> None:
-    """Create the run folder now, so an unwritable --out is refused before any work."""
+def new_config(args: argparse.Namespace, overrides: dict):
+    """The TrainConfig of a fresh run: --config FILE or --preset NAME (or the defaults), then the flags."""
+    from workbench.core.files import read_json
+    from workbench.train import TrainConfig, preset
+
+    if args.preset and args.config:
+        raise WorkbenchError("give --preset or --config, not both")
+    if not args.config:
+        return preset(args.preset, **overrides) if args.preset else TrainConfig(**overrides)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        return TrainConfig.from_dict({**read_json(args.config), **overrides})
+    except WorkbenchError as err:
+        raise WorkbenchError(f"--config {args.config}: {err}") from None
+
+
+def new_store(out: str | None):
+    """The run folder of a fresh run, checked and created before the model loads: a file, a run, a non-empty
+    folder or an unwritable path is refused before any work."""
+    from workbench.train.store import RunStore
+
+    store = RunStore.create() if out is None else RunStore(out)
+    store.check_fresh()
+    try:
+        store.path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise WorkbenchError(f"--out {path}: cannot create the run folder ({err.strerror or err}); "
+        raise WorkbenchError(f"--out {store.path}: cannot create the run folder ({err.strerror or err}); "
                              "choose a writable folder") from None
+    return store
 
 
 def resume_note(store, iteration: int) -> str:
