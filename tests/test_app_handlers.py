@@ -144,7 +144,7 @@ def test_generate_returns_images_captions_and_figures(wb):
     (("", 3, 4, 0.7, 0, "adherence"), "prompt is empty"),
     ((PROMPT, 1, 4, 0.7, 0, "adherence"), "at least 2"),
     ((PROMPT, 3, None, 0.7, 0, "adherence"), "steps must be a whole number"),
-    ((PROMPT, 3, 4, -1, 0, "adherence"), "noise level must be >= 0"),
+    ((PROMPT, 3, 4, -1, 0, "adherence"), "noise_level must be in 0..10"),
     ((PROMPT, 3, 4, 0.7, 0, "nope"), "unknown reward 'nope'"),
 ])
 def test_generate_bad_inputs_give_messages(wb, inputs, message):

@@ -14,7 +14,7 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.fields import check_types
-from workbench.flow.trajectory import SamplingConfig
+from workbench.flow.trajectory import SAMPLING_RANGES, SEED_RANGE, SamplingConfig, check_seed
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
@@ -23,7 +23,7 @@ from workbench.train.trackers import parse_report_to
 
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
     "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
-    "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": (0.0, 10.0), "seed": (0, 2**63 - 1),
+    "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
     "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000)}
 
 
@@ -163,6 +163,7 @@ class TrainConfig:
         self.check_batches()
 
     def _check_ranges(self) -> None:
+        check_seed(self.seed)  # the one seed rule of every command and control
         for name, (low, high) in RANGES.items():
             value = getattr(self, name)
             if value is not None and not low <= value <= high:

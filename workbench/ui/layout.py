@@ -22,6 +22,7 @@ from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import run_handlers as rh
 from workbench.ui.clicks import CLICK_JS, forward_js
+from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import INTRO, example_text, learn_walk
 from workbench.ui.objectives import ROWS
@@ -255,7 +256,7 @@ def _learn_tab(wb, session) -> None:
 def build_app(wb: Workbench) -> gr.Blocks:
     """The whole workbench page around one shared `Workbench` (model, curves, training jobs)."""
     parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
-    with gr.Blocks(title="Chunk-GRPO Workbench") as demo:
+    with gr.Blocks(title="Chunk-GRPO Workbench", delete_cache=rh.EXPORT_CACHE) as demo:
         session = gr.State(Session())
         model = wb.model_path or "the embedded model"
         gr.Markdown(f"# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks "
@@ -282,4 +283,5 @@ def build_app(wb: Workbench) -> gr.Blocks:
             with gr.Tab("Learn", id="learn"):
                 _learn_tab(wb, session)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
+    guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it
     return demo
