@@ -1,6 +1,6 @@
 """Which SDE should the embedded model's rollouts use? Image noise, credit and a default fine-tune per sampler.
 
-    .venv/bin/python scripts/experiment_samplers.py            # full: ~25 min on 2 cores
+    .venv/bin/python scripts/experiment_samplers.py            # full: 3 seeds, ~40 min on 2 cores (--seeds 2: ~20 min)
     .venv/bin/python scripts/experiment_samplers.py --quick    # a smoke run of every part
 
 Flow-GRPO's SDE (a = 0.7) leaves visible speckle in pixel space: its step from sigma 0.17 to 0.009 injects
