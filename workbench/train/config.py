@@ -86,7 +86,7 @@ class TrainConfig:
     iterations: int = 30
     """Training iterations (rollout + update)."""
     lr: float = 3e-5
-    """AdamW learning rate (GCPO 1e-5 full FT of FLUX; Flow-GRPO 3e-4 LoRA); tuned, see `embedded_demo`."""
+    """AdamW learning rate (GCPO 1e-5 full FT of FLUX; Flow-GRPO 3e-4 LoRA); tuned, see docs/tuning.md."""
     weight_decay: float = 1e-4
     """AdamW weight decay (Flow-GRPO 1e-4)."""
     inner_epochs: int = 1
@@ -99,7 +99,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Gradient-norm clip (GCPO 0.01, Flow-GRPO 1.0)."""
     clip_low: float = 1e-3
-    """PPO clip range eps below 1 (Flow-GRPO 1e-4, GCPO 5e-5); embedded-model ratios move ~2e-5, see `embedded_demo`."""
+    """PPO clip range eps below 1 (Flow-GRPO 1e-4, GCPO 5e-5); embedded-model ratios move ~2e-5, see docs/tuning.md."""
     clip_high: float | None = None
     """Clip range above 1; None = clip_low (DAPO clip-higher, GSPO 4e-4)."""
     kl_beta: float = 0.0
