@@ -30,7 +30,7 @@ RANGES = {  # the sizes a run may have (the app's controls take their ranges fro
 @dataclass
 class TrainConfig:
     """A fine-tuning run. Defaults: Chunk-GRPO on the embedded model, tuned to raise held-out adherence
-    in 30 CPU iterations (see `embedded_demo`)."""
+    in 30 CPU iterations (see docs/tuning.md)."""
 
     objective: str = "chunk_grpo"
     """Policy objective from OBJECTIVES: step_grpo (Flow-GRPO), chunk_grpo (GCPO arXiv 2510.21583), gspo, gpg, ..."""
