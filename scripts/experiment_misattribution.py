@@ -34,7 +34,7 @@ from workbench.rl.credit import measure_credit
 from workbench.rl.credit_stats import agreement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from misattribution_report import write  # noqa: E402  (the report lives beside this script)
+from misattribution_report import write  # the report lives beside this script
 
 
 def schedules(steps: int, l1_rel: torch.Tensor) -> dict[str, list[int]]:

@@ -268,6 +268,7 @@ def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, re
 def refine(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, reward_fn, budget: int, z: float = Z,
            progress=None) -> Credit:
     """The credit after `refine_rounds` has spent the budget (or determined every cell)."""
-    for credit in refine_rounds(credit, policy, group, reward_fn, budget, z, progress):
+    latest = credit
+    for latest in refine_rounds(credit, policy, group, reward_fn, budget, z, progress):  # noqa: B007
         pass
-    return credit
+    return latest
