@@ -162,6 +162,8 @@ def test_refinement_serves_states_next_to_undetermined_cells_first(random_policy
     refined = refine(only_1, random_policy, group, mean_red, budget=4, z=50.0)
     grown = (refined.counts > credit.counts).nonzero()
     assert grown[:, 0].tolist() == [1, 1]  # two states of trajectory 1 doubled their K (2 + 2)
+    even = refine(only_1, random_policy, group, mean_red, budget=8, z=50.0)
+    assert even.counts[1].tolist() == [4, 4, 4, 4] and torch.equal(even.counts[0], credit.counts[0])  # equal K
     with pytest.raises(WorkbenchError, match="no Monte-Carlo error"):
         x0 = measure_credit(random_policy, group, mean_red, estimator="x0", chunks="5")
         refine(x0, random_policy, group, mean_red, 4)

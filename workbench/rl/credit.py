@@ -209,19 +209,27 @@ def _undetermined_near_states(credit: Credit, z: float) -> torch.Tensor:
 
 
 def _allocate(priority: torch.Tensor, counts: torch.Tensor, remaining: int) -> torch.Tensor:
-    """Rows (R, 3) = (i, s, k) for one round: states with the most undetermined neighbours first (fewest
-    continuations breaking ties) double their K, until `remaining` continuations are used."""
-    cand = priority.nonzero()  # (N, 2): (i, s - 1)
-    key = priority[cand[:, 0], cand[:, 1]] * 1e6 - counts[cand[:, 0], cand[:, 1]]
-    cand = cand[key.argsort(descending=True, stable=True)]
+    """Rows (R, 3) = (i, s, k) for one round, at most `remaining` of them.
+
+    priority (G, S): undetermined cells next to each state. Trajectories with the most such cells go first;
+    in each, every state from the first to the last one next to an undetermined cell is brought to twice
+    the largest K of that span, so neighbouring states keep equal K and, under CRN, pair all their
+    continuations (a cell between states with K = 16 and K = 4 would pair only 4). Within a span the
+    states with the most undetermined neighbours are served first when the budget runs out."""
     rows = []
-    for i, j in cand.tolist():
-        n = int(counts[i, j])
-        add = min(max(n, 1), remaining)
-        rows += [(i, j + 1, k) for k in range(n, n + add)]
-        remaining -= add
-        if remaining == 0:
+    for i in priority.sum(1).argsort(descending=True, stable=True).tolist():
+        near = priority[i].nonzero()[:, 0]  # (N,) state columns next to undetermined cells
+        if len(near) == 0:
             break
+        span = torch.arange(int(near.min()), int(near.max()) + 1)
+        target = 2 * max(int(counts[i, span].max()), 1)
+        for j in span[priority[i, span].argsort(descending=True, stable=True)].tolist():
+            n = int(counts[i, j])
+            add = min(target - n, remaining)
+            rows += [(i, j + 1, k) for k in range(n, n + add)]
+            remaining -= add
+            if remaining == 0:
+                return torch.tensor(rows, dtype=torch.long).view(-1, 3)
     return torch.tensor(rows, dtype=torch.long).view(-1, 3)
 
 
@@ -239,9 +247,10 @@ def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, re
                   z: float = Z, progress=None) -> Iterator[Credit]:
     """Spend up to `budget` more continuations where cells are undetermined; yields the credit after each round.
 
-    Each round doubles K at the states next to undetermined cells (most such cells first) and stops when
-    every cell is determined or the budget is spent. K never decreases anywhere; noise follows the credit's
-    seed and CRN setting, so new continuations pair with the old ones.
+    Each round doubles K over the span of states next to undetermined cells of each trajectory (most such
+    cells first; `_allocate`); rounds stop when every cell is determined or the budget is spent. K never
+    decreases anywhere; noise follows the credit's seed and CRN setting, so new continuations pair with the
+    old ones.
     """
     if credit.deterministic:
         raise WorkbenchError(f"the {credit.estimator} estimator has no Monte-Carlo error to refine; measure with mc")

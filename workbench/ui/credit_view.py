@@ -21,7 +21,7 @@ from workbench.ui.plots import LAYOUT, STEP_AXIS, _boundary_legend, _boundary_sh
 UNDETERMINED_COLOR = "rgba(190,190,190,0.92)"
 VEIL_COLOR = "rgba(255,255,255,0.8)"
 MARKS = {MISATTRIBUTED: ("x-thin", 11, "misattributed: against A(i) by more than z errors"),
-         ALIGNED: ("circle", 5, "aligned: with A(i) by more than z errors")}
+         ALIGNED: ("circle", 6, "aligned: with A(i) by more than z errors")}
 NAMES = {MISATTRIBUTED: "misattributed", ALIGNED: "aligned", UNDETERMINED: "undetermined"}
 
 
@@ -62,7 +62,9 @@ def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, cl
     for cls, (symbol, size, name) in MARKS.items():
         rows, cols = ((classes == cls) & valid).nonzero(as_tuple=True)
         fig.add_trace(go.Scatter(x=[centres[c] for c in cols.tolist()], y=rows.tolist(), mode="markers",
-                                 marker=dict(symbol=symbol, size=size, color="black", line=dict(width=2)),
+                                 marker=dict(symbol=symbol, size=size, color="black",
+                                             line=dict(width=2 if cls == MISATTRIBUTED else 1,
+                                                       color="black" if cls == MISATTRIBUTED else "white")),
                                  name=name, showlegend=legend, hoverinfo="skip"), row=row, col=col)
     if legend:
         for color, name in ((UNDETERMINED_COLOR, "undetermined: within z errors of 0"),
@@ -74,7 +76,7 @@ def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, cl
 
 def _k_text(credit: Credit) -> str:
     if credit.deterministic:
-        return f"estimator {credit.estimator}, no Monte-Carlo error"
+        return f"estimator {credit.estimator}"
     k = credit.counts
     lo, hi = int(k.min()), int(k.max())
     return f"K={lo}" if lo == hi else f"K={lo}..{hi}"
@@ -142,10 +144,11 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
         how = f"one deterministic look-ahead per state ({credit.estimator}): no Monte-Carlo error, every cell " \
               "with credit not 0 counts as determined"
     cost = credit.cost
+    rule = "" if credit.deterministic else (f" A cell is determined when its credit is more than z={z:g} standard "
+                                            "errors from 0.")
     lines.append(f"G={g}, T={credit.num_steps}, {_k_text(credit)}, {how}; cost {cost.get('nfe', 0)} transformer "
-                 f"evaluations. A cell is determined when its credit is more than z={z:g} standard errors from 0; "
-                 "± is the standard error over trajectories. Untrained steps and trajectories with A = 0 are "
-                 "left out.")
+                 f"evaluations.{rule} ± is the standard error over trajectories. Untrained steps and trajectories "
+                 "with A = 0 are left out.")
     if credit.deterministic and reference is not None and not reference.deterministic:
         lines.append(agreement_line(credit, reference, z))
     return "  \n".join(lines)
