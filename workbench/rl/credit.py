@@ -194,17 +194,28 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branch
                   estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds})
 
 
+REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
+
+
+def _open_cells(credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor, valid: torch.Tensor) -> tuple:
+    """(undetermined valid cells, those within reach |d| >= REACH se), both (G, J) float."""
+    open_ = (classes == 0) & valid
+    return open_.float(), (open_ & (credit.abs() >= REACH * se.nan_to_num(torch.inf))).float()
+
+
 def _undetermined_near_states(credit: Credit, z: float) -> torch.Tensor:
-    """(G, T + 1) how many undetermined valid cells (steps and chunks) end or start at each state."""
-    g, t = credit.rewards.shape[0], credit.num_steps
-    near = torch.zeros(g, t + 1)
-    open_steps = ((credit.step_classes(z) == 0) & credit.step_valid).float()  # (G, T)
-    near[:, :-1] += open_steps
-    near[:, 1:] += open_steps
+    """(G, T + 1) undetermined valid cells (steps and chunks) that start or end at each state, counting only
+    those within reach of z errors when there are any."""
+    t = credit.num_steps
+    steps = _open_cells(credit.step_credit, credit.step_se, credit.step_classes(z), credit.step_valid)
+    chunks = _open_cells(credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid)
+    use = 1 if bool(steps[1].any() or chunks[1].any()) else 0
+    near = torch.zeros(credit.rewards.shape[0], t + 1)
+    near[:, :-1] += steps[use]
+    near[:, 1:] += steps[use]
     edges = torch.tensor([0, *chunk_boundaries(credit.sizes), t])
-    open_chunks = ((credit.chunk_classes(z) == 0) & credit.chunk_valid).float()  # (G, K)
-    near.index_add_(1, edges[:-1], open_chunks)
-    near.index_add_(1, edges[1:], open_chunks)
+    near.index_add_(1, edges[:-1], chunks[use])
+    near.index_add_(1, edges[1:], chunks[use])
     return near
 
 
