@@ -183,7 +183,9 @@ def write(result: dict, out: Path) -> None:
         "continuations; rates at smaller K use the first K continuations of the same measurement. A cell is "
         f"*determined* when its credit is more than z={s['z']:g} standard errors from 0 (docs/methods.md \"Credit "
         "uncertainty\"); *misattributed among determined* counts the determined cells whose credit is against "
-        "the trajectory's GRPO advantage. ± is the standard error between prompts.", "",
+        "the trajectory's GRPO advantage. ± is the standard error between prompts."
+        + (f" K stops at {k_ref} (not 64) so that the run fits in 25 minutes of one CPU thread." if k_ref < 64 else ""),
+        "",
         "## What is established", "", *_findings(result), "",
         f"Beside the paper: {GCPO} Ours is measured differently (Monte-Carlo values of a tiny pixel-space model "
         "under a rule-based reward, not a learned step-aware reward on FLUX) and counts only the cells the "

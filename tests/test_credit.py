@@ -113,8 +113,9 @@ def test_plain_rates_by_hand():
     assert m["chunk_misattribution"] == pytest.approx(1 / 4)
     # identical branches: no Monte-Carlo error inside; only the first step carries the start value's error
     assert c.step_se[:, 1:].abs().max() == 0 and c.step_se[:, 0].min() > 0
-    classes = c.step_classes(2.0)  # first step: |d| = 0.3 or 0.2 against an error of sqrt(0.5 / 2) = 0.5
-    assert classes.tolist() == [[0, 1, 1], [0, -1, 1]]
+    classes = c.classify(2.0)  # first step: |d| = 0.3 or 0.2 against an error of sqrt(0.5 / 2) = 0.5
+    assert classes.step.tolist() == [[0, 1, 1], [0, -1, 1]]
+    assert classes.chunk.tolist() == [[0, 1], [0, 1]]  # chunk 1: 0.8 and -0.3 with error 0 (A_1 < 0)
 
 
 def test_untrained_steps_are_left_out_of_every_rate():

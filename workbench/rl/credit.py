@@ -45,6 +45,15 @@ class CreditRates:
 
 
 @dataclass
+class CreditClasses:
+    """Classes of every cell at one z: -1 misattributed, 0 undetermined, +1 aligned (`credit_stats.classify`)."""
+
+    step: torch.Tensor  # (G, T) int8
+    chunk: torch.Tensor  # (G, K) int8
+    z: float
+
+
+@dataclass
 class Credit:
     """Step and chunk credit of one group. G trajectories, T steps, up to K continuations per state."""
 
@@ -122,6 +131,10 @@ class Credit:
     def chunk_classes(self, z: float = Z) -> torch.Tensor:
         """(G, K) int8 classes of the chunk credits."""
         return classify(self.chunk_credit, self.chunk_se, self.advantages, z)
+
+    def classify(self, z: float = Z) -> CreditClasses:
+        """Step and chunk classes at z (cells that count in no rate keep their class; see step_valid)."""
+        return CreditClasses(self.step_classes(z), self.chunk_classes(z), z)
 
     def rates(self, z: float = Z) -> CreditRates:
         """Misattributed among determined cells, determined share, credit mass against A, plain sign rate."""
