@@ -15,6 +15,7 @@ from workbench.cli.args import (
     Parser,
     add_model_args,
     negative_values_inline,
+    non_negative_float,
     positive_int,
     ranged_float,
     run_command,
@@ -122,6 +123,13 @@ def _round(x, digits: int = 6):
     return [_round(v, digits) for v in x] if isinstance(x, list) else round(float(x), digits)
 
 
+def _round_or_none(x, digits: int = 6):
+    """Like _round, with None for a missing or NaN number (JSON has no NaN)."""
+    if isinstance(x, list):
+        return [_round_or_none(v, digits) for v in x]
+    return None if x is None or x != x else round(float(x), digits)
+
+
 def cmd_attribute(args: argparse.Namespace) -> int:
     from workbench.flow.sampler import sample_group
     from workbench.rewards import build_reward
@@ -139,18 +147,27 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     check_memory(policy, config.group, config.steps, "--group, --steps or --branches", branches=args.branches)
     group = sample_group(policy, args.prompt, config)
     credit = measure_credit(policy, group, reward, branches=args.branches, chunks=args.chunks,
-                            advantage=args.advantage, seed=args.seed, progress=_progress("branching"))
-    summary = credit.summary()
+                            advantage=args.advantage, seed=args.seed, progress=_progress("branching"),
+                            estimator=args.estimator, crn=not args.no_crn)
+    summary = credit.summary(args.z)
     if args.json:
-        print(to_json({k: _round(v) if isinstance(v, (list, float)) and k != "chunks" else v
+        print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks" else v
                        for k, v in summary.items()}))
         return 0
-    print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} K={args.branches} chunks {credit.sizes}")
+    k = f"K={args.branches}" if args.estimator == "mc" else "one look-ahead per state"
+    print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "
+          f"{'independent' if args.no_crn else 'common random numbers'}) chunks {credit.sizes}, z={args.z:g}")
+    print("  steps: x misattributed, + aligned, ? undetermined (within z errors), - not counted")
+    classes, valid = credit.step_classes(args.z).tolist(), credit.step_valid.tolist()
     for i, a in enumerate(credit.advantages.tolist()):
-        marks = "".join("x" if m else "." for m in credit.misattributed_steps()[i].tolist())
-        print(f"  traj {i}: reward {credit.rewards[i]:.3f}  A {a:+.2f}  misattributed steps {marks}")
-    print(f"step misattribution  {summary['step_misattribution']:.3f} +- {summary['step_misattribution_se']:.3f}")
-    print(f"chunk misattribution {summary['chunk_misattribution']:.3f} +- {summary['chunk_misattribution_se']:.3f}")
+        marks = "".join("-" if not v else "x+?"[[-1, 1, 0].index(c)] for c, v in zip(classes[i], valid[i]))
+        print(f"  traj {i}: reward {credit.rewards[i]:.3f}  A {a:+.2f}  steps {marks}")
+    for unit in ("step", "chunk"):
+        s = {key[len(unit) + 1:]: v for key, v in summary.items() if key.startswith(unit + "_")}
+        print(f"{unit:5s} misattributed among determined {s['misattributed']:.3f} +- {s['misattributed_se']:.3f}  "
+              f"determined {s['determined']:.3f} +- {s['determined_se']:.3f}  mass against A "
+              f"{s['mass_against']:.3f} +- {s['mass_against_se']:.3f}  plain sign rate "
+              f"{s['misattribution']:.3f} +- {s['misattribution_se']:.3f}")
     return 0
 
 
@@ -211,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
     p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
     p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
+    p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"],
+                   help="credit estimator: mc (K continuations), ode (ODE completion), x0 (denoised prediction)")
+    p.add_argument("--z", type=non_negative_float, default=2.0,
+                   help="standard errors a cell's credit must clear to be determined (default 2)")
+    p.add_argument("--no-crn", action="store_true",
+                   help="independent continuations instead of common random numbers across a trajectory's states")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_attribute)
 
