@@ -2,6 +2,12 @@
 
     .venv/bin/python scripts/experiment_objectives.py            # full: 5 objectives x 3 seeds x 30 iterations
     .venv/bin/python scripts/experiment_objectives.py --quick    # tiny smoke run (random weights if needed)
+    .venv/bin/python scripts/experiment_objectives.py --task crosses   # the crosses lesson, + dapo -> docs/
+
+With --task crosses every run starts from the `crosses` preset (SDE window 0..8, lr, reward shape_match, no KL)
+at fewer iterations than the preset, adds DAPO (dynamic sampling, clip-higher, token-level loss) to the list,
+trains on one thread and reports held-out cross accuracy without and with CFG, and the CPU time of each run;
+it writes <out>/objectives_crosses.md and <out>/objectives_crosses.png.
 
 Every run uses the default TrainConfig (same prompts per iteration, group, steps, minibatches, lr and
 iterations) except the KL weight, Flow-GRPO's 0.04 (the trainer's default is 0, as in GCPO), and the clip
@@ -31,13 +37,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiment_crosses (the CPU clock)
 
 from workbench.core.files import atomic_write
 from workbench.rl.chunking import CHUNKERS
 from workbench.train import TrainConfig, Trainer
 from workbench.train.store import RunStore
 
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 
 
 def variants(base: TrainConfig) -> dict[str, TrainConfig]:
@@ -52,7 +59,8 @@ def variants(base: TrainConfig) -> dict[str, TrainConfig]:
         f"chunk_grpo uniform [{uniform}]": replace(base, objective="chunk_grpo", chunks=uniform),
         "gspo": replace(base, objective="gspo"),
         "gpg": replace(base, objective="gpg", advantage="gpg", minibatch=everything),
-    }
+    } | ({"dapo": replace(base, objective="dapo", dynamic_sampling=True, clip_high=base.clip_low * 0.28 / 0.2)}
+         if base.task else {})  # DAPO's 0.2 / 0.28 clip asymmetry; dynamic sampling matters where groups are flat
 
 
 def run_one(config: TrainConfig, run_dir: Path, policy_factory) -> list[dict]:
@@ -64,12 +72,13 @@ def run_one(config: TrainConfig, run_dir: Path, policy_factory) -> list[dict]:
     return RunStore(run_dir).metrics()
 
 
-def eval_curve(rows: list[dict]) -> tuple[list[int], list[float]]:
-    pts = [(r["iteration"], r["eval/reward_mean"]) for r in rows if r.get("eval/reward_mean") is not None]
+def eval_curve(rows: list[dict], metric: str = "eval/reward_mean") -> tuple[list[int], list[float]]:
+    pts = [(r["iteration"], r[metric]) for r in rows if r.get(metric) is not None]
     return [i for i, _ in pts], [v for _, v in pts]
 
 
-def plot(curves: dict[str, list[tuple[list[int], list[float]]]], path: Path) -> str:
+def plot(curves: dict[str, list[tuple[list[int], list[float]]]], path: Path,
+         ylabel: str = "held-out reward (ODE)") -> str:
     """Held-out reward curves, mean +- std over seeds; matplotlib if installed, else a plain PIL drawing."""
     try:
         import matplotlib
@@ -83,7 +92,7 @@ def plot(curves: dict[str, list[tuple[list[int], list[float]]]], path: Path) -> 
         ax.plot(its, values.mean(0), color=color, label=name)
         ax.fill_between(its, values.mean(0) - values.std(0), values.mean(0) + values.std(0), color=color, alpha=0.15)
     ax.set_xlabel("iteration")
-    ax.set_ylabel("held-out reward (ODE)")
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -139,15 +148,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny run to check the script works")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per objective (default 3; quick 2)")
     parser.add_argument("--iterations", type=int, default=None, help="iterations per run (default: TrainConfig's)")
-    parser.add_argument("--clip-low", type=float, default=2e-5,
-                        help="clip range for every run (default 2e-5: clipping active on ~5%% of units)")
-    parser.add_argument("--kl-beta", type=float, default=0.04,
-                        help="KL weight for every run (default 0.04, Flow-GRPO's; docs/objectives.md was run with it)")
+    parser.add_argument("--clip-low", type=float, default=None,
+                        help="clip range for every run (default 2e-5: clipping active on ~5%% of units; --task "
+                             f"crosses: {TASK_CLIP}, its ratios move less)")
+    parser.add_argument("--kl-beta", type=float, default=None,
+                        help="KL weight for every run (default 0.04, Flow-GRPO's; docs/objectives.md was run with it; "
+                             "--task crosses: the preset's 0)")
+    parser.add_argument("--task", default=None, choices=["crosses"],
+                        help="compare on a lesson (its preset, held-out accuracy, + dapo) instead of the defaults")
     parser.add_argument("--out", default=None, help="folder for objectives.md and the curves")
     parser.add_argument("--runs", default=None, help="folder for the run folders")
     args = parser.parse_args()
     from workbench.models.embedded import EmbeddedPolicy, build_embedded
 
+    if args.task:
+        return task_experiment(args)
+    args.clip_low = 2e-5 if args.clip_low is None else args.clip_low
+    args.kl_beta = 0.04 if args.kl_beta is None else args.kl_beta
     if args.quick:
         base = TrainConfig(group=2, steps=4, iterations=args.iterations or 2, eval_prompts=4, eval_every=1,
                            chunks="1,1,1,1", sample_every=10**6, clip_low=args.clip_low)
@@ -177,6 +194,85 @@ def main() -> None:
     command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report = write_report(out, table, float(np.mean(base_evals)), command.strip(), base, seeds, plotter)
     print(f"wrote {report} and {out / 'objectives_curves.png'} ({plotter})")
+
+
+TASK_CLIP = 5e-6  # crosses preset: per-step ratios move ~4e-6 per update (window 0..8), so this clips some units
+TASK_SIZES = dict(iterations=24, eval_every=8)  # 24 of the preset's 80 iterations: 6 objectives x 3 seeds x ~100
+# CPU-s = ~30 CPU minutes in all (budget 50); 16 iterations of 4 prompts left every objective near 0 held-out
+SPACES = {"eval": "no CFG", "eval_cfg": "CFG 4"}
+
+
+def task_experiment(args) -> None:
+    """Every objective on a lesson (`--task crosses`): held-out accuracy curves and a table with spread and CPU.
+
+    Seeds run in the outer loop and the report is rewritten after each round, so an interrupted experiment
+    still leaves every objective compared on the seeds it finished."""
+    import torch
+    from experiment_crosses import CpuClock, policy_factory
+
+    from workbench.train import preset
+
+    torch.set_num_threads(1)
+    quick = dict(group=2, steps=4, window=(0, 2), chunks="1,1", eval_prompts=4, eval_every=1, iterations=2)
+    sizes = (quick if args.quick else TASK_SIZES) | ({"iterations": args.iterations} if args.iterations else {})
+    base = preset(args.task, **sizes, sample_every=10**6, clip_low=args.clip_low or TASK_CLIP,
+                  **({} if args.kl_beta is None else {"kl_beta": args.kl_beta}))
+    seeds, out = args.seeds or (2 if args.quick else 3), Path(args.out or ("runs/objectives_quick" if args.quick
+                                                                            else "docs"))
+    run_root = Path(args.runs or f"runs/objectives_{args.task}")
+    out.mkdir(parents=True, exist_ok=True)
+    factory, metric, configs = policy_factory(args.quick), TASK_METRIC[args.task], variants(base)
+    results = {name: {"curves": {s: [] for s in SPACES}, "cpu": [], "clip": [], "flat": []} for name in configs}
+    command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    for seed in range(seeds):
+        for name, config in configs.items():
+            run_dir = run_root / name.split(" [")[0].replace(" ", "_") / f"seed{seed}"
+            if RunStore(run_dir).holds_run():
+                import shutil
+                shutil.rmtree(run_dir)
+            clock, res = CpuClock(), results[name]
+            Trainer(replace(config, seed=seed), run_dir, factory(), subscribers=[clock]).run()
+            rows = RunStore(run_dir).metrics()
+            for space in SPACES:
+                res["curves"][space].append(eval_curve(rows, f"{space}/{metric}"))
+            res["cpu"].append(clock.curve.total_cpu[-1])
+            res["clip"] += [r["policy/clip_frac"] for r in rows if r.get("policy/clip_frac") is not None]
+            res["flat"] += [r["adv/zero_std_frac"] for r in rows if r.get("adv/zero_std_frac") is not None]
+            print(f"{name:32s} seed {seed}: " + "  ".join(
+                f"{SPACES[s]} {res['curves'][s][-1][1][0]:.2f} -> {res['curves'][s][-1][1][-1]:.2f}" for s in SPACES)
+                + f"  ({res['cpu'][-1]:.0f} CPU-s)", flush=True)
+        for space in SPACES:
+            plot({n: r["curves"][space] for n, r in results.items()}, out / f"objectives_{args.task}_{space}.png",
+                 ylabel=f"held-out {metric.replace('_', ' ')} ({SPACES[space]})")
+        table = [(n, {s: [v[-1] for _, v in r["curves"][s]] for s in SPACES}, float(np.nanmean(r["clip"])),
+                  float(np.mean(r["flat"])), r["cpu"]) for n, r in results.items()]
+        print(f"wrote {write_task_report(out, args.task, table, base, seed + 1, command.strip())}", flush=True)
+
+
+TASK_METRIC = {"crosses": "cross_accuracy"}
+
+
+def write_task_report(out: Path, task: str, table: list, config: TrainConfig, seeds: int, command: str) -> Path:
+    from workbench.train import preset
+
+    metric = TASK_METRIC[task]
+    lines = [f"# Objectives at equal compute on the {task} lesson", "",
+             f"Every run: the `{task}` preset (reward `{config.reward}`, SDE and training on steps "
+             f"{config.window[0]}..{config.window[1] - 1} of {config.steps}, lr {config.lr}, KL beta {config.kl_beta}) "
+             f"for {config.iterations} iterations of {config.prompts_per_iteration} prompts x {config.group} samples "
+             f"(the preset: {preset(task).prompts_per_iteration} prompts, {preset(task).iterations} iterations; "
+             f"fewer here to fit the budget), clip {config.clip_low}; "
+             f"{seeds} seed(s). Held-out `{metric}` over {config.eval_prompts} prompts (deterministic ODE, fixed "
+             "noise), final value mean +- std over seeds (per seed in brackets). One thread; CPU seconds per run "
+             "include the evaluations.", "",
+             "| objective | no CFG | CFG 4 | clip fraction | flat groups | CPU s / run |", "|---|---|---|---|---|---|"]
+    for name, finals, clip_frac, flat, cpu in table:
+        cells = [f"{np.mean(finals[s]):.2f} +- {np.std(finals[s]):.2f} "
+                 f"[{', '.join(f'{v:.2f}' for v in finals[s])}]" for s in SPACES]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} | {clip_frac:.3f} | {flat:.2f} | {np.mean(cpu):.0f} |")
+    lines += ["", f"![no CFG](objectives_{task}_eval.png)", f"![CFG 4](objectives_{task}_eval_cfg.png)", "",
+              "Reproduce:", "", "```", command, "```", ""]
+    return atomic_write(out / f"objectives_{task}.md", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -76,3 +76,9 @@ def test_objectives_and_boundary_endpoints(client):
     assert '"moved|chunk_grpo"' in maps["plot"]
     maps, formula, status = client.predict("gpg", "ratio1", 2, 3, api_name="/objectives_cell")
     assert status == "✓ gpg at i=2, t=3" and "**gpg** at trajectory i = 2, step t = 3, at ratio 1" in formula
+
+
+def test_the_lesson_endpoint_fills_the_form(client):
+    *form, about, status = client.predict("crosses", api_name="/load_lesson")
+    assert status.startswith("✓ loaded the lesson") and "Lesson: crosses" in about
+    assert form[1] == "shape_match" and form[9] == "0,8"

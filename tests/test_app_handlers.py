@@ -23,7 +23,7 @@ from PIL import Image
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json, write_json
 from workbench.rl.chunking import CHUNKERS
-from workbench.train import TrainConfig
+from workbench.train import TrainConfig, preset
 from workbench.train.store import CONFIG, STATUS, RunStore
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
@@ -108,7 +108,7 @@ def is_skip(value) -> bool:
 
 def start(wb, session=None, iterations=3, **kw):
     args = dict(objective="chunk_grpo", reward="adherence", chunks="2,2", lr=3e-5, iterations=iterations, group=2,
-                steps=4, lora_rank=0, sde="flow_grpo", window="") | kw
+                steps=4, lora_rank=0, sde="flow_grpo", window="", lesson=rh.NO_LESSON) | kw
     assert tuple(args) == rh.FORM_FIELDS
     return rh.start_run(wb, *args.values(), session or Session())
 
@@ -334,14 +334,14 @@ def test_start_busy_poll_stop(tmp_path, model_dir):
     other = start(wb)  # a second session
     assert msg(other) == f"⚠ busy: run {run_id} is using the cpu; stop it or wait for it to end"
     assert wait_for(lambda: len(RunStore(wb.jobs.root / run_id).metrics()) >= 2)
-    fig, _, timer, text = rh.poll_run(wb, session)
+    fig, _, _, *_, timer, text = rh.poll_run(wb, session)
     assert "running" in text and timer.active and {t.name for t in fig.data} >= {"reward/mean", "chunk/ratio_mean_1"}
     saved = read_json(wb.jobs.root / run_id / "config.json")  # the process received the app's TrainConfig
     expected = rh.form_config(wb, "chunk_grpo", "adherence", "2,2", 3e-5, 200, 2, 4, 0, "flow_grpo", "")
     assert TrainConfig.from_dict(saved) == expected
     assert "stop requested" in msg(rh.stop_run(wb, session))
     assert wait_for(lambda: not wb.jobs._jobs[run_id].alive)
-    fig, _, timer, text = rh.poll_run(wb, session)
+    fig, _, _, *_, timer, text = rh.poll_run(wb, session)
     assert "stopped" in text and not timer.active
     assert start(wb)[-1].startswith("✓")  # the device is free again
     wb.jobs.shutdown()
@@ -351,7 +351,7 @@ def test_crash_is_reported_and_frees_the_device(tmp_path, model_dir):
     wb = fake_workbench(tmp_path, model_dir, mode="crash")
     session = start(wb)[2]
     assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive)
-    _, _, timer, text = rh.poll_run(wb, session)
+    *_, timer, text = rh.poll_run(wb, session)
     assert "failed" in text and "exit code 1" in text and "out of memory (fake)" in text and not timer.active
     assert wb.jobs.busy() is None
 
@@ -360,7 +360,7 @@ def test_stop_before_the_trainer_starts_ends_the_process(tmp_path, model_dir):
     wb = fake_workbench(tmp_path, model_dir, mode="slow_start")
     session = start(wb)[2]
     assert "was ended" in msg(rh.stop_run(wb, session))
-    _, _, timer, text = rh.poll_run(wb, session)
+    *_, timer, text = rh.poll_run(wb, session)
     assert "stopped" in text and not timer.active
     assert "has not started a run" in msg(rh.stop_run(wb, Session()))
 
@@ -388,10 +388,46 @@ def test_real_training_run_two_iterations(tmp_path, model_dir):
     wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
     session = start(wb, iterations=2)[2]
     assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive, timeout=120)
-    fig, sample, timer, text = rh.poll_run(wb, session)
+    fig, sample, *_, timer, text = rh.poll_run(wb, session)
     assert "finished, iteration 2/2" in text, text
     assert isinstance(sample, Image.Image), "the Newest samples panel gets the run's newest rollout grid"
     assert [len(t.x) for t in fig.data if t.name == "reward/mean"] == [2]
+
+
+def test_the_lesson_menu_fills_the_form_from_the_preset(model_dir):
+    wb = Workbench(model=str(model_dir), device="cpu")
+    lesson = preset("crosses")
+    *form, about, status = rh.load_lesson(wb, "crosses")
+    assert tuple(form) == rh.lesson_form(lesson) and form[0] == lesson.objective and form[9] == "0,8"
+    assert "Lesson: crosses" in about and "49 held-out" in about and status.startswith("✓")
+    *form, about, status = rh.load_lesson(wb, rh.NO_LESSON)
+    assert tuple(form) == rh.lesson_form(TrainConfig()) and about == ""
+    assert "unknown lesson 'nope'" in msg(rh.load_lesson(wb, "nope"))
+    config = rh.form_config(wb, *form[:10], "crosses")  # the lesson's evaluation and task come along
+    assert (config.task, config.eval_cfg, config.eval_prompts, config.reward) == ("crosses", True, 49, "adherence")
+    dapo = rh.form_config(wb, "dapo", *rh.lesson_form(lesson)[1:], "crosses")  # a method keeps its companions
+    assert dapo.dynamic_sampling and dapo.task == "crosses" and dapo.window == lesson.window
+    props = {c["props"].get("elem_id"): c["props"] for c in build_app(wb).config["components"]}
+    assert props["train-lesson"]["value"] == rh.NO_LESSON and ("crosses", "crosses") in props["train-lesson"]["choices"]
+    assert "lesson **crosses**" in props["learn-lesson"]["value"]  # the Learn tab points to it
+
+
+def test_poll_shows_before_now_and_the_held_out_accuracies(tmp_path, model_dir):
+    from PIL import Image
+
+    wb = fake_workbench(tmp_path, model_dir)
+    store = RunStore.create(wb.jobs.root, "lesson")
+    write_json(store.path / CONFIG, {"objective": "chunk_grpo", "iterations": 20, "eval_cfg": True})
+    store.write_status("running", 10)
+    for it, (plain, cfg) in [(0, (0.0, 0.02)), (10, (0.2, 0.4))]:
+        store.append_metrics({"iteration": it, "eval/cross_accuracy": plain, "eval_cfg/cross_accuracy": cfg})
+        store.save_samples(it, Image.new("RGB", (8, 4), (it * 20, 0, 0)), prefix="eval")
+    live, sample, before, now, heldout, timer, text = rh.poll_run(wb, Session(run_id="lesson"))
+    assert "iteration 0" in before.label and "iteration 10" in now.label and "bottom row" in before.label
+    assert before.value is not None and now.value is not None
+    assert {t.name: list(t.y) for t in heldout.data} == {"eval/cross_accuracy (no CFG)": [0.0, 0.2],
+                                                        "eval_cfg/cross_accuracy (model's CFG)": [0.02, 0.4]}
+    assert "eval\\_cfg/cross\\_accuracy 0.40 (iteration 10)" in text and timer.active
 
 
 # --------------------------------------------------------------------------- runs

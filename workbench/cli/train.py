@@ -47,7 +47,8 @@ def register(subparsers) -> None:
                               description="Fine-tune with a registered objective; writes runs/<id>/ (config, "
                                           "metrics.jsonl, status, samples, checkpoints). Every setting flag "
                                           "defaults to the preset's (or TrainConfig's) value.")
-    p.add_argument("--preset", default=None, help="start from a named preset (embedded_demo, gcpo, flow_grpo, ...)")
+    p.add_argument("--preset", default=None,
+                   help="start from a named preset (crosses: the lesson; embedded_demo, gcpo, flow_grpo, ...)")
     p.add_argument("--config", default=None, metavar="FILE", help="start from a TrainConfig saved as JSON")
     p.add_argument("--out", default=None, help="run folder (default: runs/<date-time>)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
@@ -80,14 +81,15 @@ def progress_line(event, total: int) -> str | None:
     d = event.data
     if event.kind != "iteration":
         return None
+    task = "".join(f"  {k} {v:.2f}" for k, v in d.items() if k.startswith("eval") and k.endswith("_accuracy"))
     if event.iteration == 0:
-        return f"iter 0/{total}  eval {d.get('eval/reward_mean', float('nan')):.4f} (base model)"
+        return f"iter 0/{total}  eval {d.get('eval/reward_mean', float('nan')):.4f} (base model){task}"
     line = (f"iter {event.iteration}/{total}  reward {d.get('reward/mean', float('nan')):.4f} "
             f"+- {d.get('reward/std', float('nan')):.4f}  clip {d.get('policy/clip_frac') or 0:.3f}  "
             f"approx_kl {d.get('policy/approx_kl') or 0:.2e}  {d.get('time/iteration_s', 0):.2f}s")
     if (d.get("rollout/rounds") or 1) > 1:  # DAPO / GPG sampled more rounds to replace zero-variance groups
         line += f"  rounds {int(d['rollout/rounds'])} (kept {int(d.get('rollout/kept_groups') or 0)} groups)"
-    return line + (f"  eval {d['eval/reward_mean']:.4f}" if d.get("eval/reward_mean") is not None else "")
+    return line + (f"  eval {d['eval/reward_mean']:.4f}" if d.get("eval/reward_mean") is not None else "") + task
 
 
 def cmd_train(args: argparse.Namespace) -> int:

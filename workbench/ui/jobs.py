@@ -64,6 +64,8 @@ class RunView:
     message: str  # error or note, '' when none
     metrics: list[dict]
     sample: Path | None  # newest samples/iter_XXXX.png
+    eval_samples: list[Path] = field(default_factory=list)  # samples/eval_XXXX.png, oldest (before) first
+    eval_cfg: bool = False  # the evaluation grids have a second row at the model's CFG
 
     @property
     def done(self) -> bool:
@@ -154,7 +156,8 @@ class JobManager:
         total = info.config.get("iterations")
         samples = info.samples()
         return RunView(run_id, state, info.iteration, total if isinstance(total, int) else None, message,
-                       info.metrics, samples[-1] if samples else None)
+                       info.metrics, samples[-1] if samples else None, info.eval_samples(),
+                       info.config.get("eval_cfg") is True)
 
     def shutdown(self) -> None:
         """When the app exits: ask live runs to stop (they save a checkpoint first); end those not yet started."""

@@ -26,7 +26,7 @@ from workbench.ui import run_handlers as rh
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
-from workbench.ui.learn import INTRO, example_text, learn_walk
+from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_walk
 from workbench.ui.objectives import ROWS
 from workbench.ui.plots import empty_figure
 from workbench.ui.state import Session
@@ -204,6 +204,11 @@ def _finetune_tab(wb, session, tab) -> None:
         return docs[name] if len(docs[name]) <= limit else docs[name][:limit].rsplit(" ", 1)[0] + " ..."
 
     with gr.Row():
+        lesson = gr.Dropdown([rh.NO_LESSON, *rh.lesson_names()], value=rh.NO_LESSON, label="Lesson (task preset)",
+                             info="crosses: teach the model to draw crosses; the form takes the lesson's settings",
+                             elem_id="train-lesson", scale=1)
+        about = gr.Markdown(elem_id="lesson-text")
+    with gr.Row():
         objective = gr.Dropdown(objective_names(), value=defaults.objective, label="Objective",
                                 info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
                                      "GPG advantages, ...)")
@@ -232,12 +237,19 @@ def _finetune_tab(wb, session, tab) -> None:
     with gr.Row():
         live = gr.Plot(label="Training curves", elem_id="train-plot", scale=3)
         sample = gr.Image(label="Newest samples", type="pil", format="png", elem_id="train-sample", scale=1)
+    gr.Markdown("**Before / Now**: the first held-out prompts drawn with the same noise at every evaluation.")
+    with gr.Row():
+        before = gr.Image(label="Before", type="pil", format="png", elem_id="train-before")
+        now = gr.Image(label="Now", type="pil", format="png", elem_id="train-now")
+    heldout = gr.Plot(label="Held-out evaluation", elem_id="train-heldout")
     timer = gr.Timer(1.0, active=False)
-    inputs = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window, session]
-    start.click(partial(rh.start_run, wb), inputs, [live, sample, session, timer, status], api_name="start_run",
-                concurrency_id="train")
+    form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
+    lesson.input(partial(rh.load_lesson, wb), [lesson], [*form, about, status], api_name="load_lesson")
+    start.click(partial(rh.start_run, wb), [*form, lesson, session], [live, sample, session, timer, status],
+                api_name="start_run", concurrency_id="train")
     stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")
-    poll = dict(fn=partial(rh.poll_run, wb), inputs=[session], outputs=[live, sample, timer, state],
+    poll = dict(fn=partial(rh.poll_run, wb), inputs=[session], outputs=[live, sample, before, now, heldout, timer,
+                                                                          state],
                 api_visibility="private", show_progress="hidden")
     timer.tick(**poll)
     tab.select(**poll)  # a session that opens the tab sees (and can stop) the run using the device
@@ -274,6 +286,7 @@ def _learn_tab(wb, session) -> None:
     for n in range(1, 5):
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
     last = gr.Markdown(elem_id="learn-text-5")
+    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
               api_name="learn_example", **HEAVY)
 

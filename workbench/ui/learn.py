@@ -181,3 +181,16 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
                          explain_plots.chunk_push_figure(ex, credit, Z),
                          invitation_text(session), session, ok("example ready; it is also in the other tabs"))
+
+
+LESSON_POINTER = """
+### Then: a fine-tune you can see
+
+The embedded model draws a cross as a blob or a ring. In **Fine-tune**, choose the lesson **crosses** and
+press **Start**: every 10 iterations the same held-out cross prompts are drawn again with the same noise, so
+**Before** and **Now** show what the fine-tune changed, and the plot below them follows the share of held-out
+crosses drawn right, without and with the model's CFG (docs/crosses.md has the measured curve). Then look at
+the credit of a cross group before and after: in **Generate**, sample *a large yellow cross in the bottom
+right on a gray background* with the reward `shape_match` and measure its credit in **Attribution**;
+notebook 03 measures the same on the fine-tuned checkpoint, beside the base model's.
+"""

@@ -30,6 +30,8 @@ TRAIN_PANELS = (
     ("Chunk ratios", "mean importance ratio", ()),  # filled with every chunk/ratio_mean_<j>
 )
 CHUNK_RATIO = re.compile(r"^chunk/ratio_mean_(\d+)$")
+TASK_METRIC = re.compile(r"^eval(_cfg)?/\w+_accuracy$")  # a task's held-out success, e.g. eval_cfg/cross_accuracy
+HELDOUT_NAMES = {"eval": "no CFG", "eval_cfg": "model's CFG"}
 
 
 def _boundary_shapes(sizes: Sequence[int], xref: str = "x") -> list[dict]:
@@ -91,6 +93,30 @@ def training_figure(rows: list[dict], title: str) -> go.Figure:
         fig.update_xaxes(title_text="iteration", row=row + 1, col=col + 1)
         fig.update_yaxes(title_text=y_title, row=row + 1, col=col + 1)
     fig.update_layout(title=title, height=620, **{**LAYOUT, "legend": dict(orientation="h", y=-0.18, x=0)})
+    return fig
+
+
+def heldout_series(rows: list[dict]) -> dict[str, tuple[list[int], list[float]]]:
+    """{metric: (iterations, values)} of a run's held-out evaluation: the task's accuracies (e.g.
+    eval/cross_accuracy, eval_cfg/cross_accuracy) when it has a task, else eval/ and eval_cfg/reward_mean."""
+    keys = sorted({k for r in rows for k in r if TASK_METRIC.match(k)})
+    keys = keys or [k for k in ("eval/reward_mean", "eval_cfg/reward_mean") if any(k in r for r in rows)]
+    return {k: metric_series(rows, k) for k in keys if metric_series(rows, k)[0]}
+
+
+def heldout_figure(rows: list[dict], title: str) -> go.Figure:
+    """Held-out evaluation against iteration, without and with the model's CFG (`heldout_series`)."""
+    series = heldout_series(rows)
+    if not series:
+        return empty_figure(title, "no held-out evaluation yet (it runs before training and every few iterations)")
+    fig = go.Figure()
+    for key, (x, y) in series.items():
+        space = key.split("/")[0]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"{key} ({HELDOUT_NAMES[space]})"))
+    accuracy = any(TASK_METRIC.match(k) for k in series)
+    fig.update_layout(title=title, xaxis_title="iteration",
+                      yaxis_title="share of held-out prompts right" if accuracy else "held-out reward",
+                      yaxis_range=[0, 1] if accuracy else None, **LAYOUT)
     return fig
 
 

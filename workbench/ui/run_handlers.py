@@ -32,13 +32,40 @@ from workbench.ui.workbench import Workbench
 RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "started"]
 DEFAULT_METRIC = "reward/mean"
 APP_LIMITS = {"iterations": 2000, "group": 32, "steps": 64}  # a fine-tune started from the app is capped here
-FORM_FIELDS = ("objective", "reward", "chunks", "lr", "iterations", "group", "steps", "lora_rank", "sde", "window")
+FORM_FIELDS = ("objective", "reward", "chunks", "lr", "iterations", "group", "steps", "lora_rank", "sde", "window",
+               "lesson")
+NO_LESSON = "none"  # the lesson menu's "no task": the world's training scenes, held-out adherence
+GRID_ZOOM = 4  # the 32-pixel before/after pictures are shown 4x larger, nearest-neighbour (pixels stay pixels)
+
+
+def lesson_names() -> list[str]:
+    """Presets that bring a task (e.g. crosses): the lessons of the Fine-tune tab."""
+    return [name for name in PRESETS.names() if preset(name).task is not None]
+
+
+def lesson_base(lesson: str | None) -> TrainConfig:
+    """The TrainConfig a lesson starts from: its preset, or TrainConfig's defaults for NO_LESSON."""
+    if not lesson or lesson == NO_LESSON:
+        return TrainConfig()
+    if lesson not in lesson_names():
+        raise WorkbenchError(f"unknown lesson '{lesson}'; valid: {NO_LESSON}, {', '.join(lesson_names())}")
+    return preset(lesson)
+
+
+def method_settings(objective: str) -> dict:
+    """What an objective's preset changes from TrainConfig's defaults (DAPO's dynamic sampling, GPG's advantages,
+    ...), so a lesson can take a method with its companions; {} for an objective without a preset."""
+    if objective not in PRESETS:
+        return {}
+    default, method = TrainConfig().to_dict(), preset(objective).to_dict()
+    return {k: v for k, v in method.items() if v != default[k]}
 
 
 def form_config(wb: Workbench, objective: str, reward: str, chunks: str, lr, iterations, group, steps, lora_rank,
-                sde: str, window: str) -> TrainConfig:
-    """The TrainConfig of the Fine-tune form: dapo, gpg, gspo and gfpo start from their presets (which add what the
-    method pairs with its loss: DAPO's dynamic sampling, GPG's advantages, ...); TrainConfig validates it all."""
+                sde: str, window: str, lesson: str | None = None) -> TrainConfig:
+    """The TrainConfig of the Fine-tune form: the lesson's preset (its task, evaluation and tuned settings), then
+    what the objective's preset adds to its loss (dapo, gpg, gspo, gfpo: DAPO's dynamic sampling, GPG's advantages,
+    ...), then the form's values; TrainConfig validates it all."""
     overrides = dict(reward=reward or "", chunks=(chunks or "").replace(" ", ""), lr=number(lr, "learning rate"),
                      iterations=whole_number(iterations, "iterations", 1), group=whole_number(group, "group size", 2),
                      steps=whole_number(steps, "steps", 1), lora_rank=whole_number(lora_rank, "LoRA rank", 0),
@@ -47,20 +74,43 @@ def form_config(wb: Workbench, objective: str, reward: str, chunks: str, lr, ite
         if overrides[name] > cap:
             raise WorkbenchError(f"{name} is at most {cap} in the app (got {overrides[name]}); "
                                  "run larger fine-tunes with `workbench train`")
-    if objective in PRESETS:
-        return preset(objective, **overrides)
-    return TrainConfig(objective=objective or "", **overrides)
+    base = lesson_base(lesson)
+    return TrainConfig.from_dict(base.to_dict() | method_settings(objective) | {"objective": objective or ""}
+                                 | overrides)
+
+
+def lesson_form(config: TrainConfig) -> tuple:
+    """The form's values (FORM_FIELDS without the lesson) for a config."""
+    window = "" if config.window is None else f"{config.window[0]},{config.window[1]}"
+    return (config.objective, config.reward, config.chunks, config.lr, config.iterations, config.group, config.steps,
+            config.lora_rank, config.sde, window)
+
+
+@guarded(12)
+def load_lesson(wb: Workbench, lesson: str):
+    """Lesson menu -> (the form's 10 values from the lesson's preset, the lesson's description, status)."""
+    config = lesson_base(lesson)
+    if config.task is None:
+        return (*lesson_form(config), "", ok("the form holds TrainConfig's defaults (the world's training scenes)"))
+    doc = (PRESETS.get(lesson).__doc__ or "").strip().split("\n\n")[0]
+    held_out = len(config.held_out_prompts())
+    text = (f"**Lesson: {escape(lesson)}.** {escape(doc)} Training on {len(config.prompt_pool())} prompts of the "
+            f"task; every {config.eval_every} iterations the {held_out} held-out prompts are drawn with fixed noise, "
+            "without and with the model's CFG: watch **Before / Now** change and the held-out accuracy rise.")
+    return (*lesson_form(config), text, ok(f"loaded the lesson '{escape(lesson)}' (settings from its preset)"))
 
 
 @guarded(5)
 def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float, iterations: float, group: float,
-              steps: float, lora_rank: float, sde: str, window: str, session: Session):
+              steps: float, lora_rank: float, sde: str, window: str, lesson: str, session: Session):
     """Start -> (live figure, sample, session, timer update, status); a busy device is a message."""
-    config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window)
+    config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window, lesson)
     job = wb.jobs.start(config)
     figure = plots.empty_figure(f"Run {job.run_id}", "starting the training process...")
+    task = f", task {config.task}" if config.task else ""
     return (figure, None, replace(session, run_id=job.run_id), gr.Timer(active=True),
-            ok(f"started run {job.run_id} ({config.objective}, {config.iterations} iterations) on the {wb.device}"))
+            ok(f"started run {job.run_id} ({config.objective}{task}, {config.iterations} iterations) on the "
+               f"{wb.device}"))
 
 
 @guarded(2)
@@ -79,21 +129,41 @@ def describe(view: RunView) -> str:
     line = f"**Run {escape(view.run_id)}**: {view.state}, iteration {view.iteration}{of}"
     if view.metrics and isinstance(view.metrics[-1].get(DEFAULT_METRIC), (int, float)):
         line += f", reward/mean {view.metrics[-1][DEFAULT_METRIC]:.3f}"
+    for key, (its, values) in plots.heldout_series(view.metrics).items():
+        line += f", {escape(key)} {values[-1]:.2f} (iteration {its[-1]})"
     return line + (f"  \n⚠ {escape(view.message)}" if view.message else "")
 
 
-@guarded(4)
+def _zoomed(path: Path) -> Image.Image:
+    image = Image.open(path)
+    return image.resize((image.width * GRID_ZOOM, image.height * GRID_ZOOM), Image.NEAREST)
+
+
+def before_now(view: RunView) -> tuple:
+    """(Before, Now) image updates: the first evaluation grid (eval_0000) and the newest one, with their iterations."""
+    if not view.eval_samples:
+        return gr.skip(), gr.skip()
+    first, last = view.eval_samples[0], view.eval_samples[-1]
+    rows = "top row no CFG, bottom row the model's CFG" if view.eval_cfg else "no CFG"
+    return (gr.Image(_zoomed(first), label=f"Before: held-out grid at iteration {int(first.stem[5:])} ({rows})"),
+            gr.Image(_zoomed(last), label=f"Now: the same prompts and noise at iteration {int(last.stem[5:])}"))
+
+
+@guarded(7)
 def poll_run(wb: Workbench, session: Session):
-    """Timer tick -> (live figure, newest sample image, timer update, run Markdown); stops when the run ends.
-    A session that started no run follows the run using the device, so every session sees it (and can stop it)."""
+    """Timer tick -> (live figure, newest sample image, Before grid, Now grid, held-out figure, timer update, run
+    Markdown); stops when the run ends. A session that started no run follows the run using the device, so every
+    session sees it (and can stop it)."""
     run_id = session.run_id if session.run_id is not None else wb.jobs.busy()
     if run_id is None:
-        return gr.skip(), gr.skip(), gr.Timer(active=False), "No run is using the device."
+        return (*[gr.skip()] * 5, gr.Timer(active=False), "No run is using the device.")
     view = wb.jobs.view(run_id)
     figure = plots.training_figure(view.metrics, f"Run {view.run_id} ({view.state})")
     sample = Image.open(view.sample).copy() if view.sample is not None else gr.skip()
+    held_out = plots.heldout_figure(view.metrics, f"Held-out evaluation of run {view.run_id}")
     started_here = "" if session.run_id is not None else " (started elsewhere; Stop stops it)"
-    return figure, sample, gr.Timer(active=not view.done), describe(view) + started_here
+    return (figure, sample, *before_now(view), held_out, gr.Timer(active=not view.done),
+            describe(view) + started_here)
 
 
 def _run_names(wb: Workbench) -> list[str]:
