@@ -306,7 +306,7 @@ def test_presets():
     assert preset("gpg", group=4, steps=8, chunks="8").minibatch_size == 4 * 4 * 8  # 0 = all, whatever G and T
     assert preset("gfpo").advantage == "gfpo" and preset("dapo").dynamic_sampling
     assert preset("gcpo", iterations=3).iterations == 3
-    with pytest.raises(WorkbenchError, match="valid presets: dance_grpo"):
+    with pytest.raises(WorkbenchError, match="valid presets: .*dance_grpo"):
         preset("nope")
     with pytest.raises(WorkbenchError, match="sum to"):
         preset("flow_grpo", objective="chunk_grpo")
