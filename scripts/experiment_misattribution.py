@@ -1,11 +1,15 @@
-"""How often does step GRPO misattribute, and how much do chunk schedules change that?
+"""How often does step GRPO misattribute credit, once Monte-Carlo noise is separated from measurement?
 
-    python scripts/experiment_misattribution.py                  # 16 held-out prompts, G=8, T=16, K=8
-    python scripts/experiment_misattribution.py --prompts 4 --branches 2 --out /tmp/quick   # a quick look
+    python scripts/experiment_misattribution.py                       # 8 held-out prompts, G=8, T=16, K up to 32
+    python scripts/experiment_misattribution.py --prompts 2 --k-crn 8 --k-independent 4 --out /tmp/quick
+    python scripts/experiment_misattribution.py --from-json docs/misattribution.json   # rewrite the report only
 
-For every prompt: sample a group with the Flow-GRPO SDE, measure Monte-Carlo step credit (METHODS.md
-section 5) under the adherence reward, then re-chunk the SAME credit under each schedule. Writes a
-table (docs/misattribution.md) and a plot (docs/misattribution.png).
+For every prompt: sample a group with the Flow-GRPO SDE; measure Monte-Carlo credit (docs/methods.md
+"Monte-Carlo credit", "Credit uncertainty") with common random numbers (CRN) and with independent
+continuations; the first K continuations of a measurement are themselves a measurement with K, so rates
+as K grows come from nested subsets. Also: the cheap estimators (ODE completion, x0 prediction) against
+the highest-K CRN reference, and chunk schedules re-chunked from that reference. Writes
+docs/misattribution.md, .png and .json.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +31,10 @@ from workbench.models.embedded import EmbeddedPolicy
 from workbench.rewards import build_reward
 from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import measure_credit
-from workbench.toyworld.world import split_scenes
+from workbench.rl.credit_stats import agreement
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from misattribution_report import write  # the report lives beside this script
 
 
 def schedules(steps: int, l1_rel: torch.Tensor) -> dict[str, list[int]]:
@@ -42,104 +50,106 @@ def schedules(steps: int, l1_rel: torch.Tensor) -> dict[str, list[int]]:
     }
 
 
-def credit_mass_misattributed(credit, sizes) -> float:
-    """Share of the absolute chunk credit that points against the advantage (0 = none, 1 = all)."""
-    chunks = credit.rechunk(sizes).chunk_credit  # (G, K)
-    sign = credit.advantages.sign()[:, None]
-    wrong = (chunks * sign < 0).float() * chunks.abs()
-    return float(wrong.sum() / chunks.abs().sum().clamp_min(1e-12))
+def first_k(credit, k: int):
+    """The measurement made of the first k continuations of every state (nested: no new sampling)."""
+    return replace(credit, branch_rewards=credit.branch_rewards[..., :k])
+
+
+def rate_row(credit, z: float) -> dict:
+    r = credit.rates(z)
+    return {"step": asdict(r.step), "chunk": asdict(r.chunk)}
+
+
+def ks_upto(k_max: int) -> list[int]:
+    ks, k = [], 4
+    while k <= k_max:
+        ks.append(k)
+        k *= 2
+    return ks
+
+
+def per_prompt(policy, reward, group, args, plans, i: int) -> dict:
+    """Everything measured on one group."""
+    chunks = CHUNKERS.get("temporal")(args.steps)
+    crn = measure_credit(policy, group, reward, branches=args.k_crn, chunks=chunks, seed=i, crn=True)
+    ind = measure_credit(policy, group, reward, branches=args.k_independent, chunks=chunks, seed=i, crn=False)
+    out = {"prompt": group.prompt, "rewards": crn.rewards.tolist(), "cost_crn": crn.cost, "cost_ind": ind.cost,
+           "crn": {}, "independent": {}, "se_ratio": {}, "estimators": {}, "schedules": {}}
+    for k in ks_upto(args.k_crn):
+        out["crn"][k] = rate_row(first_k(crn, k), args.z)
+    for k in ks_upto(args.k_independent):
+        a, b = first_k(ind, k), first_k(crn, k)
+        out["independent"][k] = rate_row(a, args.z)
+        valid = a.step_valid & ~a.step_se.isnan() & (b.step_se > 0)
+        cv = a.chunk_valid & ~a.chunk_se.isnan() & (b.chunk_se > 0)
+        out["se_ratio"][k] = {"step": float((a.step_se[valid] / b.step_se[valid]).median()),
+                              "chunk": float((a.chunk_se[cv] / b.chunk_se[cv]).median())}
+    ref_det = crn.step_classes(args.z) != 0
+    ref_chunk_det = crn.chunk_classes(args.z) != 0
+    for name in ("ode", "x0"):
+        est = measure_credit(policy, group, reward, chunks=chunks, seed=i, estimator=name)
+        out["estimators"][name] = {
+            "cost": est.cost, "step": agreement(est.step_credit, crn.step_credit, crn.step_valid, ref_det),
+            "chunk": agreement(est.chunk_credit, crn.chunk_credit, crn.chunk_valid, ref_chunk_det),
+            "rates": rate_row(est, args.z)}
+    k4 = first_k(crn, 4)  # the app's default measurement, against the same reference
+    out["estimators"]["mc K=4"] = {
+        "cost": {"nfe": crn.cost["nfe"] * 4 // args.k_crn, "seconds": crn.cost["seconds"] * 4 / args.k_crn},
+        "step": agreement(k4.step_credit, crn.step_credit, crn.step_valid, ref_det),
+        "chunk": agreement(k4.chunk_credit, crn.chunk_credit, crn.chunk_valid, ref_chunk_det),
+        "rates": rate_row(k4, args.z)}
+    for name, sizes in plans.items():
+        out["schedules"][name] = rate_row(crn.rechunk(sizes), args.z)["chunk"]
+    return out
 
 
 def run(args) -> dict:
+    torch.set_num_threads(1)
     policy = EmbeddedPolicy.load()
+    from workbench.toyworld.world import split_scenes
     _, heldout = split_scenes()
     prompts = [s.prompt() for s in heldout[: args.prompts]]
     config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level)
     curve = dynamics_curve(policy, prompts, SamplingConfig(group=2, steps=args.steps, noise_level=args.noise_level))
     plans = schedules(args.steps, curve.mean)
     reward = build_reward(args.reward)
-    rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in plans}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    result = {"settings": settings, "l1_rel": curve.mean.tolist(), "plans": plans, "prompts": []}
     start = time.time()
     for i, prompt in enumerate(prompts):
-        group = sample_group(policy, prompt, SamplingConfig(**{**vars(config), "seed": args.seed + i}))
-        credit = measure_credit(policy, group, reward, branches=args.branches, chunks=[args.steps], seed=i)
-        if credit.advantages.abs().sum() == 0:
+        group = sample_group(policy, prompt, replace(config, seed=args.seed + i))
+        row = per_prompt(policy, reward, group, args, plans, i)
+        if np.std(row["rewards"]) == 0:
             print(f"  {prompt!r}: all rewards equal, skipped", file=sys.stderr)
             continue
-        for name, sizes in plans.items():
-            m = credit.rechunk(sizes).misattribution()
-            rows[name].append((m["chunk_misattribution"], m["chunk_misattribution_se"],
-                               credit_mass_misattributed(credit, sizes)))
-        print(f"  [{i + 1}/{len(prompts)}] {time.time() - start:5.0f} s  step rate "
-              f"{rows['step (size 1)'][-1][0]:.3f}  {prompt}", file=sys.stderr)
-    table = {}
-    for name, values in rows.items():
-        v = np.array(values)  # (prompts, 3)
-        table[name] = {"sizes": plans[name], "rate": float(v[:, 0].mean()),
-                       "rate_se_between_prompts": float(v[:, 0].std(ddof=1) / np.sqrt(len(v))),
-                       "mc_se": float(np.sqrt((v[:, 1] ** 2).mean() / len(v))), "credit_mass": float(v[:, 2].mean()),
-                       "prompts": len(v)}
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    return {"settings": settings, "l1_rel": curve.mean.tolist(), "table": table}
-
-
-def write(result: dict, out: Path, command: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
-    table = result["table"]
-    names = list(table)
-    fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
-    ax[0].bar(range(len(names)), [table[n]["rate"] for n in names],
-              yerr=[table[n]["rate_se_between_prompts"] for n in names], color="#4c72b0", capsize=3)
-    ax[0].set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-    ax[0].set_ylabel("misattributed units (share)")
-    ax[0].set_title("Credit sign opposite to the GRPO advantage")
-    ax[1].plot(range(1, len(result["l1_rel"]) + 1), result["l1_rel"], marker="o")
-    for n, style in (("temporal [2,3,4,7]", "--"), ("adaptive", ":")):
-        for b in np.cumsum(table[n]["sizes"])[:-1]:
-            ax[1].axvline(b + 0.5, linestyle=style, color="gray", alpha=0.7)
-    ax[1].set_xlabel("step (1 = highest noise)")
-    ax[1].set_ylabel("L1_rel")
-    ax[1].set_title("Temporal dynamics (dashed: temporal, dotted: adaptive)")
-    fig.tight_layout()
-    fig.savefig(out / "misattribution.png", dpi=110)
-    s = result["settings"]
-    lines = [
-        "# Measured misattribution on the embedded model", "",
-        f"Reproduce: `{command}`", "",
-        f"{table['step (size 1)']['prompts']} held-out prompts, G={s['group']}, T={s['steps']}, "
-        f"K={s['branches']} continuations per state, noise level {s['noise_level']}, reward `{s['reward']}`.",
-        "A unit (step or chunk) is misattributed when its Monte-Carlo credit has the opposite sign of the "
-        "trajectory's GRPO advantage. *credit mass* is the share of absolute credit that points the wrong way.", "",
-        "| schedule | sizes | misattributed units | +- between prompts | MC s.e. | credit mass against A |",
-        "|---|---|---|---|---|---|",
-    ]
-    for n in names:
-        r = table[n]
-        lines.append(f"| {n} | {','.join(map(str, r['sizes']))} | {r['rate']:.3f} | {r['rate_se_between_prompts']:.3f} "
-                     f"| {r['mc_se']:.3f} | {r['credit_mass']:.3f} |")
-    lines += ["", "![misattribution](misattribution.png)", ""]
-    (out / "misattribution.md").write_text("\n".join(lines))
-    (out / "misattribution.json").write_text(json.dumps(result, indent=1))
+        result["prompts"].append(row)
+        print(f"  [{i + 1}/{len(prompts)}] {time.time() - start:5.0f} s  {prompt}", file=sys.stderr)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "misattribution.json").write_text(json.dumps(result, indent=1))  # partial results survive
+    result["seconds"] = time.time() - start
+    return result
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--steps", type=int, default=16)
-    p.add_argument("--branches", type=int, default=8)
+    p.add_argument("--k-crn", type=int, default=32, help="continuations per state with CRN (nested 4, 8, ...)")
+    p.add_argument("--k-independent", type=int, default=16, help="continuations per state without CRN")
+    p.add_argument("--z", type=float, default=2.0, help="errors a determined cell's credit must clear")
     p.add_argument("--noise-level", type=float, default=0.7)
     p.add_argument("--reward", default="adherence")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("docs"))
+    p.add_argument("--from-json", type=Path, default=None, help="only rewrite the report from a saved result")
     args = p.parse_args()
-    result = run(args)
-    write(result, args.out, "python " + " ".join(sys.argv))
-    print(json.dumps({k: round(v["rate"], 4) for k, v in result["table"].items()}))
+    if args.from_json is not None:
+        result = json.loads(args.from_json.read_text())
+    else:
+        result = run(args)
+        (args.out / "misattribution.json").write_text(json.dumps(result, indent=1))
+    write(result, args.out)
 
 
 if __name__ == "__main__":

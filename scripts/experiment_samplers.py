@@ -1,6 +1,6 @@
 """Which SDE should the embedded model's rollouts use? Image noise, credit and a default fine-tune per sampler.
 
-    .venv/bin/python scripts/experiment_samplers.py            # full: ~25 min on 2 cores
+    .venv/bin/python scripts/experiment_samplers.py            # full: 3 seeds, ~40 min on 2 cores (--seeds 2: ~20 min)
     .venv/bin/python scripts/experiment_samplers.py --quick    # a smoke run of every part
 
 Flow-GRPO's SDE (a = 0.7) leaves visible speckle in pixel space: its step from sigma 0.17 to 0.009 injects
@@ -87,10 +87,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: few prompts, 2 iterations, 1 seed")
     parser.add_argument("--out", default="docs", help="folder for samplers.md (default docs/)")
+    parser.add_argument("--seeds", type=int, default=None, help="fine-tune seeds per sampler (default 3; quick 1)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     held_out = [s.prompt() for s in split_scenes()[1]]
     n_roll, n_credit, branches, seeds = (4, 1, 2, 1) if args.quick else (16, 4, 8, 3)
+    seeds = args.seeds or seeds
     base = TrainConfig(eval_prompts=4 if args.quick else 48, eval_every=10**6, sample_every=10**6,
                        checkpoint_every=10**6, iterations=2 if args.quick else 30)
     policy = EmbeddedPolicy.load()

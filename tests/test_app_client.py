@@ -66,7 +66,7 @@ def test_objectives_and_boundary_endpoints(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/objectives", "/objectives_cell", "/chunks_toggle", "/learn_example"} <= names
     client.predict(PROMPT, 3, 4, 0.7, 0, "adherence", api_name="/generate")  # this client's session: G=3, T=4
-    curve, spec, step, rates, status = client.predict("1", api_name="/chunks_toggle")  # temporal(4) = 1,1,1,1
+    curve, chunk_map, spec, step, rates, status = client.predict("1", api_name="/chunks_toggle")  # 1,1,1,1
     assert status == "✓ removed the boundary after step 1: chunks 1,2,1" and spec == "1,2,1"
     assert "[1, 2, 1]" in curve["plot"]
     *_, status = client.predict("3", api_name="/chunks_toggle")

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 import torch
+from PIL import Image
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json, write_json
@@ -143,7 +144,7 @@ def test_generate_returns_images_captions_and_figures(wb):
     (("", 3, 4, 0.7, 0, "adherence"), "prompt is empty"),
     ((PROMPT, 1, 4, 0.7, 0, "adherence"), "at least 2"),
     ((PROMPT, 3, None, 0.7, 0, "adherence"), "steps must be a whole number"),
-    ((PROMPT, 3, 4, -1, 0, "adherence"), "noise level must be >= 0"),
+    ((PROMPT, 3, 4, -1, 0, "adherence"), "noise_level must be in 0..10"),
     ((PROMPT, 3, 4, 0.7, 0, "nope"), "unknown reward 'nope'"),
 ])
 def test_generate_bad_inputs_give_messages(wb, inputs, message):
@@ -170,25 +171,59 @@ def test_attribution_heatmap_and_rates(wb, sampled):
     assert h.attribute(wb, 2, Session())[-1].startswith("⚠ no group yet")
     credit = sampled.credit
     fig = h.credit_plot(sampled)
-    credit_map, advantage_map, marks = fig.data[:3]
+    traces = {t.name: t for t in fig.data}
+    credit_map, advantage_map = traces["step credit"], traces["advantage"]
     assert torch.tensor(credit_map.z) == pytest.approx(credit.step_credit)  # (G, T)
     assert torch.tensor(advantage_map.z)[:, 0] == pytest.approx(credit.advantages)  # (G, 1)
-    assert len(marks.x) == int(credit.misattributed_steps().sum())
+    classes, valid = credit.step_classes(2.0), credit.step_valid
+    wrong, right = (traces[n] for n in ("misattributed: against A(i) by more than z errors",
+                                        "aligned: with A(i) by more than z errors"))
+    assert len(wrong.x) == int(((classes == -1) & valid).sum()) and len(right.x) == int(((classes == 1) & valid).sum())
+    cover = [t for t in fig.data if t.type == "heatmap" and t.hoverinfo == "skip"][0]  # the grey undetermined cover
+    assert (torch.tensor(cover.z).nan_to_num(0) == 1).sum() == int(((classes == 0) & valid).sum())
+    assert "undetermined: within z errors of 0" in traces
+    se = credit.step_se[1, 2]
+    assert credit_map.customdata[1][2][0] == (f"{float(se):.4f}" if se == se else "no estimate")  # hover: the error
     assert [shape.x0 for shape in fig.layout.shapes] == [b - 0.5 for b in (1, 2, 3)]  # temporal(4) = [1, 1, 1, 1]
-    m = credit.misattribution()
+    r = credit.rates(2.0)
     text = h.rates_markdown(sampled)
-    assert f"{100 * m['step_misattribution']:.1f} % ± {100 * m['step_misattribution_se']:.1f} %" in text
-    assert f"{100 * m['chunk_misattribution']:.1f} %" in text
+    assert f"plain sign rate {100 * r.step.plain:.1f} % ± {100 * r.step.plain_se:.1f} %" in text
+    assert f"{100 * r.step.determined:.1f} % ± {100 * r.step.determined_se:.1f} % of 12 cells determined" in text
+    assert "Step misattribution" in text and f"plain sign rate {100 * r.chunk.plain:.1f} %" in text
+
+
+def test_estimator_choice_and_agreement_with_the_monte_carlo_credit(wb, sampled):
+    heatmap, rates, session, status = h.attribute(wb, 2, sampled, "x0", True, 2.0)
+    assert status.startswith("✓ measured credit with the x0 estimator")
+    assert session.credit.estimator == "x0" and session.reference is sampled.credit  # the MC credit stays
+    assert "no Monte-Carlo error" in rates and "Against your Monte-Carlo measurement (K=2)" in rates
+    assert "valid credit estimators: mc, ode, x0" in msg(h.attribute(wb, 2, sampled, "nope", True, 2.0))
+    assert "z (errors a determined cell must clear) must be >= 0" in msg(h.attribute(wb, 2, sampled, "mc", True, -1))
+    assert "no Monte-Carlo error to refine" in msg(list(h.refine_credit(wb, 10, session, 2.0))[-1])
+
+
+def test_refine_streams_rounds_and_spends_the_budget(wb, sampled):
+    steps = list(h.refine_credit(wb, 30, sampled, 50.0))  # z = 50: every cell stays undetermined
+    assert len(steps) >= 3 and all(s[-1].startswith("…") for s in steps[:-1])
+    final = steps[-1][-2]
+    assert int((final.credit.counts - sampled.credit.counts).sum()) == 30 and (final.credit.counts >= 2).all()
+    assert steps[-1][-1].startswith("✓ refined with 30 continuations") and final.reference is final.credit
+    assert "no credit yet" in msg(list(h.refine_credit(wb, 10, Session()))[-1])
+    heatmap, rates, session, status = h.attribution_z(wb, 0, sampled)  # z = 0: every non-zero cell determined
+    assert status == "✓ classified at z = 0" and session.z == 0 and "100.0 % ± 0.0 % of 12 cells determined" in rates
 
 
 # --------------------------------------------------------------------------- chunks
 def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
-    curve, spec, slider, rates, session, status = h.chunks_from_spec(wb, "1, 3", sampled)
+    curve, chunk_map, spec, slider, rates, session, status = h.chunks_from_spec(wb, "1, 3", sampled)
     assert status.startswith("✓") and spec == "1,3" and session.sizes == [1, 3] and session.credit.sizes == [1, 3]
     assert sampled.sizes == [1, 1, 1, 1]  # the old session is not mutated
     assert [s.x0 for s in curve.layout.shapes] == [0.5] and len(curve.data[1].y) == 4
-    m = sampled.credit.rechunk([1, 3]).misattribution()
-    assert f"{100 * m['chunk_misattribution']:.1f} %" in rates
+    r = sampled.credit.rechunk([1, 3]).rates(2.0).chunk
+    assert f"plain sign rate {100 * r.plain:.1f} %" in rates and "(chunks 1,3)" in rates
+    classes = sampled.credit.rechunk([1, 3]).chunk_classes(2.0)
+    assert chunk_map.data[0].name == "chunk credit" and list(chunk_map.data[0].x) == [-0.5, 0.5, 3.5]  # chunk edges
+    assert torch.tensor(chunk_map.data[0].z).shape == classes.shape == (3, 2)
     heatmap, view_rates, _ = h.attribution_view(wb, session)  # the Attribution tab redraws on opening
     assert [s.x0 for s in heatmap.layout.shapes] == [0.5] and view_rates == rates
     for bad, why in (("1,2", "sum to 3"), ("a,b", "not a comma-separated"), ("", "empty"), ("0,4", ">= 1")):
@@ -203,7 +238,7 @@ def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
 def test_chunker_choice(wb, sampled, name, option, kwargs):
     out = h.chunks_from_chunker(wb, name, option, sampled)
     expected = CHUNKERS.get(name)(4, wb.curve(4, 0.7).mean, **kwargs)
-    assert out[-1].startswith("✓") and out[-2].sizes == expected and out[1] == ",".join(map(str, expected))
+    assert out[-1].startswith("✓") and out[-2].sizes == expected and out[2] == ",".join(map(str, expected))
 
 
 def test_chunker_bad_option_and_name(wb, sampled):
@@ -227,12 +262,13 @@ def test_split_and_merge(wb, sampled):
 
 
 def test_chunks_without_a_group_use_the_default_steps(wb):
-    curve, spec, slider, rates, session, status = h.chunks_view(wb, Session())
+    curve, chunk_map, spec, slider, rates, session, status = h.chunks_view(wb, Session())
     assert spec == "2,3,4,7" and len(curve.data[1].y) == 16
     assert all(is_skip(v) for v in h.attribution_view(wb, session)[:2])  # no credit yet: nothing to redraw
     assert "over 4 trajectories" in curve.data[0].name  # 2 prompts x 2 trajectories
     assert "Measure credit" in rates and slider.maximum == 15 and slider.value == 8
-    assert is_skip(h.chunks_from_spec(wb, "8,8", session)[2])  # edits leave the slider where it is
+    assert is_skip(h.chunks_from_spec(wb, "8,8", session)[3])  # edits leave the slider where it is
+    assert "measure credit in the Attribution tab" in chunk_map.layout.annotations[0].text
 
 
 def test_new_group_with_other_steps_resets_the_schedule(wb, sampled):
@@ -266,6 +302,7 @@ def test_the_form_builds_a_train_config_and_its_controls_start_at_its_defaults(m
     ("dapo", {"dynamic_sampling": True, "advantage": "grpo"}),
     ("gpg", {"advantage": "gpg", "minibatch_size": 4 * 4 * 8}),  # one update per rollout at the form's G and T
     ("gfpo", {"advantage": "gfpo", "gfpo_metric": "sharpness"}),
+    ("dr_grpo", {"advantage": "dr_grpo"}),  # trained with the advantage the explainer pairs it with
     ("chunk_grpo", {"advantage": "grpo", "dynamic_sampling": False, "minibatch_size": 4 * 8}),
 ])
 def test_the_form_brings_each_method_with_its_companions(model_dir, objective, expected):
@@ -351,8 +388,9 @@ def test_real_training_run_two_iterations(tmp_path, model_dir):
     wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
     session = start(wb, iterations=2)[2]
     assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive, timeout=120)
-    fig, _, _, *_, timer, text = rh.poll_run(wb, session)
+    fig, sample, *_, timer, text = rh.poll_run(wb, session)
     assert "finished, iteration 2/2" in text, text
+    assert isinstance(sample, Image.Image), "the Newest samples panel gets the run's newest rollout grid"
     assert [len(t.x) for t in fig.data if t.name == "reward/mean"] == [2]
 
 

@@ -46,12 +46,12 @@ def test_clicked_points_from_the_page_and_from_api_callers():
 
 
 def test_clicking_the_curve_toggles_a_boundary(wb, sampled):
-    curve, spec, slider, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
+    curve, chunk_map, spec, slider, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
     assert status == "✓ removed the boundary after step 2: chunks 1,1,2" and spec == "1,1,2"
     assert session.sizes == [1, 1, 2] and session.credit.sizes == [1, 1, 2] and is_skip(slider)
     assert [s.x0 for s in curve.layout.shapes] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]
-    m = sampled.credit.rechunk([1, 1, 2]).misattribution()
-    assert f"{100 * m['chunk_misattribution']:.1f} %" in rates
+    r = sampled.credit.rechunk([1, 1, 2]).rates(2.0).chunk
+    assert f"plain sign rate {100 * r.plain:.1f} %" in rates
     again = h.chunks_toggle(wb, json.dumps({"trace": "mean L1_rel", "x": 2, "y": 0.1}), session)
     assert again[-1] == "✓ added the boundary after step 2: chunks 1,1,1,1" and again[-2].sizes == [1, 1, 1, 1]
     for bad, why in (("3", "the last step ends the last chunk"), ("x", "a click must be"), ("1.5", "whole number")):
@@ -131,13 +131,15 @@ def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
                                                                    view, sampled))
 
 
+@pytest.mark.parametrize("dropped", [False, True])  # True: trajectory 1 trains no step (a dropped row, B < G)
 @pytest.mark.parametrize("spread", [0.0, 0.05])
-def test_the_formula_agrees_with_autograd_on_every_cell(spread):
+def test_the_formula_agrees_with_autograd_on_every_cell(spread, dropped):
     gen = torch.Generator().manual_seed(0)
     old = -torch.rand(4, 6, generator=gen, dtype=torch.float64)
     new = old + spread * torch.randn(4, 6, generator=gen, dtype=torch.float64)
     mask = torch.ones(4, 6, dtype=torch.bool)
     mask[2, 3:] = False
+    mask[1] = not dropped
     ex = explain(new, old, torch.tensor([1.2, -0.3, 0.8, -1.7], dtype=torch.float64),
                  ObjectiveSettings(clip_low=0.02, clip_high=0.03, chunks=[2, 1, 3]), step_mask=mask)
     for name in ex.names:
@@ -170,11 +172,18 @@ def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
     assert f"lowered by {-float(adv[worst]) / (4 * 6):.4f}" in text2
     assert torch.tensor(fig2.data[0].z) == pytest.approx(adv[:, None].expand(4, 6) / 24)
     text3, fig3, text4, fig4, text5 = stages[2][5:10]
-    m = credit.misattribution()
-    assert f"**{100 * m['step_misattribution']:.0f} % ± {100 * m['step_misattribution_se']:.0f} %**" in text3
-    assert f"has {int(credit.misattributed_steps()[best].sum())} such steps of 6" in text3
+    r = credit.rates(2.0).step
+    if r.determined_cells:
+        assert f"**{100 * r.misattributed:.0f} % ± {100 * r.misattributed_se:.0f} %**" in text3
+    assert f"{r.determined_cells} of the {r.cells} (image, step) cells are determined" in text3
+    wrong = (credit.step_classes(2.0) == -1) & credit.step_valid
+    assert f"has {int(wrong[best].sum())} misattributed steps of 6" in text3
+    assert f"by its sign alone would give {100 * r.plain:.0f} % ± {100 * r.plain_se:.0f} %" in text3
     sizes = CHUNKERS.get("temporal")(6)  # [1, 1, 1, 3]
     assert session.sizes == sizes and f"pushed {3 / 1:.1f} times as hard" in text4  # |last| / |first| = 3
-    assert "| one chunk (GSPO) | 6 | 0.0 % ± 0.0 % |" in text4
+    gspo = credit.rechunk([6]).rates(2.0).chunk  # one chunk: its credit is r_i - mean r, never against A
+    cell = learn._pct(gspo.misattributed, gspo.misattributed_se)
+    assert gspo.determined_cells == 0 or gspo.misattributed == 0
+    assert f"| one chunk (GSPO) | 6 | {cell} | {gspo.determined_cells} of {gspo.cells} | 0 % ± 0 % |" in text4
     assert torch.tensor(fig4.data[1].z) == pytest.approx(credit.chunk_credit)
     assert "Chunks" in text5 and "Objectives" in text5 and isinstance(fig3, go.Figure)

@@ -48,6 +48,19 @@ def test_attribute_json(model_dir, capsys):
     assert len(s["advantage"]) == 3 and len(s["credit"][0]) == 4 and len(s["chunk_credit"][0]) == 2
     for key in ("step_misattribution", "chunk_misattribution", "step_misattribution_se", "chunk_misattribution_se"):
         assert 0 <= s[key] <= 1
+    assert s["estimator"] == "mc" and s["crn"] and s["z"] == 2.0 and len(s["credit_se"][0]) == 4
+    assert 0 <= s["step_determined"] <= 1 and set(sum(s["step_classes"], [])) <= {-1, 0, 1}
+
+
+def test_attribute_estimator_z_and_independent_continuations(model_dir, capsys):
+    assert main(["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "4", "--chunks", "4", "--estimator", "x0",
+                 "--z", "1", "--no-crn", "--model", str(model_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "estimator x0 (one look-ahead per state, independent)" in out and "z=1" in out
+    assert "step  misattributed among determined" in out and "plain sign rate" in out
+    with pytest.raises(SystemExit):
+        main(["attribute", "--prompt", PROMPT, "--steps", "4", "--estimator", "nope"])
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
 
 
 def test_chunks_json(model_dir, capsys):

@@ -1,13 +1,17 @@
-"""Monte-Carlo credit (METHODS.md section 5)."""
+"""Monte-Carlo credit, common random numbers, refinement and the cheap estimators (docs/methods.md
+"Monte-Carlo credit", "Credit uncertainty", "Credit estimators")."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.flow.sampler import sample_group
+from workbench.flow.sampler import sample_group, transition
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import build_reward
-from workbench.rl.credit import Credit, continuation_rewards, measure_credit
+from workbench.rl.credit import Credit, continuation_rewards, measure_credit, refine, refine_rounds
+from workbench.rl.credit_estimators import ESTIMATORS, noise_seed, run_continuations
 
 PROMPT = "a large red circle in the top left on a white background"
 
@@ -25,28 +29,78 @@ def group(random_policy):
 def test_credits_telescope_to_the_raw_advantage(random_policy, group):
     credit = measure_credit(random_policy, group, mean_red, branches=3, chunks="2,3")
     assert credit.step_credit.shape == (4, 5) and credit.chunk_credit.shape == (4, 2)
+    assert credit.step_se.shape == (4, 5) and credit.chunk_se.shape == (4, 2)
     raw = credit.rewards - credit.rewards.mean()
     assert torch.allclose(credit.step_credit.sum(1), raw, atol=1e-6)
     assert torch.allclose(credit.chunk_credit.sum(1), raw, atol=1e-6)
     assert torch.allclose(credit.values[:, -1], mean_red(group.images, [PROMPT] * 4))
 
 
-def test_continuations_restart_from_the_stored_state(random_policy, group):
+def test_continuations_restart_from_the_stored_state(random_policy):
     """With noise level 0 every continuation is the ODE from its state: K branches agree."""
-    ode = SamplingConfig(group=2, steps=4, noise_level=0.0)
-    g = sample_group(random_policy, PROMPT, ode)
+    g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=4, noise_level=0.0))
     branch = continuation_rewards(random_policy, g, mean_red, branches=3)
     final = mean_red(g.images, [PROMPT] * 2)
     assert torch.allclose(branch, final[:, None, None].expand(2, 3, 3), atol=1e-5)
 
 
-def test_branches_differ_under_the_sde(random_policy, group):
-    branch = continuation_rewards(random_policy, group, mean_red, branches=3, seed=0)
+@pytest.mark.parametrize("crn", [True, False])
+def test_branches_differ_under_the_sde_and_repeat_with_the_seed(random_policy, group, crn):
+    branch = continuation_rewards(random_policy, group, mean_red, branches=3, seed=0, crn=crn)
     assert branch.shape == (4, 4, 3) and branch.std(-1).mean() > 0
-    assert torch.equal(branch, continuation_rewards(random_policy, group, mean_red, branches=3, seed=0))
+    assert torch.equal(branch, continuation_rewards(random_policy, group, mean_red, branches=3, seed=0, crn=crn))
 
 
-def test_misattribution_by_hand():
+def _one_step(policy, group, traj: int, k: int, s: int, seed: int) -> torch.Tensor:
+    """State s + 1 reached by continuation k of trajectory `traj` from state s (CRN noise)."""
+    noise = torch.randn(group.states.shape[2:], generator=torch.Generator().manual_seed(
+        noise_seed(seed, traj, k, s, None)))
+    cond = policy.encode([group.prompt]).repeat(1)
+    return transition(policy, group.states[traj, s][None], group.sigmas, s, cond, group.config,
+                      noise=noise[None]).x_next[0]
+
+
+@pytest.mark.parametrize("crn", [True, False])
+def test_common_random_numbers_from_identical_states_give_identical_rewards(random_policy, group, crn):
+    """Continuation k from x_1 passes through a state y at step 1; started from y, continuation k of the same
+    trajectory reuses the noise of the steps they share (CRN) and ends with the same reward."""
+    y = _one_step(random_policy, group, traj=2, k=1, s=1, seed=7)
+    states = group.states.clone()
+    states[2, 2] = y
+    other = replace(group, states=states)
+    from_1 = run_continuations(random_policy, group, mean_red, torch.tensor([[2, 1, 1]]), seed=7, crn=crn)
+    from_2 = run_continuations(random_policy, other, mean_red, torch.tensor([[2, 2, 1]]), seed=7, crn=crn)
+    same = run_continuations(random_policy, other, mean_red, torch.tensor([[2, 2, 1], [2, 2, 1]]), seed=7, crn=crn)
+    assert same[0] == same[1]  # the same row twice: the same draw, CRN or not
+    if crn:
+        assert from_2 == pytest.approx(from_1, abs=1e-6)
+    else:
+        assert abs(float(from_2 - from_1)) > 1e-6  # independent continuations draw fresh noise
+
+
+@pytest.mark.parametrize("crn", [True, False])
+def test_per_cell_errors_match_repeated_measurements(random_policy, crn):
+    """The spread of each credit over 40 repeated measurements (new seeds) matches its estimated error."""
+    g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=4, seed=3, noise_level=1.2))
+    runs = [measure_credit(random_policy, g, mean_red, branches=6, chunks="1,3", seed=s, crn=crn) for s in range(40)]
+    credit = torch.stack([c.step_credit for c in runs])[:, :, 1:]  # (R, G, T - 1): step 0 uses the fixed r mean
+    se = torch.stack([c.step_se for c in runs])[:, :, 1:]
+    brute, estimated = credit.std(0), se.pow(2).mean(0).sqrt()  # (G, T - 1)
+    ratio = float(estimated.pow(2).mean().sqrt() / brute.pow(2).mean().sqrt())
+    assert 0.75 < ratio < 1.3, ratio
+    chunk = torch.stack([c.chunk_credit[:, 1] for c in runs])  # (R, G): chunk of steps 1..3 = V(x_4) - V(x_1)
+    chunk_se = torch.stack([c.chunk_se[:, 1] for c in runs]).pow(2).mean(0).sqrt()
+    assert 0.6 < float(chunk_se.mean() / chunk.std(0).mean()) < 1.5
+
+
+def test_common_random_numbers_shrink_the_errors(random_policy):
+    g = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=6, seed=2, noise_level=1.2))
+    crn = measure_credit(random_policy, g, mean_red, branches=8, chunks="6", crn=True)
+    ind = measure_credit(random_policy, g, mean_red, branches=8, chunks="6", crn=False)
+    assert float(crn.step_se[:, 1:-1].median()) < float(ind.step_se[:, 1:-1].median())
+
+
+def test_plain_rates_by_hand():
     rewards = torch.tensor([1.0, 0.0])  # mean 0.5, A = [+, -]
     # values: [0.5, v1, v2, r]; trajectory 0: 0.5 -> 0.2 -> 0.9 -> 1.0 (first step misattributed)
     branch = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])  # (G=2, T-1=2, K=2)
@@ -57,7 +111,21 @@ def test_misattribution_by_hand():
     assert m["step_misattribution"] == pytest.approx(2 / 6)
     # chunks [1, 2]: traj 0: -0.3 | 0.8 ; traj 1: -0.2 | -0.3  -> one misattributed chunk of four
     assert m["chunk_misattribution"] == pytest.approx(1 / 4)
-    assert m["step_misattribution_se"] == pytest.approx(0.0, abs=1e-6)  # identical branches: no MC noise
+    # identical branches: no Monte-Carlo error inside; only the first step carries the start value's error
+    assert c.step_se[:, 1:].abs().max() == 0 and c.step_se[:, 0].min() > 0
+    classes = c.classify(2.0)  # first step: |d| = 0.3 or 0.2 against an error of sqrt(0.5 / 2) = 0.5
+    assert classes.step.tolist() == [[0, 1, 1], [0, -1, 1]]
+    assert classes.chunk.tolist() == [[0, 1], [0, 1]]  # chunk 1: 0.8 and -0.3 with error 0 (A_1 < 0)
+
+
+def test_untrained_steps_are_left_out_of_every_rate():
+    rewards, adv = torch.tensor([1.0, 0.0]), torch.tensor([1.0, -1.0])
+    branch = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])
+    every = Credit("p", rewards, adv, branch, [1, 2])
+    window = Credit("p", rewards, adv, branch, [1, 2], trained=torch.tensor([False, True, True]))
+    assert every.rates().step.cells == 6 and window.rates().step.cells == 4
+    assert window.misattribution()["step_misattribution"] == pytest.approx(1 / 4)  # only traj 1's step 1
+    assert window.rates().chunk.cells == 2  # chunk [0] has no trained step
 
 
 def test_rechunk_reuses_the_samples(random_policy, group):
@@ -66,28 +134,72 @@ def test_rechunk_reuses_the_samples(random_policy, group):
     assert torch.equal(other.branch_rewards, credit.branch_rewards)
     m1, m5 = other.misattribution(), credit.misattribution()
     assert m1["chunk_misattribution"] == pytest.approx(m1["step_misattribution"])  # chunk size 1 == steps
+    assert torch.allclose(other.chunk_se, other.step_se, equal_nan=True)
     assert m5["step_misattribution"] == m1["step_misattribution"]
     with pytest.raises(WorkbenchError, match="sum"):
         credit.rechunk("2,2")
 
 
-def test_standard_error_shrinks_with_more_branches():
-    gen = torch.Generator().manual_seed(0)
-    rewards = torch.tensor([1.0, 0.0, 0.6, 0.2])
-    a = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    trend = torch.stack([torch.linspace(0.45, 0.95, 6), torch.linspace(0.35, 0.05, 6),
-                         torch.linspace(0.45, 0.55, 6), torch.linspace(0.4, 0.25, 6)])  # (G, T - 1) true values
-    se = []
-    for k in (4, 400):
-        branch = trend[..., None] + 0.2 * torch.randn(4, 6, k, generator=gen)
-        se.append(Credit("p", rewards, a, branch, [7]).misattribution()["step_misattribution_se"])
-    assert se[1] < se[0]
+def test_refinement_never_decreases_k_and_stops_at_the_budget(random_policy, group):
+    credit = measure_credit(random_policy, group, mean_red, branches=2, chunks="2,3")
+    before, counts = credit.counts, [credit.counts]
+    rounds = list(refine_rounds(credit, random_policy, group, mean_red, budget=37, z=50.0))  # z=50: all undetermined
+    for r in rounds:
+        assert (r.counts >= counts[-1]).all()
+        counts.append(r.counts)
+    assert int((counts[-1] - before).sum()) == 37 and len(rounds) >= 2
+    last = rounds[-1]
+    assert torch.equal(last.branch_rewards[..., :2], credit.branch_rewards)  # old continuations kept
+    assert last.cost["nfe"] > credit.cost["nfe"]
+    # every cell determined (z = 0): nothing to refine, the budget is not spent
+    assert torch.equal(refine(credit, random_policy, group, mean_red, budget=37, z=0.0).counts, before)
+    with pytest.raises(WorkbenchError, match="budget"):
+        refine(credit, random_policy, group, mean_red, budget=0)
+
+
+def test_refinement_serves_states_next_to_undetermined_cells_first(random_policy, group):
+    credit = measure_credit(random_policy, group, mean_red, branches=2, chunks="5")
+    only_1 = replace(credit, advantages=torch.tensor([0.0, 1.0, 0.0, 0.0]))  # other rows count in no rate
+    refined = refine(only_1, random_policy, group, mean_red, budget=4, z=50.0)
+    grown = (refined.counts > credit.counts).nonzero()
+    assert grown[:, 0].tolist() == [1, 1]  # two states of trajectory 1 doubled their K (2 + 2)
+    even = refine(only_1, random_policy, group, mean_red, budget=8, z=50.0)
+    assert even.counts[1].tolist() == [4, 4, 4, 4] and torch.equal(even.counts[0], credit.counts[0])  # equal K
+    with pytest.raises(WorkbenchError, match="no Monte-Carlo error"):
+        x0 = measure_credit(random_policy, group, mean_red, estimator="x0", chunks="5")
+        refine(x0, random_policy, group, mean_red, 4)
+
+
+@torch.no_grad()
+def test_ode_estimator_is_the_reward_of_the_ode_completion(random_policy, group):
+    credit = measure_credit(random_policy, group, mean_red, estimator="ode", chunks="2,3")
+    cond = random_policy.encode([PROMPT]).repeat(4)
+    sig = group.sigmas
+    for s in (0, 2, 4):
+        x = group.states[:, s]
+        for u in range(s, group.num_steps):
+            x = x + (sig[u + 1] - sig[u]) * random_policy.velocity(x, sig[u].expand(4), cond)
+        expected = mean_red(random_policy.decode(x), [PROMPT] * 4)
+        assert torch.allclose(credit.values[:, s], expected, atol=1e-5)
+    assert credit.deterministic and credit.step_se.abs().max() == 0 and credit.cost["nfe"] == 4 * (5 + 4 + 3 + 2 + 1)
+
+
+@torch.no_grad()
+def test_x0_estimator_is_the_reward_of_the_denoised_prediction(random_policy, group):
+    credit = measure_credit(random_policy, group, mean_red, estimator="x0", chunks="2,3")
+    cond = random_policy.encode([PROMPT]).repeat(4)
+    for s in range(group.num_steps):
+        x, t = group.states[:, s], group.sigmas[s]
+        x0 = x - t * random_policy.velocity(x, t.expand(4), cond)
+        assert torch.allclose(credit.values[:, s], mean_red(random_policy.decode(x0), [PROMPT] * 4), atol=1e-5)
+    assert torch.allclose(credit.values[:, -1], credit.rewards) and credit.cost["nfe"] == 0
 
 
 def test_measure_credit_with_a_registered_reward(random_policy, group):
     credit = measure_credit(random_policy, group, build_reward("adherence"), branches=2, chunks="2,3")
     s = credit.summary()
     assert len(s["credit"]) == 4 and len(s["credit"][0]) == 5 and len(s["chunk_credit"][0]) == 2
+    assert len(s["credit_se"][0]) == 5 and set(sum(s["step_classes"], [])) <= {-1, 0, 1}
     assert 0 <= s["step_misattribution"] <= 1 and s["step_misattribution_se"] >= 0
 
 
@@ -96,3 +208,6 @@ def test_bad_inputs(random_policy, group):
         measure_credit(random_policy, group, mean_red, branches=0)
     with pytest.raises(WorkbenchError, match="sum"):
         measure_credit(random_policy, group, mean_red, chunks="2,2")
+    with pytest.raises(WorkbenchError, match="valid credit estimators: mc, ode, x0"):
+        measure_credit(random_policy, group, mean_red, estimator="nope")
+    assert ESTIMATORS.names() == ["mc", "ode", "x0"]

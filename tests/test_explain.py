@@ -1,5 +1,5 @@
 """The gradient-weight explainer (workbench.rl.explain): its bookkeeping against finite differences and
-METHODS.md section 7's closed forms, the chunk invariants, clipping, and moving a copy of the policy."""
+docs/methods.md "Gradient weights" closed forms, the chunk invariants, clipping, and moving a copy of the policy."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_weights_equal_finite_differences_for_every_objective(name):
 
 
 def closed_form(name: str, new, old, adv, eps: float, sizes: list[int]) -> torch.Tensor:
-    """METHODS.md section 7, all steps trained: w = -A r / (B K |c|) per unclipped unit, 0 if clipped."""
+    """docs/methods.md "Gradient weights", all steps trained: w = -A r / (B K |c|) per unclipped unit, 0 if clipped."""
     l = new - old  # (G, T)
     unit_sizes = {"step_grpo": [1] * T, "gfpo": [1] * T, "dapo": [1] * T, "gspo": [T], "chunk_grpo": sizes}[name]
     w = torch.zeros_like(l)

@@ -97,7 +97,7 @@ def test_load_missing_group_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    ({"group": 0}, "group size"), ({"steps": 0}, "steps"), ({"noise_level": -1}, "noise level"),
+    ({"group": 0}, "group size"), ({"steps": 0}, "steps"), ({"noise_level": -1}, "noise_level must be in 0..10"),
     ({"sde": "ddim"}, "valid kinds"), ({"window": (3, 2)}, "window"), ({"window": (0, 99)}, "window"),
 ])
 def test_bad_sampling_config(kwargs, needle):

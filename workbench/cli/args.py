@@ -1,26 +1,58 @@
-"""What every command shares: argument types that reject bad values with one line, the model flags, and
-`run_command`, which turns a WorkbenchError into `error: ...` on stderr and exit status 2 (never a traceback)."""
+"""What every command shares: a parser whose errors are one line, argument types that reject bad values
+(non-finite numbers, out-of-range seeds, devices this machine lacks) naming their flag, the model flags, and
+`run_command`, which turns any error into one `error: ...` line on stderr and exit status 2 (never a
+traceback; set WORKBENCH_DEBUG=1 to see one for an unexpected error)."""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
 import sys
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, one_line, shorten
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `error: argument --num: ... (see workbench sample --help)`, exit 2."""
+
+    def error(self, message: str):
+        print(f"error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+NEGATIVE_VALUE = re.compile(r"^-(?:[\d.]|inf|nan)", re.IGNORECASE)  # '-1,5', '-0.5', '-inf': values, never flags
+
+
+def negative_values_inline(argv: list[str]) -> list[str]:
+    """['--chunks', '-1,5'] -> ['--chunks=-1,5'], so argparse reads a negative-looking value as the flag's value
+    (and the flag's own check explains what is wrong with it) instead of as an unknown flag."""
+    out: list[str] = []
+    for arg in argv:
+        if NEGATIVE_VALUE.match(arg) and out and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def integer(text: str, kind: str = "an integer") -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {shorten(text)}") from None
 
 
 def number(text: str) -> float:
+    """A finite float: 'nan', 'inf' and '1e999' are refused where they enter."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {shorten(text)}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {shorten(text)}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -37,19 +69,67 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def ranged_float(name: str):
+    """A finite number in SAMPLING_RANGES[name] (the range SamplingConfig enforces), as an argparse type."""
+    from workbench.flow.trajectory import SAMPLING_RANGES
+
+    low, high = SAMPLING_RANGES[name]
+
+    def parse(text: str) -> float:
+        value = number(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in {low:g}..{high:g}, got {value:g}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def seed(text: str) -> int:
+    """A seed in SEED_RANGE (0 .. 2^63 - 1): the same rule for every command."""
+    from workbench.flow.trajectory import check_seed
+
+    value = integer(text, "an integer seed")
+    try:
+        check_seed(value)
+    except WorkbenchError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def device(text: str) -> str:
+    """cpu, cuda, cuda:N or mps, and only one this machine has."""
+    from workbench.models.adapters import check_device
+
+    try:
+        return check_device(text)
+    except WorkbenchError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="local model folder (diffusers SD3/FLUX or embedded format); "
                    "default: the embedded model")
-    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--device", type=device, default=None, help="cuda, mps or cpu (default: the best available)")
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Run the parsed command: a WorkbenchError becomes one `error:` line and exit 2, Ctrl-C exit 130."""
+    """Run the parsed command: any error becomes one `error:` line and exit 2, Ctrl-C exit 130."""
     try:
         return args.func(args)
     except WorkbenchError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        message = str(err)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        message = "out of memory; lower the sizes (--group, --steps, --branches, --prompts-per-iteration)"
+    except Exception as err:
+        if os.environ.get("WORKBENCH_DEBUG"):
+            raise
+        text = str(err) or type(err).__name__
+        if "out of memory" in text.lower() or "can't allocate memory" in text.lower():
+            message = "out of memory; lower the sizes (--group, --steps, --branches, --prompts-per-iteration)"
+        else:
+            message = f"unexpected {type(err).__name__}: {text} (run with WORKBENCH_DEBUG=1 for the traceback)"
+    print(f"error: {one_line(message)}", file=sys.stderr)
+    return 2

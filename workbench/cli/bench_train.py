@@ -1,7 +1,7 @@
 """Benchmark the trainer on the embedded model: seconds per Chunk-GRPO iteration and trainer overhead.
 
     python -m workbench bench train                          # the default config
-    python -m workbench.cli.bench_train [--iterations 6] [--threads 2] [--random] [--prompts 2]
+    python -m workbench.cli.bench_train [--iterations 6] [--threads 2] [--random] [--prompts 2] [--kl-beta 0.04]
 
 Runs the default chunk_grpo config (G=8, T=16, 2 prompts, no eval, no samples) and, after every
 iteration, re-times the raw model compute of the same iteration on a copy of the transformer: the
@@ -64,12 +64,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=None,
                         help="prompts (groups of G=8) per iteration (default: TrainConfig's, 4; "
                              "the target was set at 2)")
+    parser.add_argument("--kl-beta", type=float, default=0.0,
+                        help="KL weight (0.04: Flow-GRPO's; adds the reference's forward to every transition)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(args.threads)
     policy = EmbeddedPolicy(build_embedded(seed=0)) if args.random else EmbeddedPolicy.load()
     config = TrainConfig(iterations=args.iterations, eval_prompts=0, sample_every=10**6, checkpoint_every=10**6)
     if args.prompts is not None:
         config = replace(config, prompts_per_iteration=args.prompts)
+    config = replace(config, kl_beta=args.kl_beta, report_to="none")
     trainer = Trainer(config, Path(tempfile.mkdtemp()) / "bench", policy)
     shadow = copy.deepcopy(policy.transformer)
     shadow_opt = torch.optim.AdamW(shadow.parameters(), lr=1e-12)
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     w, r = statistics.median(wall[keep]), statistics.median(raw[keep])
     parts = {k: statistics.median(d[k] for d in stage[keep]) for k in ("time/rollout_s", "time/reward_s",
                                                                        "time/update_s")}
-    print(f"embedded model, chunk_grpo, G={config.group}, T={config.steps} (+1 untrained), "
+    print(f"embedded model, chunk_grpo, KL beta {config.kl_beta}, G={config.group}, T={config.steps} (+1 untrained), "
           f"{config.prompts_per_iteration} prompts, {config.minibatch_size} transitions per optimizer step, "
           f"{torch.get_num_threads()} threads, {len(wall[keep])} timed iterations (medians)")
     print(f"seconds per iteration:        {w:.3f} s   (target < {TARGET_SECONDS:.1f} s on 2 cores)")

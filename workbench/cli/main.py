@@ -11,9 +11,20 @@ import json
 import sys
 from pathlib import Path
 
-from workbench.cli.args import add_model_args, non_negative_float, positive_int, run_command
+from workbench.cli.args import (
+    Parser,
+    add_model_args,
+    negative_values_inline,
+    non_negative_float,
+    positive_int,
+    ranged_float,
+    run_command,
+    seed,
+)
 from workbench.cli.train import register as register_train
 from workbench.core.errors import WorkbenchError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")  # `sample --out` with one of these writes one grid image
 
 
 def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> None:
@@ -21,15 +32,15 @@ def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> Non
     p.add_argument("--group", "--num", dest="group", type=positive_int, default=group_default,
                    help=f"trajectories (images) per prompt, G (default {group_default})")
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
-    p.add_argument("--noise-level", type=non_negative_float, default=0.7,
-                   help="SDE noise level a; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
+    p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7,
+                   help="SDE noise level a in 0..10; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
     p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps (cps log-probs are "
                    "the full Normal density, unlike Flow-GRPO's CPS code: its clip ranges do not carry over)")
-    p.add_argument("--shift", type=float, default=None, help="schedule shift (default: the model's)")
-    p.add_argument("--guidance-scale", type=float, default=None,
+    p.add_argument("--shift", type=ranged_float("shift"), default=None, help="schedule shift (default: the model's)")
+    p.add_argument("--guidance-scale", type=ranged_float("guidance_scale"), default=None,
                    help="classifier-free guidance, 1 = off (default: 1; for `sample`, the model's default_guidance)")
     p.add_argument("--no-shared-noise", action="store_true", help="independent x_T per trajectory")
-    p.add_argument("--seed", type=int, default=0, help="group seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="group seed, 0 .. 2^63 - 1 (default 0)")
     add_model_args(p)
 
 
@@ -49,6 +60,33 @@ def load_model(args: argparse.Namespace):
     return load_policy(args.model, device=args.device)
 
 
+def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, branches: int = 0) -> None:
+    """Refuse sizes whose tensors cannot fit on the policy's device (`core.budget`), before any sampling."""
+    from workbench.core.budget import check_fits, rollout_bytes
+
+    needed = rollout_bytes(group, steps, policy.latent_shape, prompts=prompts, branches=branches)
+    check_fits(needed, policy.device, f"G={group} x T={steps}" + (f" x K={branches}" if branches else ""),
+               f"lower {flags}")
+
+
+def to_json(obj) -> str:
+    """Strict JSON on one line: NaN and inf become null, never a bare NaN token."""
+    from workbench.core.files import clean_json
+
+    return json.dumps(clean_json(obj), allow_nan=False)
+
+
+def image_out(out: Path) -> bool:
+    """Whether `sample --out` names one image file (else a folder for the whole group); refuses other suffixes."""
+    suffix = out.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return True
+    if suffix and not out.is_dir() and suffix[1:].isalpha():
+        raise WorkbenchError(f"--out {out}: '{suffix}' is not an image type ({', '.join(IMAGE_SUFFIXES)}); give an "
+                             "image path or a folder for the whole group")
+    return False
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     from workbench.core.imaging import grid, save_image
     from workbench.flow.dynamics import relative_change
@@ -57,13 +95,15 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
     sampling_config(args)  # validates the arguments before the model loads
     out = Path(args.out)
-    if out.suffix.lower() in (".png", ".jpg", ".jpeg") and args.json:
+    as_image = image_out(out)
+    if as_image and args.json:
         raise WorkbenchError("--json needs --out to be a folder (the group is saved there), not an image file")
     policy = load_model(args)
     config = sampling_config(args, policy.default_guidance)
     policy.check_prompt(args.prompt)
+    check_memory(policy, config.group, config.steps, "--num or --steps")
     group = sample_group(policy, args.prompt, config)
-    if out.suffix.lower() in (".png", ".jpg", ".jpeg"):
+    if as_image:
         print(f"wrote {save_image(grid(group.images), out)}")
         return 0
     group.save(out)
@@ -71,9 +111,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
              "grid": str(save_image(grid(group.images), out / "grid.png")),
              "filmstrip": str(save_image(x0_filmstrip(policy, group), out / "filmstrip.png"))}
     if args.json:
-        print(json.dumps({"prompt": group.prompt, "group": group.group_size, "steps": group.num_steps,
-                          "sigmas": _round(group.sigmas.tolist()), "log_prob": _round(group.log_probs.tolist()),
-                          "l1_rel": _round(relative_change(group.states).tolist()), "files": files}))
+        print(to_json({"prompt": group.prompt, "group": group.group_size, "steps": group.num_steps,
+                       "sigmas": _round(group.sigmas.tolist()), "log_prob": _round(group.log_probs.tolist()),
+                       "l1_rel": _round(relative_change(group.states).tolist()), "files": files}))
     else:
         print(f"wrote {len(files)} files to {out}: " + ", ".join(Path(f).name for f in files.values()))
     return 0
@@ -83,29 +123,51 @@ def _round(x, digits: int = 6):
     return [_round(v, digits) for v in x] if isinstance(x, list) else round(float(x), digits)
 
 
+def _round_or_none(x, digits: int = 6):
+    """Like _round, with None for a missing or NaN number (JSON has no NaN)."""
+    if isinstance(x, list):
+        return [_round_or_none(v, digits) for v in x]
+    return None if x is None or x != x else round(float(x), digits)
+
+
 def cmd_attribute(args: argparse.Namespace) -> int:
     from workbench.flow.sampler import sample_group
     from workbench.rewards import build_reward
+    from workbench.rl.chunking import parse_chunk_spec
     from workbench.rl.credit import measure_credit
 
     config = sampling_config(args)
+    try:
+        parse_chunk_spec(args.chunks, config.steps)  # before any sampling
+    except WorkbenchError as err:
+        raise WorkbenchError(f"--chunks: {err}") from None
     reward = build_reward(args.reward)
     policy = load_model(args)
     policy.check_prompt(args.prompt)
+    check_memory(policy, config.group, config.steps, "--group, --steps or --branches", branches=args.branches)
     group = sample_group(policy, args.prompt, config)
     credit = measure_credit(policy, group, reward, branches=args.branches, chunks=args.chunks,
-                            advantage=args.advantage, seed=args.seed, progress=_progress("branching"))
-    summary = credit.summary()
+                            advantage=args.advantage, seed=args.seed, progress=_progress("branching"),
+                            estimator=args.estimator, crn=not args.no_crn)
+    summary = credit.summary(args.z)
     if args.json:
-        print(json.dumps({k: _round(v) if isinstance(v, (list, float)) and k != "chunks" else v
-                          for k, v in summary.items()}))
+        print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks" else v
+                       for k, v in summary.items()}))
         return 0
-    print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} K={args.branches} chunks {credit.sizes}")
+    k = f"K={args.branches}" if args.estimator == "mc" else "one look-ahead per state"
+    print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "
+          f"{'independent' if args.no_crn else 'common random numbers'}) chunks {credit.sizes}, z={args.z:g}")
+    print("  steps: x misattributed, + aligned, ? undetermined (within z errors), - not counted")
+    classes, valid = credit.step_classes(args.z).tolist(), credit.step_valid.tolist()
     for i, a in enumerate(credit.advantages.tolist()):
-        marks = "".join("x" if m else "." for m in credit.misattributed_steps()[i].tolist())
-        print(f"  traj {i}: reward {credit.rewards[i]:.3f}  A {a:+.2f}  misattributed steps {marks}")
-    print(f"step misattribution  {summary['step_misattribution']:.3f} +- {summary['step_misattribution_se']:.3f}")
-    print(f"chunk misattribution {summary['chunk_misattribution']:.3f} +- {summary['chunk_misattribution_se']:.3f}")
+        marks = "".join("-" if not v else "x+?"[[-1, 1, 0].index(c)] for c, v in zip(classes[i], valid[i]))
+        print(f"  traj {i}: reward {credit.rewards[i]:.3f}  A {a:+.2f}  steps {marks}")
+    for unit in ("step", "chunk"):
+        s = {key[len(unit) + 1:]: v for key, v in summary.items() if key.startswith(unit + "_")}
+        print(f"{unit:5s} misattributed among determined {s['misattributed']:.3f} +- {s['misattributed_se']:.3f}  "
+              f"determined {s['determined']:.3f} +- {s['determined_se']:.3f}  mass against A "
+              f"{s['mass_against']:.3f} +- {s['mass_against_se']:.3f}  plain sign rate "
+              f"{s['misattribution']:.3f} +- {s['misattribution_se']:.3f}")
     return 0
 
 
@@ -121,12 +183,13 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     prompts = spread_prompts(args.prompts)
     policy = load_model(args)
     config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, seed=args.seed)
+    check_memory(policy, config.group, config.steps, "--group or --steps", prompts=min(len(prompts), 16))
     curve = dynamics_curve(policy, prompts, config, metric=args.metric, progress=_progress("trajectories"))
     sizes = chunker(args.steps, curve.mean, **options)
     if args.json:
-        print(json.dumps({"method": args.method, "steps": args.steps, "sizes": sizes, "metric": args.metric,
-                          "l1_rel": _round(curve.mean.tolist()), "l1_rel_std": _round(curve.std.tolist()),
-                          "prompts": len(prompts)}))
+        print(to_json({"method": args.method, "steps": args.steps, "sizes": sizes, "metric": args.metric,
+                       "l1_rel": _round(curve.mean.tolist()), "l1_rel_std": _round(curve.std.tolist()),
+                       "prompts": len(prompts)}))
     else:
         print(f"{args.method} chunks over {args.steps} steps: {sizes}")
         print("mean " + args.metric + "_rel per step: " + " ".join(f"{v:.3f}" for v in curve.mean.tolist()))
@@ -148,7 +211,7 @@ def _progress(label: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbench", description="Chunk-GRPO Workbench command line.")
+    parser = Parser(prog="workbench", description="Chunk-GRPO Workbench command line.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     p = sub.add_parser("sample", help="sample a group of trajectories and save images",
                        description="Sample G trajectories of one prompt with the Flow-GRPO SDE and save them.")
@@ -165,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
     p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
     p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
+    p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"],
+                   help="credit estimator: mc (K continuations), ode (ODE completion), x0 (denoised prediction)")
+    p.add_argument("--z", type=non_negative_float, default=2.0,
+                   help="standard errors a cell's credit must clear to be determined (default 2)")
+    p.add_argument("--no-crn", action="store_true",
+                   help="independent continuations instead of common random numbers across a trajectory's states")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_attribute)
 
@@ -175,13 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="adaptive", help="chunker name (default adaptive)")
     p.add_argument("--prompts", type=positive_int, default=32, help="prompts to average over (default 32)")
     p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
-    p.add_argument("--noise-level", type=non_negative_float, default=0.7, help="SDE noise level (default 0.7)")
+    p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7, help="SDE noise level (default 0.7)")
     p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")
     p.add_argument("--size", type=positive_int, default=None, help="chunk size for uniform")
     p.add_argument("--num-chunks", type=positive_int, default=None, help="number of chunks for equal_mass")
     p.add_argument("--max-size", type=positive_int, default=None, help="largest chunk for adaptive")
     p.add_argument("--sizes", default=None, help="sizes for fixed, e.g. 2,3,4,7")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="seed, 0 .. 2^63 - 1 (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_model_args(p)
     p.set_defaults(func=cmd_chunks)
@@ -196,4 +265,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(build_parser().parse_args(argv))
+    argv = sys.argv[1:] if argv is None else argv
+    return run_command(build_parser().parse_args(negative_values_inline(argv)))

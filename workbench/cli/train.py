@@ -17,8 +17,8 @@ import json
 import sys
 from dataclasses import fields
 
-from workbench.cli.args import integer, number, run_command
-from workbench.core.errors import WorkbenchError
+from workbench.cli.args import Parser, device, integer, negative_values_inline, number, run_command, seed
+from workbench.core.errors import WorkbenchError, shorten
 
 
 def _window(text: str) -> tuple[int, int]:
@@ -30,6 +30,7 @@ def _window(text: str) -> tuple[int, int]:
 
 
 _TYPES = {"int": integer, "float": number, "str": str, "tuple[int, int]": _window}  # TrainConfig annotations
+_FIELD_TYPES = {"seed": seed, "device": device}  # fields whose flags check more than their annotation
 
 
 def _help(doc: str) -> str:
@@ -63,7 +64,7 @@ def register(subparsers) -> None:
         elif kind == "bool":
             p.add_argument(flag, action="store_const", const=True, default=None, help=text)
         else:
-            p.add_argument(flag, type=_TYPES[kind], default=None, help=text)
+            p.add_argument(flag, type=_FIELD_TYPES.get(f.name, _TYPES[kind]), default=None, help=text)
     p.set_defaults(func=cmd_train)
 
 
@@ -92,8 +93,8 @@ def progress_line(event, total: int) -> str | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from workbench.core.files import read_json
-    from workbench.train import TrainConfig, Trainer, preset
+    from workbench.core.files import clean_json
+    from workbench.train import Trainer
     from workbench.train.store import RunStore
 
     overrides = config_overrides(args)
@@ -111,14 +112,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise WorkbenchError(f"--resume continues a run with its saved settings; only --iterations may change "
                                  f"(drop {', '.join(extra)})")
         trainer = Trainer.resume(args.resume, iterations=overrides.get("iterations"))
+        if trainer.dist.main:
+            print(resume_note(trainer.store, trainer.resumed_from), flush=True)
     else:
-        if args.preset and args.config:
-            raise WorkbenchError("give --preset or --config, not both")
-        if args.config:
-            config = TrainConfig.from_dict({**read_json(args.config), **overrides})
-        else:
-            config = preset(args.preset, **overrides) if args.preset else TrainConfig(**overrides)
-        trainer = Trainer(config, RunStore.create() if args.out is None else args.out)
+        trainer = Trainer(new_config(args, overrides), new_store(args.out))
     total = trainer.config.iterations
 
     def show(event) -> None:
@@ -128,9 +125,57 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     summary = trainer.run(callback=show)
     if trainer.dist.main:
-        print(json.dumps(summary.to_dict()), flush=True)
+        print(json.dumps(clean_json(summary.to_dict()), allow_nan=False), flush=True)
     _close_distributed()
     return 0
+
+
+def new_config(args: argparse.Namespace, overrides: dict):
+    """The TrainConfig of a fresh run: --config FILE or --preset NAME (or the defaults), then the flags."""
+    from workbench.core.files import read_json
+    from workbench.train import TrainConfig, preset
+
+    if args.preset and args.config:
+        raise WorkbenchError("give --preset or --config, not both")
+    if not args.config:
+        return preset(args.preset, **overrides) if args.preset else TrainConfig(**overrides)
+    try:
+        return TrainConfig.from_dict({**read_json(args.config), **overrides})
+    except WorkbenchError as err:
+        raise WorkbenchError(f"--config {args.config}: {err}") from None
+
+
+def new_store(out: str | None):
+    """The run folder of a fresh run, checked and created before the model loads: a file, a run, a non-empty
+    folder or an unwritable path is refused before any work."""
+    from workbench.train.store import RunStore
+
+    store = RunStore.create() if out is None else RunStore(out)
+    store.check_fresh()
+    try:
+        store.path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise WorkbenchError(f"--out {store.path}: cannot create the run folder ({err.strerror or err}); "
+                             "choose a writable folder") from None
+    return store
+
+
+def resume_note(store, iteration: int) -> str:
+    """Which checkpoint a resume continues from, and why, when checkpoints/latest.json did not lead to it."""
+    from workbench.core.files import read_json
+
+    folder = f"iter_{iteration:04d}"
+    note = f"resuming {store.path} from checkpoint {folder} (iteration {iteration})"
+    pointer = store.path / "checkpoints" / "latest.json"
+    try:
+        named = read_json(pointer).get("dir")
+    except WorkbenchError:
+        named = None
+    if named == folder:
+        return note
+    if isinstance(named, str):
+        return note + f"; latest.json names {shorten(named)}, which is not a complete checkpoint of this run"
+    return note + "; latest.json is missing or unreadable, so the newest complete checkpoint was used"
 
 
 def _close_distributed() -> None:
@@ -142,9 +187,10 @@ def _close_distributed() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m workbench.cli.train [flags]`: the train command on its own (for torchrun -m)."""
-    parser = argparse.ArgumentParser(prog="workbench")
+    parser = Parser(prog="workbench")
     register(parser.add_subparsers(dest="command", required=True))
-    return run_command(parser.parse_args(["train", *(sys.argv[1:] if argv is None else argv)]))
+    argv = sys.argv[1:] if argv is None else argv
+    return run_command(parser.parse_args(negative_values_inline(["train", *argv])))
 
 
 if __name__ == "__main__":

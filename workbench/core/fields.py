@@ -12,10 +12,10 @@ import ast
 import inspect
 import math
 import textwrap
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from functools import cache
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
 
 
 @cache
@@ -32,7 +32,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 _KINDS = {"int": "an integer", "float": "a finite number", "str": "a string", "bool": "true or false",
-          "list[str]": "a list of strings", "tuple[int, int]": "a pair of integers"}
+          "list[str]": "a list of strings", "tuple[int, int]": "a pair of integers", "dict": "a JSON object"}
 
 
 def _fits(kind: str, value) -> bool:
@@ -48,6 +48,12 @@ def _fits(kind: str, value) -> bool:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind == "tuple[int, int]":
         return isinstance(value, (tuple, list)) and len(value) == 2 and all(_fits("int", v) for v in value)
+    if kind == "dict":
+        return isinstance(value, dict)
+    if is_dataclass(value) and type(value).__name__ == kind:  # a nested settings dataclass (checks itself)
+        return True
+    if kind[:1].isupper():  # a nested dataclass's annotation, given something else
+        return False
     raise TypeError(f"no type check for annotation {kind!r}")
 
 
@@ -60,4 +66,5 @@ def check_types(obj) -> None:
         if value is None and optional:
             continue
         if not _fits(kind, value):
-            raise WorkbenchError(f"{f.name} must be {_KINDS[kind]}{' or None' if optional else ''}, got {value!r}")
+            what = _KINDS.get(kind, f"a {kind} (an object of settings)")
+            raise WorkbenchError(f"{f.name} must be {what}{' or None' if optional else ''}, got {shorten(value)}")

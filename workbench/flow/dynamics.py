@@ -14,7 +14,7 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.sampler import sample_groups
-from workbench.flow.trajectory import SamplingConfig
+from workbench.flow.trajectory import SamplingConfig, offset_seed
 
 METRICS = ("l1", "l2", "cosine")
 
@@ -65,7 +65,7 @@ def dynamics_curve(policy: FlowPolicy, prompts: list[str], config: SamplingConfi
     rows, sigmas = [], None
     for i in range(0, len(prompts), batch):
         groups = sample_groups(policy, prompts[i:i + batch], config,
-                               seeds=[config.seed + j for j in range(i, min(i + batch, len(prompts)))])
+                               seeds=[offset_seed(config.seed, j) for j in range(i, min(i + batch, len(prompts)))])
         rows += [relative_change(g.states, metric) for g in groups]
         sigmas = groups[0].sigmas
         if progress is not None:

@@ -9,7 +9,7 @@ import torch
 
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.sde import StepOutput, sde_step_with_logprob
-from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
+from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup, offset_seed
 
 
 def initial_noise(shape: tuple[int, ...], seed: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -68,7 +68,7 @@ def sample_groups(policy: FlowPolicy, prompts: list[str], config: SamplingConfig
     """
     for prompt in prompts:
         policy.check_prompt(prompt)
-    seeds = [config.seed + i for i in range(len(prompts))] if seeds is None else seeds
+    seeds = [offset_seed(config.seed, i) for i in range(len(prompts))] if seeds is None else seeds
     configs = [replace(config, seed=s) for s in seeds]
     sigmas = policy.schedule(config.steps, config.shift)
     noise = [group_noise(c, policy.latent_shape) for c in configs]

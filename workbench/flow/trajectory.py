@@ -7,6 +7,7 @@ loads back bit for bit.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -14,10 +15,35 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
 from workbench.flow.sde import SDE_KINDS
 
 TENSOR_FIELDS = ("sigmas", "states", "x0_preds", "means", "stds", "log_probs", "images")
+SEED_RANGE = (0, 2**63 - 1)  # every seed, on every command and control: what torch.Generator.manual_seed takes
+# finite, sane ranges of the sampling numbers (None = the model's default is allowed where the field is optional)
+SAMPLING_RANGES = {"noise_level": (0.0, 10.0), "shift": (1e-3, 1000.0), "guidance_scale": (0.0, 100.0)}
+
+
+def check_range(name: str, value, low: float, high: float) -> None:
+    """value is None or a finite real number in [low, high]; else a WorkbenchError naming `name`."""
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise WorkbenchError(f"{name} must be a finite number, got {value!r}")
+    if not low <= value <= high:
+        raise WorkbenchError(f"{name} must be in {low:g}..{high:g}, got {value:g}")
+
+
+def offset_seed(seed: int, i: int) -> int:
+    """The i-th seed after `seed` (group i of a batch), wrapping inside SEED_RANGE."""
+    return (seed + i) % (SEED_RANGE[1] + 1)
+
+
+def check_seed(seed) -> None:
+    """A seed is an integer in SEED_RANGE (0 .. 2^63 - 1), the same rule for every command and control."""
+    low, high = SEED_RANGE
+    if not isinstance(seed, int) or isinstance(seed, bool) or not low <= seed <= high:
+        raise WorkbenchError(f"seed must be an integer in {low}..2^63 - 1, got {shorten(seed)}")
 
 
 @dataclass
@@ -37,12 +63,17 @@ class SamplingConfig:
     def __post_init__(self):
         if isinstance(self.window, list):
             self.window = tuple(self.window)
+        for name in ("group", "steps", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise WorkbenchError(f"{name} must be an integer, got {value!r}")
         if self.group < 1:
             raise WorkbenchError(f"group size must be a positive integer, got {self.group}")
         if self.steps < 1:
             raise WorkbenchError(f"steps must be a positive integer, got {self.steps}")
-        if self.noise_level < 0:
-            raise WorkbenchError(f"noise level must be >= 0, got {self.noise_level}")
+        check_seed(self.seed)
+        for name, (low, high) in SAMPLING_RANGES.items():
+            check_range(name, getattr(self, name), low, high)
         if self.sde == "cps" and self.noise_level > 1:
             raise WorkbenchError(f"the cps noise level is an angle fraction in [0, 1], got {self.noise_level}")
         if self.sde not in SDE_KINDS:

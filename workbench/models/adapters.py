@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.schedule import shift_sigmas
-from workbench.models.embedded import CONFIG_FILE, WEIGHTS_FILE, EmbeddedPolicy
+from workbench.models.embedded import CONFIG_FILE, WEIGHTS_FILE, EmbeddedPolicy, check_finite_weights
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # scheduler settings that change the sigmas in ways the workbench's schedules do not reproduce
@@ -42,6 +42,23 @@ def default_device() -> str:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"
+
+
+def check_device(name: str) -> str:
+    """A device name this machine can run on (cpu, cuda, cuda:N, mps), else a WorkbenchError that says why."""
+    text = str(name).strip().lower()
+    kind, _, index = text.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and (kind != "cuda" or not index.isdigit())):
+        raise WorkbenchError(f"unknown device {shorten(name)}; valid devices: cpu, cuda, cuda:N, mps")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            build = "has no CUDA" if torch.version.cuda is None else "sees no GPU"
+            raise WorkbenchError(f"device 'cuda' is not available: this PyTorch build {build}; use cpu")
+        if index and int(index) >= torch.cuda.device_count():
+            raise WorkbenchError(f"device {text} does not exist: {torch.cuda.device_count()} GPU(s) visible")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise WorkbenchError("device 'mps' is not available on this machine; use cpu")
+    return text
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -238,7 +255,7 @@ def load_policy(path: str | Path | None = None, device: str | None = None, dtype
     `_class_name` (options such as resolution go to their constructors); a folder with config.json +
     model.safetensors -> the embedded format. Every failure is a one-line WorkbenchError.
     """
-    device = device or default_device()
+    device = check_device(device) if device else default_device()
     dt = torch_dtype(dtype)
     folder = None if path is None else Path(path).expanduser()
     if folder is not None and not folder.exists():
@@ -297,6 +314,7 @@ def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise WorkbenchError(f"cannot load {class_name} from {folder} ({first}); "
                              "check that the download is complete") from None
+    check_finite_weights(pipe.transformer.named_parameters(), f"{folder / 'transformer'}")
     policy = policy_cls(pipe.to(device), **options)
     policy.name = f"{policy.name}:{folder.name}"
     return policy

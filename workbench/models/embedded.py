@@ -16,7 +16,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, one_line
+from workbench.core.fields import check_types
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.models.text_encoder import TextEncoderConfig, TinyTextEncoder, WordTokenizer
 from workbench.toyworld.world import parse_prompt
@@ -49,7 +50,7 @@ class EmbeddedConfig:
 
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
     text: TextEncoderConfig = field(default_factory=TextEncoderConfig)
-    default_shift: float = 3.0  # SD3-style schedule shift used for sampling (METHODS 4: 17 steps, shift 3)
+    default_shift: float = 3.0  # SD3-style schedule shift used for sampling (docs/methods.md "Schedules")
     prediction: str = "x0"  # what the transformer outputs: "x0" (clean image) or "velocity"
     default_guidance: float = 4.0  # CFG scale for making pictures (`sample`, quality report); RL rollouts use 1
     training: dict = field(default_factory=dict)  # pretraining settings and results, for the model card
@@ -59,6 +60,12 @@ class EmbeddedConfig:
             self.transformer = TransformerConfig(**self.transformer)
         if isinstance(self.text, dict):
             self.text = TextEncoderConfig(**self.text)
+        check_types(self)  # a hand-edited config.json names its wrong field instead of failing deep in diffusers
+        for part in (self.transformer, self.text):
+            check_types(part)
+            small = [f"{k}={v}" for k, v in asdict(part).items() if not 1 <= v <= 4096]
+            if small:
+                raise ValueError(f"sizes must be in 1..4096, got {', '.join(small)}")
         if self.transformer.joint_attention_dim != self.text.width:
             raise ValueError("transformer.joint_attention_dim must equal text.width")
         if self.prediction not in ("x0", "velocity"):
@@ -118,6 +125,14 @@ def save_embedded(model: EmbeddedModel, directory: str | Path) -> Path:
     return directory
 
 
+def check_finite_weights(tensors, source: str) -> None:
+    """Refuse weights holding NaN or inf (named by `source`, a file or folder): they would sample NaN images."""
+    bad = [name for name, t in tensors if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise WorkbenchError(f"{source} holds NaN or inf values in {len(bad)} tensor(s), e.g. {bad[0]}; "
+                             "restore the file from a good copy")
+
+
 def load_embedded(directory: str | Path | None = None, device: str | torch.device = "cpu") -> EmbeddedModel:
     """Load the embedded model from `directory` (default: the weights shipped with the package).
 
@@ -130,14 +145,18 @@ def load_embedded(directory: str | Path | None = None, device: str | torch.devic
         if not path.is_file():
             raise WorkbenchError(f"model file {path} is missing; {remake}")
     try:
-        config = EmbeddedConfig(**json.loads(config_path.read_text()))
-    except (json.JSONDecodeError, TypeError, ValueError) as err:
-        raise WorkbenchError(f"model config {config_path} is corrupted ({err}); {remake}") from None
+        data = json.loads(config_path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        config = EmbeddedConfig(**data)
+        model = build_embedded(config)
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError, RuntimeError) as err:
+        raise WorkbenchError(f"model config {config_path} is corrupted ({one_line(err, 200)}); {remake}") from None
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as err:
         raise WorkbenchError(f"model weights {weights_path} are corrupted ({err}); {remake}") from None
-    model = build_embedded(config)
+    check_finite_weights(tensors.items(), f"model weights {weights_path}")
     for prefix, module in (("text_encoder.", model.text_encoder), ("transformer.", model.transformer)):
         part = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
         try:

@@ -1,4 +1,5 @@
-"""Monte-Carlo step credit: measure advantage misattribution (METHODS.md section 5).
+"""Step and chunk credit with per-cell errors: measure advantage misattribution (docs/methods.md
+"Monte-Carlo credit" and "Credit uncertainty").
 
 Step GRPO gives every step of trajectory i the same advantage A_i. What a step actually contributed is
 measured here from the value of the states around it:
@@ -7,48 +8,83 @@ measured here from the value of the states around it:
     V(x_T)    = the group mean reward (all trajectories start from the same noise),  V(x_0^i) = r_i
     d_{i,t}   = V(x_{t+1}^i) - V(x_t^i)      (state index t = 0 is noise; step t goes t -> t + 1)
 
-The credits of a trajectory telescope to r_i - V(x_T), so they decompose its raw advantage exactly up
-to Monte-Carlo noise. A step is misattributed when its credit has the opposite sign of A_i; a chunk is
-misattributed when the sum of its step credits has. Standard errors come from a bootstrap over the K
-continuations of every state, so they shrink as K grows.
+The credits of a trajectory telescope to r_i - V(x_T). Every cell has a standard error from the spread
+of the continuation rewards (`workbench.rl.credit_stats`), and is misattributed (against A_i by more
+than z errors), aligned (with it by more than z) or undetermined. Steps that are not trained and
+trajectories with A_i = 0 are left out of every rate. Cheaper estimators (`credit_estimators`) fill the
+same `Credit`; `refine` spends a budget of continuations where cells are still undetermined.
 
-`Credit` keeps the raw continuation rewards, so `rechunk` recomputes chunk credits, rates and their
-errors for a new schedule without sampling (milliseconds).
+`Credit` keeps the raw continuation rewards, so `rechunk` recomputes chunk credits, errors, classes and
+rates for a new schedule without sampling (milliseconds).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
-from workbench.rl.chunking import chunk_sum, parse_chunk_spec
+from workbench.rl.chunking import chunk_boundaries, chunk_sum, parse_chunk_spec
+from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, run_continuations
+from workbench.rl.credit_stats import Rates, classify, credit_variance, rates, state_counts, state_means
 
-BOOTSTRAP = 200  # bootstrap replicates for the standard errors
+Z = 2.0  # default significance: a cell is determined when |d| exceeds 2 standard errors
+
+
+@dataclass
+class CreditRates:
+    """Rates of steps and chunks at one z (`credit_stats.Rates`)."""
+
+    step: Rates
+    chunk: Rates
+    z: float
+
+
+@dataclass
+class CreditClasses:
+    """Classes of every cell at one z: -1 misattributed, 0 undetermined, +1 aligned (`credit_stats.classify`)."""
+
+    step: torch.Tensor  # (G, T) int8
+    chunk: torch.Tensor  # (G, K) int8
+    z: float
 
 
 @dataclass
 class Credit:
-    """Step and chunk credit of one group. G trajectories, T steps, K continuations per state."""
+    """Step and chunk credit of one group. G trajectories, T steps, up to K continuations per state."""
 
     prompt: str
     rewards: torch.Tensor  # (G,) r_i of the final images
     advantages: torch.Tensor  # (G,) A_i the objective would use (only its sign matters here)
-    branch_rewards: torch.Tensor  # (G, T - 1, K) rewards of the continuations from states 1..T-1
+    branch_rewards: torch.Tensor  # (G, T - 1, K) continuation rewards from states 1..T-1, NaN past a state's K
     sizes: list[int]  # chunk sizes over the T steps
-    seed: int = 0  # bootstrap seed
+    seed: int = 0  # continuation noise seed
+    trained: torch.Tensor | None = None  # (T,) bool: steps that carry a log-prob; None = all
+    crn: bool = True  # continuations share noise across states (common random numbers)
+    estimator: str = "mc"  # ESTIMATORS name that valued the states
+    start: torch.Tensor | None = None  # (G,) V(x_T) of a look-ahead estimator; None = group mean reward
+    deterministic: bool = False  # look-ahead estimators have no Monte-Carlo error
+    cost: dict = field(default_factory=dict)  # {"nfe": transformer evaluations, "seconds": wall time}
 
     @property
     def num_steps(self) -> int:
         return self.branch_rewards.shape[1] + 1
 
     @property
+    def counts(self) -> torch.Tensor:
+        """(G, T - 1) continuations per intermediate state."""
+        return state_counts(self.branch_rewards)
+
+    @property
     def values(self) -> torch.Tensor:
-        """(G, T + 1) state values V(x_t^i): group mean, continuation means, final rewards."""
-        return _values(self.rewards, self.branch_rewards.mean(-1))
+        """(G, T + 1) state values V(x_t^i): start value, continuation means, final rewards."""
+        g = self.rewards.shape[0]
+        start = self.rewards.mean().expand(g) if self.start is None else self.start  # (G,)
+        return torch.cat([start[:, None], state_means(self.branch_rewards), self.rewards[:, None]], dim=1)
 
     @property
     def step_credit(self) -> torch.Tensor:
@@ -57,93 +93,108 @@ class Credit:
 
     @property
     def chunk_credit(self) -> torch.Tensor:
-        """(G, K) sum of the step credits inside each chunk."""
+        """(G, K) sum of the step credits inside each chunk, = V(chunk end) - V(chunk start)."""
         return chunk_sum(self.step_credit, self.sizes)
+
+    def _se(self, edges: list[int]) -> torch.Tensor:
+        g = self.rewards.shape[0]
+        if self.deterministic:
+            return torch.zeros(g, len(edges) - 1)
+        start_var = (self.rewards.var() / g if self.start is None else torch.tensor(0.0)).expand(g)  # (G,)
+        return credit_variance(self.branch_rewards, start_var, edges, self.crn).sqrt()
+
+    @property
+    def step_se(self) -> torch.Tensor:
+        """(G, T) standard error of every step credit (NaN where a state has < 2 continuations)."""
+        return self._se(list(range(self.num_steps + 1)))
+
+    @property
+    def chunk_se(self) -> torch.Tensor:
+        """(G, K) standard error of every chunk credit."""
+        return self._se([0, *chunk_boundaries(self.sizes), self.num_steps])
+
+    @property
+    def step_valid(self) -> torch.Tensor:
+        """(G, T) bool: cells that count in rates (trained step, advantage not 0)."""
+        trained = torch.ones(self.num_steps, dtype=torch.bool) if self.trained is None else self.trained
+        return (self.advantages != 0)[:, None] & trained[None, :]
+
+    @property
+    def chunk_valid(self) -> torch.Tensor:
+        """(G, K) bool: chunks with at least one trained step, of trajectories with A_i not 0."""
+        return chunk_sum(self.step_valid.float(), self.sizes) > 0
+
+    def step_classes(self, z: float = Z) -> torch.Tensor:
+        """(G, T) int8: -1 misattributed, 0 undetermined, +1 aligned (`credit_stats.classify`)."""
+        return classify(self.step_credit, self.step_se, self.advantages, z)
+
+    def chunk_classes(self, z: float = Z) -> torch.Tensor:
+        """(G, K) int8 classes of the chunk credits."""
+        return classify(self.chunk_credit, self.chunk_se, self.advantages, z)
+
+    def classify(self, z: float = Z) -> CreditClasses:
+        """Step and chunk classes at z (cells that count in no rate keep their class; see step_valid)."""
+        return CreditClasses(self.step_classes(z), self.chunk_classes(z), z)
+
+    def rates(self, z: float = Z) -> CreditRates:
+        """Misattributed among determined cells, determined share, credit mass against A, plain sign rate."""
+        step = rates(self.step_credit, self.step_classes(z), self.advantages, self.step_valid)
+        chunk = rates(self.chunk_credit, self.chunk_classes(z), self.advantages, self.chunk_valid)
+        return CreditRates(step, chunk, z)
 
     def rechunk(self, spec) -> Credit:
         """The same measurement under another chunk schedule ("2,3,4,7" or a list of sizes)."""
         return replace(self, sizes=parse_chunk_spec(spec, self.num_steps))
 
-    def misattribution(self) -> dict[str, float]:
-        """Step and chunk misattribution rates with their bootstrap standard errors."""
-        step, chunk = _rates(self.rewards, self.branch_rewards, self.advantages, self.sizes)  # scalars
-        boot_step, boot_chunk = _rates(self.rewards, self._bootstrap_branches(), self.advantages, self.sizes)
-        return {"step_misattribution": float(step), "step_misattribution_se": float(boot_step.std()),
-                "chunk_misattribution": float(chunk), "chunk_misattribution_se": float(boot_chunk.std())}
+    def misattribution(self, z: float = Z) -> dict[str, float]:
+        """The plain sign rates (earlier figures) with their errors, beside the significance-aware rates."""
+        r = self.rates(z)
+        out = {"step_misattribution": r.step.plain, "step_misattribution_se": r.step.plain_se,
+               "chunk_misattribution": r.chunk.plain, "chunk_misattribution_se": r.chunk.plain_se}
+        for name, unit in (("step", r.step), ("chunk", r.chunk)):
+            out.update({f"{name}_{key}": getattr(unit, key) for key in
+                        ("misattributed", "misattributed_se", "determined", "determined_se", "mass_against",
+                         "mass_against_se")})
+        return out
 
     def misattributed_steps(self) -> torch.Tensor:
-        """(G, T) bool: cells whose credit sign is opposite to the advantage sign."""
-        return self.step_credit * self.advantages[:, None] < 0
+        """(G, T) bool: valid cells whose credit sign is opposite to the advantage sign (plain, no errors)."""
+        return (self.step_credit * self.advantages[:, None] < 0) & self.step_valid
 
-    def _bootstrap_branches(self) -> torch.Tensor:
-        """(R, G, T - 1, K) continuation rewards resampled with replacement within each state."""
-        gen = torch.Generator().manual_seed(self.seed)
-        k = self.branch_rewards.shape[-1]
-        idx = torch.randint(k, (BOOTSTRAP, *self.branch_rewards.shape), generator=gen)  # (R, G, T-1, K)
-        return torch.gather(self.branch_rewards.expand(BOOTSTRAP, *self.branch_rewards.shape), -1, idx)
-
-    def summary(self) -> dict:
-        """JSON-ready numbers: advantage (G), credit (G x T), chunk_credit (G x K), rates and errors."""
-        return {"prompt": self.prompt, "chunks": self.sizes, "rewards": self.rewards.tolist(),
-                "advantage": self.advantages.tolist(), "values": self.values.tolist(),
-                "credit": self.step_credit.tolist(), "chunk_credit": self.chunk_credit.tolist(),
-                **self.misattribution()}
+    def summary(self, z: float = Z) -> dict:
+        """JSON-ready numbers: credits (G x T, G x K), their errors and classes, rates and errors."""
+        k = self.counts
+        return {"prompt": self.prompt, "chunks": self.sizes, "estimator": self.estimator, "crn": self.crn, "z": z,
+                "branches_min": int(k.min()), "branches_max": int(k.max()), "cost": self.cost,
+                "rewards": self.rewards.tolist(), "advantage": self.advantages.tolist(), "values": self.values.tolist(),
+                "credit": self.step_credit.tolist(), "credit_se": _finite(self.step_se),
+                "step_classes": self.step_classes(z).tolist(), "chunk_credit": self.chunk_credit.tolist(),
+                "chunk_se": _finite(self.chunk_se), "chunk_classes": self.chunk_classes(z).tolist(),
+                **self.misattribution(z)}
 
 
-def _values(rewards: torch.Tensor, branch_means: torch.Tensor) -> torch.Tensor:
-    """rewards (G,), branch means (..., G, T - 1) -> values (..., G, T + 1)."""
-    start = rewards.mean().expand(*branch_means.shape[:-1], 1)  # (..., G, 1)
-    end = rewards.expand(*branch_means.shape[:-1])[..., None]  # (..., G, 1)
-    return torch.cat([start, branch_means, end], dim=-1)
+def _finite(t: torch.Tensor) -> list:
+    """NaN -> None, for JSON."""
+    return [[None if v != v else v for v in row] for row in t.tolist()]
 
 
-def _rates(rewards, branches, advantages, sizes) -> tuple[torch.Tensor, torch.Tensor]:
-    """Misattribution rates for branches (..., G, T - 1, K); cells with A_i = 0 are left out."""
-    credit = _values(rewards, branches.mean(-1)).diff(dim=-1)  # (..., G, T)
-    sign = advantages.sign()[:, None]  # (G, 1)
-    valid = (sign != 0).float()  # (G, 1)
-    denom = valid.sum().clamp_min(1)
-    step = ((credit * sign < 0).float() * valid).sum((-2, -1)) / (denom * credit.shape[-1])
-    chunks = chunk_sum(credit, sizes)  # (..., G, K)
-    chunk = ((chunks * sign < 0).float() * valid).sum((-2, -1)) / (denom * chunks.shape[-1])
-    return step, chunk
-
-
-@torch.no_grad()
 def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branches: int = 4,
-                         seed: int = 0, progress=None, max_rows: int = 256) -> torch.Tensor:
-    """Rewards (G, T - 1, K) of K continuations from every intermediate state x_1 .. x_{T-1}.
-
-    All continuations run in one loop over steps: the rows that start at state s join the batch at step
-    s, so each step is one forward pass over every active row (G * K * s rows at step s), in slices of
-    at most `max_rows` rows to bound memory.
-    """
-    from workbench.flow.sampler import transition
-
-    g, t_steps, cfg = group.group_size, group.num_steps, group.config
-    sigmas = group.sigmas.to(policy.device)
-    cond = policy.encode([group.prompt], cfg=cfg.guidance_scale != 1.0)
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.empty(0, *group.states.shape[2:], device=policy.device)  # active rows (R, C, H, W)
-    for s in range(1, t_steps):
-        start = group.states[:, s].repeat_interleave(branches, dim=0).to(policy.device)  # (G * K, C, H, W)
-        x = torch.cat([x, start])
-        noise = torch.randn(x.shape, generator=gen).to(policy.device)
-        x = torch.cat([transition(policy, xb, sigmas, s, cond.repeat(xb.shape[0]), cfg, noise=nb).x_next
-                       for xb, nb in zip(x.split(max_rows), noise.split(max_rows))])  # bounded memory
-        if progress is not None:
-            progress(s, t_steps - 1)
-    # rows were appended start by start: row block j (size G * K) started at state j + 1; R = (T - 1) G K
-    rewards = torch.cat([torch.as_tensor(reward_fn(policy.decode(xb), [group.prompt] * xb.shape[0]),
-                                         dtype=torch.float32).cpu() for xb in x.split(max_rows)])  # (R,)
-    return rewards.view(t_steps - 1, g, branches).permute(1, 0, 2).contiguous()  # (G, T - 1, K)
+                         seed: int = 0, progress=None, crn: bool = True) -> torch.Tensor:
+    """Rewards (G, T - 1, K) of K continuations from every intermediate state x_1 .. x_{T-1}."""
+    return ESTIMATORS.get("mc")(policy, group, reward_fn, branches, seed, crn, progress).branch_rewards
 
 
 def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branches: int = 4,
-                   chunks="2,3,4,7", advantage: str = "grpo", seed: int = 0, progress=None) -> Credit:
-    """Monte-Carlo credit of a sampled group under `reward_fn` (a RewardFunction or any rewards callable)."""
+                   chunks="2,3,4,7", advantage: str = "grpo", seed: int = 0, progress=None,
+                   estimator: str = "mc", crn: bool = True) -> Credit:
+    """Credit of a sampled group under `reward_fn` (a RewardFunction or any rewards callable).
+
+    estimator: "mc" (K = `branches` continuations per state), "ode" or "x0" (one look-ahead per state).
+    crn: common random numbers across the continuations of a trajectory (False: independent noise).
+    """
     from workbench.rl.advantages import ADVANTAGES
 
+    fn = ESTIMATORS.get(estimator)
     if branches < 1:
         raise WorkbenchError(f"branches (K) must be a positive integer, got {branches}")
     if group.num_steps < 2:
@@ -151,5 +202,106 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branch
     sizes = parse_chunk_spec(chunks, group.num_steps)
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
-    branch = continuation_rewards(policy, group, reward_fn, branches, seed, progress)
-    return Credit(group.prompt, rewards, advantages, branch, sizes, seed)
+    est = fn(policy, group, reward_fn, branches, seed, crn, progress)
+    return Credit(group.prompt, rewards, advantages, est.branch_rewards, sizes, seed, group.config.sde_mask(), crn,
+                  estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds})
+
+
+REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
+
+
+def _open_cells(credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor, valid: torch.Tensor) -> tuple:
+    """(undetermined valid cells, those within reach |d| >= REACH se), both (G, J) float."""
+    open_ = (classes == 0) & valid
+    return open_.float(), (open_ & (credit.abs() >= REACH * se.nan_to_num(torch.inf))).float()
+
+
+def _undetermined_near_states(credit: Credit, z: float) -> torch.Tensor:
+    """(G, T + 1) undetermined valid cells (steps and chunks) that start or end at each state, counting only
+    those within reach of z errors when there are any."""
+    t = credit.num_steps
+    steps = _open_cells(credit.step_credit, credit.step_se, credit.step_classes(z), credit.step_valid)
+    chunks = _open_cells(credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid)
+    use = 1 if bool(steps[1].any() or chunks[1].any()) else 0
+    near = torch.zeros(credit.rewards.shape[0], t + 1)
+    near[:, :-1] += steps[use]
+    near[:, 1:] += steps[use]
+    edges = torch.tensor([0, *chunk_boundaries(credit.sizes), t])
+    near.index_add_(1, edges[:-1], chunks[use])
+    near.index_add_(1, edges[1:], chunks[use])
+    return near
+
+
+def _allocate(priority: torch.Tensor, counts: torch.Tensor, remaining: int) -> torch.Tensor:
+    """Rows (R, 3) = (i, s, k) for one round, at most `remaining` of them.
+
+    priority (G, S): undetermined cells next to each state. Trajectories with the most such cells go first;
+    in each, every state from the first to the last one next to an undetermined cell is brought to twice
+    the largest K of that span, so neighbouring states keep equal K and, under CRN, pair all their
+    continuations (a cell between states with K = 16 and K = 4 would pair only 4). Within a span the
+    states with the most undetermined neighbours are served first when the budget runs out."""
+    rows = []
+    for i in priority.sum(1).argsort(descending=True, stable=True).tolist():
+        near = priority[i].nonzero()[:, 0]  # (N,) state columns next to undetermined cells
+        if len(near) == 0:
+            break
+        span = torch.arange(int(near.min()), int(near.max()) + 1)
+        target = 2 * max(int(counts[i, span].max()), 1)
+        for j in span[priority[i, span].argsort(descending=True, stable=True)].tolist():
+            n = int(counts[i, j])
+            add = min(target - n, remaining)
+            rows += [(i, j + 1, k) for k in range(n, n + add)]
+            remaining -= add
+            if remaining == 0:
+                return torch.tensor(rows, dtype=torch.long).view(-1, 3)
+    return torch.tensor(rows, dtype=torch.long).view(-1, 3)
+
+
+def _with_rows(credit: Credit, rows: torch.Tensor, rewards: torch.Tensor) -> Credit:
+    """The credit with new continuation rewards (R,) at rows (R, 3) = (i, s, k) added; K only grows."""
+    g, s, k = credit.branch_rewards.shape
+    grown = torch.full((g, s, max(k, int(rows[:, 2].max()) + 1)), torch.nan)
+    grown[..., :k] = credit.branch_rewards
+    grown[rows[:, 0], rows[:, 1] - 1, rows[:, 2]] = rewards
+    cost = {**credit.cost, "nfe": credit.cost.get("nfe", 0) + continuation_cost(rows, credit.num_steps)}
+    return replace(credit, branch_rewards=grown, cost=cost)
+
+
+def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, reward_fn, budget: int,
+                  z: float = Z, progress=None) -> Iterator[Credit]:
+    """Spend up to `budget` more continuations where cells are undetermined; yields the credit after each round.
+
+    Each round doubles K over the span of states next to undetermined cells of each trajectory (most such
+    cells first; `_allocate`); rounds stop when every cell is determined or the budget is spent. K never
+    decreases anywhere; noise follows the credit's seed and CRN setting, so new continuations pair with the
+    old ones.
+    """
+    if credit.deterministic:
+        raise WorkbenchError(f"the {credit.estimator} estimator has no Monte-Carlo error to refine; measure with mc")
+    if budget < 1:
+        raise WorkbenchError(f"budget must be a positive number of continuations, got {budget}")
+    if group.group_size != credit.rewards.shape[0] or group.num_steps != credit.num_steps:
+        raise WorkbenchError("refine needs the group the credit was measured on (G and T differ)")
+    spent = 0
+    while spent < budget:
+        priority = _undetermined_near_states(credit, z)[:, 1:-1]  # (G, T - 1): states that can branch
+        if not bool(priority.any()):
+            return
+        rows = _allocate(priority, credit.counts, budget - spent)
+
+        def within(done: int, total: int, before: int = spent, n: int = len(rows)) -> None:
+            if progress is not None:
+                progress(before + n * done // max(total, 1), budget)
+        rewards = run_continuations(policy, group, reward_fn, rows, credit.seed, credit.crn, progress=within)
+        credit = _with_rows(credit, rows, rewards)
+        spent += len(rows)
+        yield credit
+
+
+def refine(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, reward_fn, budget: int, z: float = Z,
+           progress=None) -> Credit:
+    """The credit after `refine_rounds` has spent the budget (or determined every cell)."""
+    latest = credit
+    for latest in refine_rounds(credit, policy, group, reward_fn, budget, z, progress):  # noqa: B007
+        pass
+    return latest

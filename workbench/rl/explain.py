@@ -1,5 +1,5 @@
-"""What each objective does to each step: gradient weights on live numbers (METHODS.md section 7,
-docs/methods.md section "gradient weights").
+"""What each objective does to each step: gradient weights on live numbers (docs/methods.md
+"Gradient weights").
 
 For a loss L over the per-step log-probs of a group, the effective weight of step t of trajectory i is
 

@@ -14,7 +14,7 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.fields import check_types
-from workbench.flow.trajectory import SamplingConfig
+from workbench.flow.trajectory import SAMPLING_RANGES, SEED_RANGE, SamplingConfig, check_seed
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
@@ -23,14 +23,14 @@ from workbench.train.trackers import parse_report_to
 
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
     "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
-    "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": (0.0, 10.0), "seed": (0, 2**63 - 1),
+    "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
     "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000)}
 
 
 @dataclass
 class TrainConfig:
     """A fine-tuning run. Defaults: Chunk-GRPO on the embedded model, tuned to raise held-out adherence
-    in 30 CPU iterations (see `embedded_demo`)."""
+    in 30 CPU iterations (see docs/tuning.md)."""
 
     objective: str = "chunk_grpo"
     """Policy objective from OBJECTIVES: step_grpo (Flow-GRPO), chunk_grpo (GCPO arXiv 2510.21583), gspo, gpg, ..."""
@@ -86,7 +86,7 @@ class TrainConfig:
     iterations: int = 30
     """Training iterations (rollout + update)."""
     lr: float = 3e-5
-    """AdamW learning rate (GCPO 1e-5 full FT of FLUX; Flow-GRPO 3e-4 LoRA); tuned, see `embedded_demo`."""
+    """AdamW learning rate (GCPO 1e-5 full FT of FLUX; Flow-GRPO 3e-4 LoRA); tuned, see docs/tuning.md."""
     weight_decay: float = 1e-4
     """AdamW weight decay (Flow-GRPO 1e-4)."""
     inner_epochs: int = 1
@@ -99,7 +99,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Gradient-norm clip (GCPO 0.01, Flow-GRPO 1.0)."""
     clip_low: float = 1e-3
-    """PPO clip range eps below 1 (Flow-GRPO 1e-4, GCPO 5e-5); embedded-model ratios move ~2e-5, see `embedded_demo`."""
+    """PPO clip range eps below 1 (Flow-GRPO 1e-4, GCPO 5e-5); embedded-model ratios move ~2e-5, see docs/tuning.md."""
     clip_high: float | None = None
     """Clip range above 1; None = clip_low (DAPO clip-higher, GSPO 4e-4)."""
     kl_beta: float = 0.0
@@ -143,7 +143,7 @@ class TrainConfig:
     """Trackers that receive the run's metrics and sample grids: tensorboard, trackio, all or none (diffusers'
     --report-to); they write beside the run folder."""
     sample_every: int = 5
-    """Save a grid of the rollout images every this many iterations."""
+    """Save a grid of the rollout images every this many iterations (and at the first, the last and a stop)."""
     checkpoint_every: int = 10
     """Save weights + optimizer every this many iterations (always at the end and on stop)."""
 
@@ -163,6 +163,7 @@ class TrainConfig:
         self.check_batches()
 
     def _check_ranges(self) -> None:
+        check_seed(self.seed)  # the one seed rule of every command and control
         for name, (low, high) in RANGES.items():
             value = getattr(self, name)
             if value is not None and not low <= value <= high:

@@ -23,17 +23,8 @@ def preset(name: str, **overrides) -> TrainConfig:
 def embedded_demo() -> TrainConfig:
     """The defaults: Chunk-GRPO [2,3,4,7] on the embedded model, 30 iterations of 4 x 8 samples (CPU minutes).
 
-    How they were chosen (shipped weights, 48 held-out prompts scored with the unguided ODE, base 0.8525,
-    seed 0 unless said): full fine-tuning with Adam is noise-dominated at 2 x 8 samples per iteration (KL 0.04):
-    lr 3e-5 reached 0.864, lr 1e-4 fell to 0.819 and lr 3e-4 to 0.810. With 4 x 8 samples per iteration
-    and lr 3e-5 held-out adherence rose to 0.883 / 0.880 / 0.875 (seeds 0 / 1 / 2) without a KL term (GCPO
-    uses none; the default) and to 0.890 / 0.878 / 0.898 with Flow-GRPO's beta 0.04, whose reference
-    forward pass costs ~25 % more time per iteration (3.1-3.4 s against 2.3-2.7 s, over the 3 s target);
-    with 3 x 8 samples and KL 0.04, 0.870 / 0.874 / 0.876. Re-scored log-prob ratios (means over 3072 pixels)
-    move by ~2e-5 per update at this lr (step-ratio std 2-3e-5, chunk-ratio std ~1e-5), so the default clip 1e-3
-    is never reached and step, chunk and sequence ratios then give the same gradient; compare objectives with a
-    clip near 2e-5 (scripts/experiment_objectives.py does). An earlier model, trained to predict velocity, moved
-    from 0.737 to ~0.75 under the previous 2 x 8 default; its notes are in the git history.
+    How each default was chosen (lr, prompts per iteration, no KL term, the sampler, the clip range), with the
+    measurements and the scripts that rerun them: docs/tuning.md.
     """
     return TrainConfig()
 
@@ -101,6 +92,12 @@ def dapo() -> TrainConfig:
     """DAPO (arXiv 2503.14476): token-level step loss, clip-higher, dynamic sampling."""
     base = TrainConfig(objective="dapo", dynamic_sampling=True)
     return replace(base, clip_high=base.clip_low * 0.28 / 0.2)  # DAPO's 0.2 / 0.28 asymmetry
+
+
+@PRESETS.register("dr_grpo")
+def dr_grpo() -> TrainConfig:
+    """Dr. GRPO (arXiv 2503.20783): advantages without the std division, loss normalised by a constant T."""
+    return TrainConfig(objective="dr_grpo", advantage="dr_grpo")  # its advantage: r - mean(r), no std
 
 
 @PRESETS.register("gfpo")

@@ -5,6 +5,7 @@ the folder; the command line, the app and the notebooks read runs through it.
         config.json          the TrainConfig (JSON)
         status.json          state (running / finished / stopped / failed), iteration, pid, error, times
         metrics.jsonl        one JSON object per iteration: {"iteration": i, "reward/mean": ..., ...}
+        metrics.damaged.txt  lines of metrics.jsonl that were not rows, set aside when a resume rewrote it
         samples/iter_XXXX.png  grid of that iteration's rollout images
         samples/eval_XXXX.png  grid of the first held-out prompts at that evaluation (a row per CFG scale)
         checkpoints/latest.json  -> {"iteration": i, "dir": "iter_XXXX"}
@@ -41,6 +42,7 @@ from workbench.core.files import atomic_write, clean_json, read_json, write_json
 
 STATES = ("running", "finished", "stopped", "failed")
 CONFIG, STATUS, METRICS, STOP = "config.json", "status.json", "metrics.jsonl", "STOP"
+DAMAGED_METRICS = "metrics.damaged.txt"  # lines of metrics.jsonl that were not rows, kept when a resume rewrites it
 CHECKPOINT_NAME = re.compile(r"^iter_\d{4,}$")
 
 
@@ -245,8 +247,15 @@ class RunStore:
             raise WorkbenchError(f"cannot append to {path}: {err.strerror or err}") from None
 
     def truncate_metrics(self, last_iteration: int) -> None:
-        """Keep the rows with iteration <= last_iteration (resuming from that checkpoint re-does the rest)."""
+        """Keep the rows with iteration <= last_iteration (resuming from that checkpoint re-does the rest).
+        Lines that are not rows (a crash's torn tail, damaged bytes) are kept aside in metrics.damaged.txt."""
         rows = [r for r in self.metrics() if r["iteration"] <= last_iteration]
+        path = self.path / METRICS
+        raw = path.read_bytes() if path.is_file() else b""
+        unread = [line for line in raw.splitlines() if line.strip() and not _is_row(line)]
+        if unread:
+            with open(self.path / DAMAGED_METRICS, "ab") as f:
+                f.write(b"".join(line + b"\n" for line in unread))
         atomic_write(self.path / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
 
     def save_samples(self, iteration: int, image, prefix: str = "iter") -> Path:
@@ -306,16 +315,7 @@ class RunStore:
             text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
         except OSError as err:
             raise WorkbenchError(f"cannot read {path}: {err.strerror or err}") from None
-        rows = []
-        for line in text.splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            iteration = row.get("iteration") if isinstance(row, dict) else None
-            if isinstance(iteration, int) and not isinstance(iteration, bool):
-                rows.append(row)
-        return rows
+        return [json.loads(line) for line in text.splitlines() if _is_row(line)]
 
     def info(self) -> RunInfo:
         """Config, status and metrics; a part that cannot be read leaves the run listed as damaged, with the reason."""
@@ -354,6 +354,16 @@ class RunStore:
         return None
 
 
+def _is_row(line: str | bytes) -> bool:
+    """A metrics line is a row when it is a JSON object with an integer iteration."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    iteration = row.get("iteration") if isinstance(row, dict) else None
+    return isinstance(iteration, int) and not isinstance(iteration, bool)
+
+
 def load_checkpoint(folder: str | Path) -> Checkpoint:
     """A checkpoint folder's iteration, weights and optimizer state; an incomplete one is a WorkbenchError."""
     folder = Path(folder)
@@ -367,6 +377,10 @@ def load_checkpoint(folder: str | Path) -> Checkpoint:
             RuntimeError) as err:
         raise WorkbenchError(f"checkpoint {folder} is incomplete or corrupted ({str(err).splitlines()[0][:160]})"
                              ) from None
+    bad = [name for name, t in weights.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise WorkbenchError(f"checkpoint {folder} holds NaN or inf weights (e.g. {bad[0]}): the run diverged "
+                             "before it was saved")
     return Checkpoint(iteration, weights, optimizer_state, folder)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbench.core.budget import check_fits, rollout_bytes
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import clean_json
 from workbench.core.imaging import grid
@@ -96,6 +97,7 @@ class Trainer:
             self.store.check_fresh()
         checkpoint = self._checkpoint_to_resume() if resume else None
         self.policy = policy or load_base_policy(config, self.dist)
+        self._check_memory()
         self.reference = self._frozen_copy() if config.kl_beta > 0 else None
         if config.lora_rank:
             add_lora(self.policy.transformer, config.lora_rank, config.lora_alpha)
@@ -134,6 +136,15 @@ class Trainer:
                                  f"{f' ({found} are incomplete)' if found else ''}; start a fresh run with a new --out "
                                  "(its metrics stay where they are)")
         return checkpoint
+
+    def _check_memory(self) -> None:
+        """Refuse an iteration whose stored rollouts cannot fit on the device (`core.budget`), before any work:
+        each process keeps its groups' states, predictions and means as lists, stacked, and on the device."""
+        cfg = self.config
+        local = -(-cfg.prompts_per_iteration // self.dist.world)  # groups per process
+        needed = rollout_bytes(cfg.group, cfg.sampling_steps, self.policy.latent_shape, prompts=local, copies=3)
+        check_fits(needed, self.policy.device, f"an iteration of {local} group(s) of G={cfg.group} x T={cfg.steps}",
+                   "lower group, steps or prompts_per_iteration")
 
     def request_stop(self) -> None:
         """Stop after the current iteration with a checkpoint and state 'stopped'."""
@@ -210,9 +221,9 @@ class Trainer:
                 if cfg.eval_prompts and (it % cfg.eval_every == 0 or it == cfg.iterations):
                     metrics |= self._evaluate(it)
                 self._log(it, metrics)
-                if it % cfg.sample_every == 0:
-                    self._save_samples(it, batch.groups)
                 stop = self._stop_requested()
+                if it == 1 or it % cfg.sample_every == 0 or it == cfg.iterations or stop:  # the app shows the newest
+                    self._save_samples(it, batch.groups)
                 if it % cfg.checkpoint_every == 0 or it == cfg.iterations or stop:
                     self._checkpoint()
                 if stop:

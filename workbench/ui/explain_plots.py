@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.explain import Explanation
-from workbench.ui.plots import BOUNDARY_STYLE, LAYOUT, MISATTRIBUTED_STYLE, STEP_AXIS
+from workbench.ui.plots import BOUNDARY_STYLE, LAYOUT, STEP_AXIS
 
 PUSH = "push −w"
 CLIPPED_STYLE = dict(symbol="x-thin", size=6, line=dict(width=1.5, color="black"))
@@ -164,9 +164,11 @@ def push_figure(ex: Explanation, name: str, title: str) -> go.Figure:
     return fig
 
 
-def chunk_push_figure(ex: Explanation, chunk_credit: torch.Tensor, advantages: torch.Tensor) -> go.Figure:
-    """Chunk-GRPO's push map (G, T) beside the chunk credit (G, K); chunks whose credit sign differs from
-    A(i) carry an x."""
+def chunk_push_figure(ex: Explanation, credit, z: float) -> go.Figure:
+    """Chunk-GRPO's push map (G, T) beside the chunk credit (G, K) of a `Credit`, classified at z
+    (`credit_view.classified_traces`: x misattributed, dot aligned, grey undetermined)."""
+    from workbench.ui.credit_view import classified_traces
+
     o = ex.index("chunk_grpo")
     sizes = ex.settings.chunks
     g, t = ex.log_ratio.shape
@@ -177,14 +179,10 @@ def chunk_push_figure(ex: Explanation, chunk_credit: torch.Tensor, advantages: t
     fig.add_trace(go.Heatmap(z=push.tolist(), colorscale="RdBu", zmid=0, zmin=-_scale(push), zmax=_scale(push),
                              colorbar=dict(title=PUSH, x=0.53, thickness=10),
                              hovertemplate="traj %{y}, step %{x}: push %{z:.4g}<extra></extra>"), row=1, col=1)
-    cscale = _scale(chunk_credit)
-    fig.add_trace(go.Heatmap(z=chunk_credit.tolist(), colorscale="RdBu", zmid=0, zmin=-cscale, zmax=cscale,
-                             colorbar=dict(title="credit", x=1.01, thickness=10),
-                             hovertemplate="traj %{y}, chunk %{x}: credit %{z:.4f}<extra></extra>"), row=1, col=2)
-    wrong = chunk_credit * advantages[:, None] < 0  # (G, K)
-    rows_, cols_ = wrong.nonzero(as_tuple=True)
-    fig.add_trace(go.Scatter(x=cols_.tolist(), y=rows_.tolist(), mode="markers", marker=MISATTRIBUTED_STYLE,
-                             name="misattributed chunk: credit sign opposite to A(i)"), row=1, col=2)
+    k = len(sizes)
+    classified_traces(fig, credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid,
+                      [c - 0.5 for c in range(k + 1)], "chunk", dict(title="credit", x=1.01, thickness=10),
+                      row=1, col=2)
     fig.update_layout(shapes=[dict(type="line", xref="x", yref="y", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5,
                                    line=BOUNDARY_STYLE) for b in chunk_boundaries(sizes)])
     fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=1)

@@ -1,8 +1,8 @@
 """One cell of the Objectives view as math: an objective's gradient weight at step (i, t) with the cell's
 numbers substituted, the way an algorithm explainer walks through one token.
 
-The weights themselves come from autograd (`workbench.rl.explain`); the closed forms here are METHODS.md
-section 7 (docs/methods.md section "gradient weights"), shown next to the autograd value so a reader
+The weights themselves come from autograd (`workbench.rl.explain`); the closed forms here are docs/methods.md
+"Gradient weights", shown next to the autograd value so a reader
 can check one against the other (tests/test_app_objectives.py checks that they agree for every cell).
 An objective without a closed form here is shown with its autograd value only.
 """
@@ -20,7 +20,7 @@ FORMS = {
     "step_grpo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T_i}", ("B", "T_i")),
     "gfpo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T_i}", ("B", "T_i")),
     "dapo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{N}", ("N",)),
-    "dr_grpo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{G\,T}", ("G", "T")),
+    "dr_grpo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T}", ("B", "T")),
     "gpg": ("step", None, r"-\frac{A_i}{B\,T_i}", ("B", "T_i")),
     "chunk_grpo": ("chunk", r"r_{i,c}", r"-\frac{A_i\,r_{i,c}}{B\,K_i\,|c|}", ("B", "K_i", "|c|")),
     "gspo": ("sequence", r"s_i", r"-\frac{A_i\,s_i}{B\,T_i}", ("B", "T_i")),
@@ -69,7 +69,7 @@ def cell(ex: Explanation, name: str, i: int, t: int) -> Cell:
 
 
 def closed_form(c: Cell) -> float | None:
-    """METHODS.md section 7's w at this cell, or None for an objective without a closed form here."""
+    """docs/methods.md "Gradient weights": w at this cell, or None for an objective without a closed form here."""
     if c.name not in FORMS:
         return None
     if not c.trained or c.clipped:

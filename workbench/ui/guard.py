@@ -11,10 +11,11 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 
 import gradio as gr
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, one_line, shorten
 
 log = logging.getLogger("workbench.app")
 
@@ -67,10 +68,36 @@ def ok(text: str) -> str:
 def error_message(err: BaseException) -> str:
     """The status line for an exception (and a stderr log entry with traceback if it was unexpected)."""
     if isinstance(err, WorkbenchError):
-        return f"⚠ {escape(str(err))}"
+        return f"⚠ {escape(one_line(str(err)))}"
     log.error("unexpected error in a handler", exc_info=err)
     first = (str(err).splitlines() or [""])[0][:200]
     return f"⚠ Unexpected error ({type(err).__name__}: {escape(first)}); details are in the server log."
+
+
+def checked_number(component: gr.Number | gr.Slider, payload):
+    """What a numeric control receives, checked before gradio's own preprocessing: a string, a list, NaN or (for a
+    slider) null sent through the API is a gr.Error naming the control, not gradio's generic exception."""
+    name = component.label or component.elem_id or "a number field"
+    empty_ok = isinstance(component, gr.Number) and not isinstance(component, gr.Slider)
+    if payload is None and empty_ok:
+        return None  # the handler's own check names the field
+    if not isinstance(payload, (int, float)) or isinstance(payload, bool) or not math.isfinite(payload):
+        raise gr.Error(f"{name} must be a finite number, got {shorten(payload)}")
+    return payload
+
+
+def guard_numbers(demo: gr.Blocks) -> int:
+    """Make every Number and Slider of `demo` check its payload (`checked_number`) first; returns how many."""
+    count = 0
+    for block in demo.blocks.values():
+        if isinstance(block, (gr.Number, gr.Slider)):
+            block.preprocess = functools.partial(_preprocess_checked, block, block.preprocess)
+            count += 1
+    return count
+
+
+def _preprocess_checked(component, preprocess, payload):
+    return preprocess(checked_number(component, payload))
 
 
 def guarded(n_outputs: int):

@@ -16,7 +16,8 @@ from workbench.core.imaging import speckle, to_pil
 from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.chunking import CHUNKERS, chunk_boundaries, parse_chunk_spec
-from workbench.ui import plots
+from workbench.rl.credit import Z
+from workbench.ui import credit_view, plots
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
 from workbench.ui.state import Session, format_sizes, merge_at, split_at, toggle_boundary
@@ -84,43 +85,92 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
 
 
 def rates_markdown(session: Session) -> str:
-    """Step and chunk misattribution rates with their bootstrap errors, as Markdown."""
-    credit = session.credit
-    if credit is None:
+    """The significance-aware rates of steps and chunks (and the plain sign rate), as Markdown."""
+    if session.credit is None:
         return "Measure credit in the **Attribution** tab to see misattribution rates for this schedule."
-    m = credit.misattribution()
-    g, k = credit.branch_rewards.shape[0], credit.branch_rewards.shape[-1]
-    return (f"**Step misattribution:** {100 * m['step_misattribution']:.1f} % ± "
-            f"{100 * m['step_misattribution_se']:.1f} % of (trajectory, step) cells  \n"
-            f"**Chunk misattribution:** {100 * m['chunk_misattribution']:.1f} % ± "
-            f"{100 * m['chunk_misattribution_se']:.1f} % of (trajectory, chunk) cells, chunks {credit.sizes}  \n"
-            f"G={g}, T={credit.num_steps}, K={k} continuations per state; ± is the bootstrap standard error "
-            "over the continuations. Trajectories with advantage 0 are left out.")
+    return credit_view.rates_text(session.credit, session.z, session.reference)
 
 
 def credit_plot(session: Session):
-    credit = session.credit
-    return plots.credit_figure(credit.step_credit, credit.advantages, credit.misattributed_steps(), credit.sizes)
+    return credit_view.attribution_figure(session.credit, session.z)
+
+
+def chunk_plot(session: Session):
+    """The Chunks tab's classified chunk map, or a hint before any credit exists."""
+    if session.credit is None:
+        return plots.empty_figure("Chunk credit", "measure credit in the Attribution tab to classify the chunks")
+    return credit_view.chunk_figure(session.credit, session.z)
+
+
+def _z(value) -> float:
+    z = number(value, "z (errors a determined cell must clear)")
+    if z < 0:
+        raise WorkbenchError(f"z (errors a determined cell must clear) must be >= 0, got {z:g}")
+    return z
 
 
 @guarded(4)
-def attribute(wb: Workbench, branches: float, session: Session, progress=gr.Progress()):
-    """Attribution tab -> (credit heatmap, rates Markdown, session, status)."""
+def attribute(wb: Workbench, branches: float, session: Session, estimator: str = "mc", crn: bool = True,
+              z: float = Z, progress=gr.Progress()):
+    """Attribution tab -> (credit heatmap, rates Markdown, session, status).
+
+    estimator: mc (K continuations per state), ode or x0 (one look-ahead per state, K unused); crn: common
+    random numbers across a trajectory's continuations."""
     from workbench.rewards import build_reward
     from workbench.rl.credit import measure_credit
 
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    k = whole_number(branches, "branches (K)", 1)
+    k, z = whole_number(branches, "branches (K)", 1), _z(z)
+    estimator = estimator or "mc"
     group = session.group
     credit = measure_credit(wb.policy(), group, build_reward(session.reward_spec), branches=k, chunks=session.sizes,
-                            seed=group.config.seed, progress=_tracker(progress, "continuations from state"))
-    session = replace(session, credit=credit)
-    return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with K={k} continuations")
+                            seed=group.config.seed, progress=_tracker(progress, "continuations from state"),
+                            estimator=estimator, crn=bool(crn))
+    reference = session.reference if credit.deterministic else credit
+    session = replace(session, credit=credit, reference=reference, z=z)
+    what = f"K={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
+    seconds = credit.cost.get("seconds", 0.0)
+    return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with {what} ({seconds:.1f} s)")
+
+
+@guarded(4)
+def refine_credit(wb: Workbench, budget: float, session: Session, z: float = Z, progress=gr.Progress()):
+    """Refine button (streams after every round) -> (heatmap, rates, session, status)."""
+    from workbench.rewards import build_reward
+    from workbench.rl.credit import refine_rounds
+
+    credit = session.credit
+    if credit is None:
+        raise WorkbenchError("no credit yet: press Measure credit first")
+    n, z = whole_number(budget, "budget (continuations)", 1), _z(z)
+    before = credit.rates(z).step.determined
+    track = _tracker(progress, "continuations")
+    rounds = refine_rounds(credit, wb.policy(), session.group, build_reward(session.reward_spec), n, z, track)
+    latest = session = replace(session, z=z)
+    for refined in rounds:
+        latest = replace(session, credit=refined, reference=refined)
+        spent = int((refined.counts - credit.counts).sum())
+        yield credit_plot(latest), rates_markdown(latest), latest, f"… refining: {spent}/{n} continuations spent"
+    if latest is session:
+        yield credit_plot(session), rates_markdown(session), session, ok("every cell is determined: nothing to refine")
+        return
+    after = latest.credit.rates(z).step.determined
+    yield gr.skip(), gr.skip(), latest, ok(f"refined with {spent} continuations: determined steps "
+                                           f"{100 * before:.0f} % -> {100 * after:.0f} %")
+
+
+@guarded(4)
+def attribution_z(wb: Workbench, z: float, session: Session):
+    """z changed -> the same credit classified again (no sampling)."""
+    session = replace(session, z=_z(z))
+    if session.credit is None:
+        return gr.skip(), gr.skip(), session, ""
+    return credit_plot(session), rates_markdown(session), session, ok(f"classified at z = {session.z:g}")
 
 
 def _chunk_outputs(wb: Workbench, session: Session, note: str, slider=None) -> tuple:
-    """(curve figure, spec text, slider update, rates, session, status) for the current schedule.
+    """(curve figure, chunk credit map, spec text, slider update, rates, session, status) for the schedule.
 
     The slider is only reset (to the range 1..T-1 of a new group) when the tab opens, not on every edit.
     The Attribution heatmap is redrawn when that tab opens (`attribution_view`), keeping edits fast."""
@@ -130,7 +180,7 @@ def _chunk_outputs(wb: Workbench, session: Session, note: str, slider=None) -> t
     low, high = curve.quantiles  # (T,) each
     figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0])
     slider = gr.skip() if slider is None else slider
-    return figure, format_sizes(session.sizes), slider, rates_markdown(session), session, ok(note)
+    return figure, chunk_plot(session), format_sizes(session.sizes), slider, rates_markdown(session), session, ok(note)
 
 
 def _edit(wb: Workbench, session: Session, make_sizes, what: str) -> tuple:
@@ -150,7 +200,7 @@ def attribution_view(wb: Workbench, session: Session):
     return credit_plot(session), rates_markdown(session), ok(f"chunks {format_sizes(session.sizes)}")
 
 
-@guarded(6)
+@guarded(7)
 def chunks_view(wb: Workbench, session: Session):
     """Chunks tab opened -> the curve and rates for the session's current schedule."""
     t = session.steps
@@ -158,13 +208,13 @@ def chunks_view(wb: Workbench, session: Session):
     return _chunk_outputs(wb, session, f"chunks {format_sizes(session.sizes)} over T={t} steps", slider)
 
 
-@guarded(6)
+@guarded(7)
 def chunks_from_spec(wb: Workbench, spec: str, session: Session):
     """Typed sizes such as "2,3,4,7"."""
     return _edit(wb, session, lambda t: spec if spec is not None else "", "typed")
 
 
-@guarded(6)
+@guarded(7)
 def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Session):
     """A chunker (uniform, temporal, adaptive, equal_mass) with its one option."""
     chunker = CHUNKERS.get(name)
@@ -177,21 +227,21 @@ def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Sessio
     return _edit(wb, session, make, f"{name} chunker")
 
 
-@guarded(6)
+@guarded(7)
 def chunks_split(wb: Workbench, step: float, session: Session):
     """Split button: a new chunk starts at the slider's step."""
     at = whole_number(step, "step", 0)
     return _edit(wb, session, lambda t: split_at(session.sizes, at), f"split at step {at}")
 
 
-@guarded(6)
+@guarded(7)
 def chunks_merge(wb: Workbench, step: float, session: Session):
     """Merge button: the boundary at the slider's step goes away."""
     at = whole_number(step, "step", 0)
     return _edit(wb, session, lambda t: merge_at(session.sizes, at), f"merged at step {at}")
 
 
-@guarded(6)
+@guarded(7)
 def chunks_toggle(wb: Workbench, point, session: Session):
     """A click on the curve at step t (or an API call with t): toggle the boundary after step t."""
     after = whole_number(clicked_point(point)["x"], "clicked step", 0)

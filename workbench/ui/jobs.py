@@ -1,7 +1,8 @@
 """Fine-tuning runs as separate processes: start, refuse a second run per device, stop, reap, and read progress.
 
 A run is `python -m workbench train --config <file> --out <runs>/<id>` started with `subprocess.Popen`, so a
-crash or an out-of-memory kill in training ends that process only, never the app. The app builds and
+crash or an out-of-memory kill in training ends that process only, never the app; a thread per process waits on
+it, so a finished process is reaped at once. The app builds and
 validates the `TrainConfig` (the one source of truth), saves it as JSON beside the run's log, and the
 training process reads it back. Progress is read through the run's `RunStore`; writing STOP asks the
 trainer to stop within one iteration.
@@ -107,6 +108,8 @@ class JobManager:
                                            env=env, start_new_session=True)
             job = Job(run_id, run_dir, process, log_path)
             self._jobs[run_id] = job
+            # reap the process the moment it ends (no zombie left until the next poll or Start)
+            threading.Thread(target=process.wait, name=f"reap-{run_id}", daemon=True).start()
             return job
 
     def _new_id(self, objective: str) -> str:

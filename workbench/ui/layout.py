@@ -15,6 +15,8 @@ from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import reward_names
 from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.credit import Z
+from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
@@ -22,6 +24,7 @@ from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import run_handlers as rh
 from workbench.ui.clicks import CLICK_JS, forward_js
+from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_walk
 from workbench.ui.objectives import ROWS
@@ -34,6 +37,7 @@ EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a large yellow cross in the bottom right on a gray background",
                    "a small green bar in the middle left on a white background",
                    "a purple circle"]
+DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, K=4): a refinement doubles the compute
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
@@ -77,24 +81,45 @@ def _generate_tab(wb, session) -> dict:
                 outputs=[gallery, strip, logprob], status=status)
 
 
+ATTRIBUTION_INTRO = (
+    "Branch K continuations from every state of the group made in **Generate** and compare each step's measured "
+    "credit (left) with the one advantage GRPO gives the whole trajectory (right). Every cell has a standard "
+    "error: it is **misattributed** (x) or **aligned** (dot) only when its credit is more than z errors from 0, "
+    "**undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more continuations where "
+    "cells are undetermined. The *ode* and *x0* estimators value each state with one deterministic look-ahead "
+    "(TP-GRPO; Stepwise-Flow-GRPO, DenseGRPO): cheaper, without Monte-Carlo error, and compared with your "
+    "Monte-Carlo measurement of the same group.")
+
+
 def _attribution_tab(wb, session) -> dict:
-    gr.Markdown("Branch K continuations from every state of the group made in **Generate** and compare each "
-                "step's measured credit (left) with the one advantage GRPO gives the whole trajectory (right).")
+    gr.Markdown(ATTRIBUTION_INTRO)
     with gr.Row():
-        branches = gr.Slider(1, 16, 4, step=1, label="Continuations per state K")
+        branches = gr.Slider(1, 16, 4, step=1, label="Continuations per state K", elem_id="credit-k")
+        estimator = gr.Dropdown(ESTIMATORS.names(), value="mc", label="Credit estimator",
+                                info="mc: Monte-Carlo; ode: ODE completion; x0: denoised prediction",
+                                elem_id="credit-estimator")
+        crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
+                          elem_id="credit-crn")
+        z = gr.Number(Z, label="z (errors a determined cell must clear)", minimum=0, elem_id="credit-z")
         run = gr.Button("Measure credit", variant="primary", elem_id="credit-btn")
+    with gr.Row():
+        budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, label="Refinement budget (continuations)",
+                           elem_id="refine-budget", scale=3)
+        refine = gr.Button("Refine", elem_id="refine-btn", scale=1)
     status = gr.Markdown(elem_id="credit-status")
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
                       elem_id="credit-plot")
-    run.click(partial(h.attribute, wb), [branches, session], [heatmap, rates, session, status],
-              api_name="attribute", **HEAVY)
+    outputs = [heatmap, rates, session, status]
+    run.click(partial(h.attribute, wb), [branches, session, estimator, crn, z], outputs, api_name="attribute", **HEAVY)
+    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **HEAVY)
+    z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z")
     return dict(heatmap=heatmap, rates=rates, status=status)
 
 
 def _chunks_tab(wb, session, tab) -> None:
-    gr.Markdown("Edit the chunk schedule; the curve and the misattribution rates update at once (the stored "
-                "credit is re-chunked, nothing is sampled again).")
+    gr.Markdown("Edit the chunk schedule; the curve, the classified chunk credit and the misattribution rates "
+                "update at once (the stored credit and its errors are re-chunked, nothing is sampled again).")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
         apply = gr.Button("Apply sizes", elem_id="apply-spec-btn", scale=1)
@@ -112,7 +137,8 @@ def _chunks_tab(wb, session, tab) -> None:
     gr.Markdown("**Click the curve** at step t to add or remove the chunk boundary after step t (the dashed "
                 "line at t + 0.5).")
     curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
-    outputs = [curve, spec, step, rates, session, status]
+    chunk_map = gr.Plot(label="Chunk credit", elem_id="chunk-credit-plot")
+    outputs = [curve, chunk_map, spec, step, rates, session, status]
     point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
                        elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
@@ -268,7 +294,7 @@ def _learn_tab(wb, session) -> None:
 def build_app(wb: Workbench) -> gr.Blocks:
     """The whole workbench page around one shared `Workbench` (model, curves, training jobs)."""
     parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
-    with gr.Blocks(title="Chunk-GRPO Workbench") as demo:
+    with gr.Blocks(title="Chunk-GRPO Workbench", delete_cache=rh.EXPORT_CACHE) as demo:
         session = gr.State(Session())
         model = wb.model_path or "the embedded model"
         gr.Markdown(f"# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks "
@@ -295,4 +321,5 @@ def build_app(wb: Workbench) -> gr.Blocks:
             with gr.Tab("Learn", id="learn"):
                 _learn_tab(wb, session)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
+    guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it
     return demo

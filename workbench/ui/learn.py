@@ -1,4 +1,5 @@
-"""The Learn tab: a guided walk on live numbers of one example group (METHODS.md sections 3, 5 and 7).
+"""The Learn tab: a guided walk on live numbers of one example group (docs/methods.md "Advantages",
+"Objectives", "Monte-Carlo credit" and "Credit uncertainty").
 
 `learn_walk` samples the group, explains what step GRPO and Chunk-GRPO push on each step
 (`workbench.rl.explain`), measures the credit and streams one short paragraph and one figure per stage.
@@ -15,7 +16,8 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.rl.chunking import CHUNKERS
-from workbench.rl.credit import Credit
+from workbench.rl.credit import Credit, Z
+from workbench.rl.credit_stats import MISATTRIBUTED
 from workbench.rl.explain import Explanation, explain
 from workbench.rl.objectives import ObjectiveSettings
 from workbench.ui import explain_plots, handlers
@@ -40,8 +42,10 @@ the same A.
 
 **What the workbench measures.** From every intermediate state it samples K continuations and averages
 their rewards: the value of that state. A step's *credit* is the value after the step minus the value
-before it; the credits of one image add up to its reward minus the group mean. A cell is
-*misattributed* (marked x) when its credit has the opposite sign of the image's advantage.
+before it; the credits of one image add up to its reward minus the group mean. K continuations give
+each credit a standard error: a cell is *misattributed* (marked x) when its credit is against the
+image's advantage by more than two errors, *aligned* (dot) when it is with it by more than two, and
+*undetermined* (grey) otherwise: there the continuations cannot tell the sign apart from noise.
 
 **What chunking changes.** Chunk-GRPO (GCPO, arXiv 2510.21583) groups consecutive steps into chunks
 and gives each chunk one importance ratio (the geometric mean of its steps' ratios). Summing credit over
@@ -80,18 +84,26 @@ def step_grpo_text(ex: Explanation, advantages: torch.Tensor) -> str:
 
 
 def credit_text(credit: Credit, ex: Explanation) -> str:
-    """Stage 3: the measured credit and where it disagrees with the advantage."""
-    m = credit.misattribution()
-    wrong = credit.misattributed_steps()  # (G, T)
+    """Stage 3: the measured credit, its classes, and where it disagrees."""
+    r = credit.rates(Z).step
+    wrong = (credit.step_classes(Z) == MISATTRIBUTED) & credit.step_valid  # (G, T)
     best = int(credit.advantages.argmax())
     corr = float(ex.correlation(credit.step_credit)[ex.index("step_grpo")])
     k = credit.branch_rewards.shape[-1]
     return (f"**3. The measured credit, and where it disagrees.** With K={k} continuations from every state, "
-            f"**{100 * m['step_misattribution']:.0f} % ± {100 * m['step_misattribution_se']:.0f} %** of the "
-            f"(image, step) cells are marked x: the step moved the expected reward against the sign of the "
-            f"image's advantage. Image {best}, the best one, has {int(wrong[best].sum())} such steps of "
-            f"{credit.num_steps}, and step GRPO raises them anyway. Over all cells, step GRPO's push correlates "
-            f"with the credit at {corr:+.2f}.")
+            f"{r.determined_cells} of the {r.cells} (image, step) cells are determined (credit more than z={Z:g} "
+            f"standard errors from 0); among them **{_pct(r.misattributed, r.misattributed_se)}** are misattributed "
+            f"(x): the step moved the expected reward against the sign of the image's advantage. The grey cells are "
+            f"within noise; counting every cell by its sign alone would give {_pct(r.plain, r.plain_se)}, pulled "
+            f"towards a coin flip's 50 %. Image {best}, the best one, has {int(wrong[best].sum())} misattributed "
+            f"steps of {credit.num_steps}, and step GRPO raises them anyway. Over all cells, step GRPO's push "
+            f"correlates with the credit at {corr:+.2f}.")
+
+
+def _pct(value: float, se: float) -> str:
+    if value != value:
+        return "– (no determined cell)"
+    return f"{100 * value:.0f} % ± {100 * se:.0f} %" if se == se else f"{100 * value:.0f} %"
 
 
 def chunks_text(ex: Explanation, credit: Credit) -> str:
@@ -101,14 +113,14 @@ def chunks_text(ex: Explanation, credit: Credit) -> str:
     best = int(credit.advantages.argmax())
     w = ex.weight[o, best]  # (T,)
     first, last = float(w[0]), float(w[-1])
-    m = credit.rechunk(sizes).misattribution()
+    r = credit.rechunk(sizes).rates(Z).chunk
     corr = ex.correlation(credit.step_credit)
     return (f"**4. What chunks change.** With chunks {format_sizes(sizes)} Chunk-GRPO's push on a step is "
             f"A(i) / (B K |c|) at ratio 1: in image {best} a step of the first chunk ({_steps(sizes[0])}) is "
             f"pushed {first / last:.1f} times as hard as a step of the last chunk ({_steps(sizes[-1])}). "
-            f"Summed over chunks, the credit disagrees with the advantage in "
-            f"**{100 * m['chunk_misattribution']:.0f} % ± {100 * m['chunk_misattribution_se']:.0f} %** of the "
-            f"(image, chunk) cells (x on the right). The push correlates with the step credit at "
+            f"Summed over chunks, the credit is determined in {r.determined_cells} of {r.cells} (image, chunk) "
+            f"cells and disagrees with the advantage in **{_pct(r.misattributed, r.misattributed_se)}** of them "
+            f"(x on the right). The push correlates with the step credit at "
             f"{float(corr[o]):+.2f} (step GRPO: {float(corr[ex.index('step_grpo')]):+.2f}). Other schedules, "
             "from the same measurement:\n\n" + schedule_table(credit))
 
@@ -122,19 +134,21 @@ def schedule_table(credit: Credit) -> str:
     t = credit.num_steps
     rows = [("every step its own chunk (step GRPO)", [1] * t), ("GCPO temporal chunks", CHUNKERS.get("temporal")(t)),
             ("chunks of 4", CHUNKERS.get("uniform")(t, size=4)), ("one chunk (GSPO)", [t])]
-    lines = ["| schedule | chunks | misattributed |", "|---|---|---|"]
+    lines = ["| schedule | chunks | misattributed among determined | determined | plain sign rate |",
+             "|---|---|---|---|---|"]
     for label, sizes in rows:
-        m = credit.rechunk(sizes).misattribution()
-        lines.append(f"| {label} | {format_sizes(sizes)} | {100 * m['chunk_misattribution']:.1f} % "
-                     f"± {100 * m['chunk_misattribution_se']:.1f} % |")
+        r = credit.rechunk(sizes).rates(Z).chunk
+        lines.append(f"| {label} | {format_sizes(sizes)} | {_pct(r.misattributed, r.misattributed_se)} "
+                     f"| {r.determined_cells} of {r.cells} | {_pct(r.plain, r.plain_se)} |")
     return "\n".join(lines)
 
 
 def invitation_text(session: Session) -> str:
     """Stage 5: where to go next."""
     return (f"**5. Your turn.** Open **Chunks** and click the curve to add or remove boundaries of "
-            f"{format_sizes(session.sizes)}: the misattribution rates follow at once. Open **Objectives** to see "
-            "every objective the workbench trains with on this group, also after a few updates, when clipping "
+            f"{format_sizes(session.sizes)}: the classified chunk credit and the rates follow at once; in "
+            "**Attribution**, *Refine* spends more continuations where cells are still grey. Open **Objectives** "
+            "to see every objective the workbench trains with on this group, also after a few updates, when clipping "
             "switches off whole chunks at once.")
 
 
@@ -165,7 +179,7 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
                             chunks=session.sizes, progress=handlers._tracker(progress, "continuations from state"))
     session = replace(session, credit=credit)
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
-                         explain_plots.chunk_push_figure(ex, credit.chunk_credit, credit.advantages),
+                         explain_plots.chunk_push_figure(ex, credit, Z),
                          invitation_text(session), session, ok("example ready; it is also in the other tabs"))
 
 

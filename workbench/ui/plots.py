@@ -18,7 +18,6 @@ from workbench.train.store import metric_series
 
 STEP_AXIS = "denoising step t (0 = pure noise)"
 BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")
-MISATTRIBUTED_STYLE = dict(symbol="x-thin", size=11, line=dict(width=2, color="black"))
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50),
               legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
 # Training metrics shown live, one panel each: (panel title, y-axis name, metric keys)
@@ -59,38 +58,6 @@ def logprob_figure(log_probs: torch.Tensor, rewards: torch.Tensor | None = None)
     fig.update_layout(title=f"Per-step log-prob of each sampled transition (G={g}, T={t})",
                       xaxis_title=STEP_AXIS, yaxis_title="log p(x_t+1 | x_t), nats per latent element",
                       **LAYOUT)
-    return fig
-
-
-def credit_figure(step_credit: torch.Tensor, advantages: torch.Tensor, misattributed: torch.Tensor,
-                  sizes: Sequence[int]) -> go.Figure:
-    """Heatmap of Monte-Carlo step credit (G, T) beside the uniform GRPO advantage (G, 1).
-
-    Cells whose credit sign is opposite to their trajectory's advantage sign (misattributed (G, T) bool)
-    carry an x; dashed lines mark the chunk boundaries of `sizes`.
-    """
-    g, t = step_credit.shape
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.8, 0.2], shared_yaxes=True, horizontal_spacing=0.12,
-                        subplot_titles=("Monte-Carlo step credit d(i,t)", "GRPO advantage A(i)"))
-    scale = float(step_credit.abs().max().clamp_min(1e-6))
-    fig.add_trace(go.Heatmap(z=step_credit.tolist(), x=list(range(t)), y=list(range(g)), colorscale="RdBu",
-                             zmid=0, zmin=-scale, zmax=scale, name="step credit",
-                             colorbar=dict(title="credit<br>(reward)", x=0.712, xanchor="left", thickness=12),
-                             hovertemplate="traj %{y}, step %{x}: credit %{z:.4f}<extra></extra>"), row=1, col=1)
-    adv_scale = float(advantages.abs().max().clamp_min(1e-6))
-    fig.add_trace(go.Heatmap(z=advantages[:, None].tolist(), x=["A"], y=list(range(g)), colorscale="RdBu", zmid=0,
-                             zmin=-adv_scale, zmax=adv_scale, name="advantage",
-                             colorbar=dict(title="A<br>(std units)", x=1.01, xanchor="left", thickness=12),
-                             hovertemplate="traj %{y}: A = %{z:.3f}<extra></extra>"), row=1, col=2)
-    rows, cols = misattributed.nonzero(as_tuple=True)
-    fig.add_trace(go.Scatter(x=cols.tolist(), y=rows.tolist(), mode="markers", marker=MISATTRIBUTED_STYLE,
-                             name="misattributed: credit sign opposite to A(i)"), row=1, col=1)
-    fig.update_layout(shapes=_boundary_shapes(sizes))
-    _boundary_legend(fig, row=1, col=1)
-    fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=1)
-    fig.update_xaxes(title_text="per trajectory", row=1, col=2)
-    fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
-    fig.update_layout(title=f"Step credit vs uniform advantage (G={g}, T={t}, chunks {list(sizes)})", **LAYOUT)
     return fig
 
 

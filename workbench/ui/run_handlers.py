@@ -7,9 +7,11 @@ read its run folder.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -176,7 +178,8 @@ def refresh_runs(wb: Workbench):
     for r in listed:
         last = r.series(DEFAULT_METRIC)[1]
         started = r.status.get("started")
-        state = f"damaged: {r.damaged}" if r.state == "damaged" else r.state
+        state = r.state if not r.damaged else (f"damaged: {r.damaged}" if r.state == "damaged"
+                                                else f"{r.state} (damaged: {r.damaged})")
         rows.append([r.name, state, r.iteration, str(r.config.get("objective", "")),
                      round(last[-1], 4) if last else None,
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
@@ -222,13 +225,27 @@ def download(wb: Workbench, name: str | None):
     return files, ok(f"prepared {len(files)} file(s) for run {escape(name)}{note}")
 
 
-EXPORTS = Path(tempfile.gettempdir()) / f"workbench-exports-{os.getpid()}"  # this app's exports, cleaned as it goes
+EXPORTS = Path(tempfile.gettempdir()) / f"workbench-exports-{os.getpid()}"  # this app's exports, removed as it goes
+EXPORT_SECONDS = 120.0  # an export folder is removed this long after its download was prepared (gradio has copied it)
+EXPORT_CACHE = (300, 600)  # gr.Blocks(delete_cache=...): every 5 min, gradio drops its copies older than 10 min
 
 
-def _fresh_export_folder(keep_seconds: float = 600.0) -> Path:
-    """A new folder for one download; exports older than keep_seconds (gradio has copied them by then) go."""
+def _fresh_export_folder() -> Path:
+    """A new folder for one download, removed EXPORT_SECONDS later (and any left over when the app exits)."""
     EXPORTS.mkdir(parents=True, exist_ok=True)
-    for old in EXPORTS.iterdir():
-        if time.time() - old.stat().st_mtime > keep_seconds:
+    for old in EXPORTS.iterdir():  # left by a timer that did not run
+        if time.time() - old.stat().st_mtime > EXPORT_SECONDS:
             shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(dir=EXPORTS))
+    folder = Path(tempfile.mkdtemp(dir=EXPORTS))
+    timer = threading.Timer(EXPORT_SECONDS, shutil.rmtree, args=(folder,), kwargs={"ignore_errors": True})
+    timer.daemon = True
+    timer.start()
+    return folder
+
+
+def remove_exports() -> None:
+    """Remove every export of this app (at exit)."""
+    shutil.rmtree(EXPORTS, ignore_errors=True)
+
+
+atexit.register(remove_exports)

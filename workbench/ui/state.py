@@ -13,7 +13,7 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import CHUNKERS, check_sizes, chunk_boundaries
-from workbench.rl.credit import Credit
+from workbench.rl.credit import Credit, Z
 
 DEFAULT_STEPS = 16  # T of the chunk editor before any group exists (the papers' 16 trained steps)
 
@@ -26,7 +26,9 @@ class Session:
     reward_spec: str = "adherence"  # reward that scored the group, reused by the credit measurement
     rewards: torch.Tensor | None = None  # (G,) rewards of the group's final images
     advantages: torch.Tensor | None = None  # (G,) GRPO advantages of those rewards
-    credit: Credit | None = None  # Monte-Carlo credit of the group, re-chunked on every edit
+    credit: Credit | None = None  # measured credit of the group (any estimator), re-chunked on every edit
+    reference: Credit | None = None  # the group's latest Monte-Carlo credit, which cheap estimators are set against
+    z: float = Z  # errors a cell's credit must clear to count as determined (Attribution tab)
     sizes: list[int] = field(default_factory=lambda: CHUNKERS.get("temporal")(DEFAULT_STEPS))  # last valid
     run_id: str | None = None  # the fine-tuning run this session started
 
@@ -40,12 +42,13 @@ class Session:
         """A new group replaces the old one and its credit; the schedule is kept when it still fits T."""
         sizes = self.sizes if sum(self.sizes) == group.num_steps else CHUNKERS.get("temporal")(group.num_steps)
         return replace(self, group=group, reward_spec=reward_spec, rewards=rewards, advantages=advantages,
-                       credit=None, sizes=sizes)
+                       credit=None, reference=None, sizes=sizes)
 
     def with_sizes(self, sizes: list[int]) -> Session:
         """The session under a new (already valid) schedule; the stored credit is re-chunked, not re-sampled."""
         credit = self.credit.rechunk(sizes) if self.credit is not None else None
-        return replace(self, sizes=list(sizes), credit=credit)
+        reference = self.reference.rechunk(sizes) if self.reference is not None else None
+        return replace(self, sizes=list(sizes), credit=credit, reference=reference)
 
 
 def format_sizes(sizes: list[int]) -> str:

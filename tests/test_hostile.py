@@ -1,0 +1,535 @@
+"""A catalogue of hostile input and damaged runs (issue 13): every refusal is one clear line naming the flag,
+field or file, with a non-zero exit, before any work, and nothing already on disk is lost.
+
+The command line runs in-process (`main(argv)`, stderr through capsys); the app's numeric controls go through
+gradio's own `process_api`; the handlers are called directly. The model is the random-init tiny one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import gradio as gr
+import pytest
+import torch
+from gradio.state_holder import SessionState
+from safetensors.torch import load_file, save_file
+
+from workbench.cli.main import main, to_json
+from workbench.core.budget import check_fits, rollout_bytes
+from workbench.core.errors import WorkbenchError, one_line
+from workbench.core.files import read_json, write_json
+from workbench.flow.trajectory import SamplingConfig
+from workbench.models.embedded import build_embedded, save_embedded
+from workbench.train import TrainConfig
+from workbench.train.store import CONFIG, DAMAGED_METRICS, METRICS, STATUS, STOP, RunStore, list_runs
+from workbench.ui import handlers as h
+from workbench.ui import run_handlers as rh
+from workbench.ui.layout import build_app
+from workbench.ui.state import Session
+from workbench.ui.workbench import Workbench
+
+PROMPT = "a large red circle in the top left on a white background"
+TRAIN = ["train", "--iterations", "2", "--eval-prompts", "0", "--prompts-per-iteration", "1", "--group", "2",
+         "--steps", "2", "--chunks", "1,1", "--report-to", "none", "--sample-every", "100"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def trained(model_dir, tmp_path_factory):
+    """A real 2-iteration run of the tiny model, with its checkpoint at iteration 2 (copy it before damaging)."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    assert main([*TRAIN, "--model", str(model_dir), "--out", str(out)]) == 0
+    return out
+
+
+def cli(capsys, argv: list[str]) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the command line run in-process."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_refused(capsys, argv: list[str], *needles: str) -> str:
+    """The command exits 2 with exactly one `error:` line on stderr (short, no traceback) holding the needles."""
+    code, out, err = cli(capsys, argv)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
+    assert len(lines[0]) <= 500 and "Traceback" not in err and "--list" not in err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under folder (relative path -> bytes), to show that a refusal changed nothing."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def copy_run(trained: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(trained, tmp_path / "run"))
+
+
+# --------------------------------------------------------------------------- the command line: flags
+SAMPLE = ["sample", "--prompt", PROMPT, "--steps", "2", "--num", "2"]
+ATTRIBUTE = ["attribute", "--prompt", PROMPT, "--steps", "3", "--group", "2", "--branches", "1", "--chunks", "1,2"]
+REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line must hold)
+    (SAMPLE + ["--num", 10**12], ["needs at least", "--num"]),
+    (SAMPLE + ["--steps", 10**12], ["needs at least", "--steps"]),
+    (ATTRIBUTE + ["--branches", 10**12], ["K=1000000000000", "--branches"]),
+    (SAMPLE + ["--num", "two"], ["--num", "positive integer"]),
+    (SAMPLE + ["--num", "0"], ["--num", "positive integer"]),
+    (SAMPLE + ["--steps", "-3"], ["--steps", "positive integer"]),
+    (SAMPLE + ["--seed", "-5"], ["--seed", "0..2^63 - 1"]),
+    (SAMPLE + ["--seed", 2**70], ["--seed", "0..2^63 - 1"]),
+    (SAMPLE + ["--seed", "1.5"], ["--seed", "integer"]),
+    (["chunks", "--steps", "4", "--seed", 2**63], ["--seed", "0..2^63 - 1"]),
+    (ATTRIBUTE + ["--seed", "-1"], ["--seed", "0..2^63 - 1"]),
+    (SAMPLE + ["--noise-level", "nan"], ["--noise-level", "finite"]),
+    (SAMPLE + ["--noise-level", "inf"], ["--noise-level", "finite"]),
+    (SAMPLE + ["--noise-level", "1e308"], ["--noise-level", "0..10"]),
+    (SAMPLE + ["--noise-level", "-0.5"], ["--noise-level", "0..10"]),
+    (SAMPLE + ["--shift", "nan"], ["--shift", "finite"]),
+    (SAMPLE + ["--shift", "0"], ["--shift", "0.001..1000"]),
+    (SAMPLE + ["--guidance-scale", "nan"], ["--guidance-scale", "finite"]),
+    (SAMPLE + ["--guidance-scale", "1e308"], ["--guidance-scale", "0..100"]),
+    (["chunks", "--noise-level", "-inf"], ["--noise-level", "finite"]),
+    (SAMPLE + ["--device", "tpu"], ["--device", "unknown device 'tpu'"]),
+    (SAMPLE + ["--device", "cuda:x"], ["--device", "unknown device"]),
+    (ATTRIBUTE + ["--chunks", "-1,5"], ["--chunks", ">= 1"]),
+    (ATTRIBUTE + ["--chunks", ",".join(["1"] * 5000)], ["--chunks", "characters cut", "sum to 3"]),
+    (ATTRIBUTE + ["--chunks", "2,a"], ["--chunks", "integer"]),
+    (SAMPLE + ["--foo"], ["unrecognized arguments: --foo"]),
+    (["bench", "nope"], ["invalid choice"]),
+    (["chunks", "--method", "zigzag"], ["valid chunkers"]),
+    (["train", "--seed", "-5"], ["--seed", "0..2^63 - 1"]),
+    (["train", "--seed", 2**70], ["--seed", "0..2^63 - 1"]),
+    (["train", "--lr", "nan"], ["--lr", "finite"]),
+    (["train", "--lr", "inf"], ["--lr", "finite"]),
+    (["train", "--max-grad-norm", "nan"], ["--max-grad-norm", "finite"]),
+    (["train", "--noise-level", "1e999"], ["--noise-level", "finite"]),
+    (["train", "--device", "tpu"], ["--device", "unknown device"]),
+    (["train", "--window", "5"], ["--window", "START,END"]),
+    (["train", "--iterations", "0"], ["iterations must be"]),
+    (["train", "--group", 10**6], ["group must be in 2..256"]),
+    (["train", "--shift", "1e308"], ["shift must be in"]),
+    (["train", "--preset", "nope"], ["nope", "gcpo"]),
+    (["train", "--chunks", "-1,17"], [">= 1"]),
+]
+
+
+@pytest.mark.parametrize("argv, needles", REFUSED_FLAGS,
+                         ids=[" ".join(map(str, a[-2:]))[:40] for a, _ in REFUSED_FLAGS])
+def test_bad_flags_are_one_line_naming_the_flag(capsys, model_dir, tmp_path, argv, needles):
+    extra = [] if argv[0] == "bench" else ["--model", model_dir]
+    out = ["--out", tmp_path / "g.png"] if argv[0] == "sample" else (["--out", tmp_path / "r"] if argv[0] == "train"
+                                                                       else [])
+    assert_refused(capsys, [*argv, *extra, *out], *needles)
+    assert not (tmp_path / "g.png").exists() and not (tmp_path / "r").exists()  # refused before any work
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("command", [SAMPLE + ["--out", "g.png"], ["train"]])
+def test_cuda_without_cuda_is_refused(capsys, command):
+    assert_refused(capsys, [*command, "--device", "cuda"], "--device", "'cuda' is not available")
+
+
+def test_huge_train_sizes_are_refused_from_the_estimate_before_training(capsys, model_dir, tmp_path):
+    argv = [*TRAIN, "--group", "256", "--steps", "200", "--prompts-per-iteration", "4096", "--chunks", "200",
+            "--model", model_dir, "--out", tmp_path / "r"]
+    assert_refused(capsys, argv, "needs at least", "lower group, steps or prompts_per_iteration")
+    assert not list((tmp_path / "r").iterdir())  # no config, no status, no metrics: nothing started
+
+
+def test_the_estimate_is_a_pure_function_of_the_sizes():
+    one = rollout_bytes(8, 16, (3, 32, 32))
+    assert one == 4 * 8 * 2 * (3 * 16 + 1) * 3072
+    assert rollout_bytes(8, 16, (3, 32, 32), prompts=4) == 4 * one
+    assert rollout_bytes(8, 16, (3, 32, 32), branches=2) == one + 4 * 8 * 2 * 15 * 2 * 3072
+    with pytest.raises(WorkbenchError, match="needs at least 9.6 MB .* 1.0 MB free; lower --num"):
+        check_fits(one, "cpu", "G=8 x T=16", "lower --num", free=10**6)
+
+
+# --------------------------------------------------------------------------- the command line: files
+def bad_model(model_dir: Path, tmp_path: Path, edit_config=None, edit_weights=None) -> Path:
+    folder = Path(shutil.copytree(model_dir, tmp_path / "bad_model"))
+    if edit_config:
+        config = json.loads((folder / "config.json").read_text())
+        edit_config(config)
+        (folder / "config.json").write_text(json.dumps(config))
+    if edit_weights:
+        tensors = load_file(str(folder / "model.safetensors"))
+        edit_weights(tensors)
+        save_file(tensors, str(folder / "model.safetensors"))
+    return folder
+
+
+def _poison(value: float):
+    def edit(tensors):
+        name = sorted(k for k in tensors if k.startswith("transformer."))[0]
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1)[0] = value
+    return edit
+
+
+BAD_MODELS = {
+    "layers as a string": (lambda c: c["transformer"].update(num_layers="4"), None, "num_layers must be an integer"),
+    "shift as a string": (lambda c: c.update(default_shift="three"), None, "default_shift must be a finite number"),
+    "transformer not an object": (lambda c: c.update(transformer=5), None, "transformer must be"),
+    "a billion layers": (lambda c: c["transformer"].update(num_layers=10**9), None, "sizes must be in 1..4096"),
+    "an unknown key": (lambda c: c.update(colour="red"), None, "colour"),
+    "weights with NaN": (None, _poison(float("nan")), "NaN or inf"),
+    "weights with inf": (None, _poison(float("inf")), "NaN or inf"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_MODELS)
+def test_a_damaged_model_folder_names_its_file(capsys, model_dir, tmp_path, case):
+    edit_config, edit_weights, needle = BAD_MODELS[case]
+    folder = bad_model(model_dir, tmp_path, edit_config, edit_weights)
+    file = "config.json" if edit_config else "model.safetensors"
+    assert_refused(capsys, [*SAMPLE, "--model", folder, "--out", tmp_path / "g.png"], str(folder / file), needle)
+
+
+def test_out_with_an_image_suffix_writes_that_image_and_other_suffixes_are_refused(capsys, model_dir, tmp_path):
+    code, out, err = cli(capsys, [*SAMPLE, "--model", model_dir, "--out", tmp_path / "grid.gif"])
+    assert code == 0 and (tmp_path / "grid.gif").read_bytes()[:4] == b"GIF8"
+    assert_refused(capsys, [*SAMPLE, "--model", model_dir, "--out", tmp_path / "grid.txt"], "--out", "'.txt'")
+    assert not (tmp_path / "grid.txt").exists()
+
+
+def test_json_summaries_are_strict():
+    assert to_json({"a": [float("nan"), 1.0, float("inf")]}) == '{"a": [null, 1.0, null]}'
+    path = write_json(Path("/tmp") / f"hostile-{time.time_ns()}.json", {"x": float("nan")})
+    assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c)) == {"x": None}
+    path.unlink()
+
+
+@pytest.mark.parametrize("case", ["a file", "a non-empty folder", "a run", "unwritable"])
+def test_train_out_must_be_a_new_or_empty_folder(capsys, model_dir, trained, tmp_path, case):
+    if case == "a file":
+        out, needle = tmp_path / "notes.txt", "is a file"
+        out.write_text("keep me")
+    elif case == "a non-empty folder":
+        out, needle = tmp_path / "photos", "is not empty and holds no run"
+        out.mkdir()
+        (out / "cat.png").write_bytes(b"keep me")
+    elif case == "a run":
+        out, needle = copy_run(trained, tmp_path), "already holds a run"
+    else:
+        out, needle = Path("/proc/workbench-nope/run"), "cannot create the run folder"
+    before = snapshot(out) if out.is_dir() else (out.read_bytes() if out.exists() else None)
+    assert_refused(capsys, [*TRAIN, "--model", model_dir, "--out", out], str(out), needle)
+    assert (snapshot(out) if out.is_dir() else (out.read_bytes() if out.exists() else None)) == before
+
+
+@pytest.mark.parametrize("content, needle", [("{not json", "cannot read"), ('{"lr": "fast"}', "lr must be"),
+                                             ('{"colour": 1}', "unknown training settings")])
+def test_train_config_file_errors_name_the_file(capsys, model_dir, tmp_path, content, needle):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    assert_refused(capsys, [*TRAIN, "--config", path, "--out", tmp_path / "r"], str(path), needle)
+
+
+# --------------------------------------------------------------------------- resume and stop on damaged runs
+def _config_field(value):
+    def damage(run: Path):
+        config = read_json(run / CONFIG)
+        config["group"] = value
+        (run / CONFIG).write_text(json.dumps(config))
+    return damage
+
+
+REFUSED_RESUMES = {  # damage -> words of the one error line; nothing in the folder may change
+    "config with a wrong type": (_config_field("eight"), "group must be an integer"),
+    "config with a float count": (_config_field(2.5), "group must be an integer"),
+    "config not JSON": (lambda run: (run / CONFIG).write_text("{garbage"), "cannot read"),
+    "no checkpoints": (lambda run: shutil.rmtree(run / "checkpoints"), "no complete checkpoint"),
+    "checkpoint without weights": (lambda run: (run / "checkpoints" / "iter_0002" / "weights.safetensors").unlink(),
+                                   "iter_0002 are incomplete"),
+    "checkpoint with NaN weights": (lambda run: _nan_checkpoint(run), "no complete checkpoint"),
+    "latest.json into another run": (lambda run: _point_outside(run), "no complete checkpoint"),
+}
+
+
+def _nan_checkpoint(run: Path) -> None:
+    path = run / "checkpoints" / "iter_0002" / "weights.safetensors"
+    tensors = load_file(str(path))
+    save_file({k: torch.full_like(v, float("nan")) for k, v in tensors.items()}, str(path))
+
+
+def _point_outside(run: Path) -> None:
+    """latest.json names a checkpoint in another folder, and the run's own checkpoint is gone."""
+    other = run.parent / "other" / "checkpoints"
+    shutil.copytree(run / "checkpoints" / "iter_0002", other / "iter_0009")
+    shutil.rmtree(run / "checkpoints" / "iter_0002")
+    write_json(run / "checkpoints" / "latest.json", {"iteration": 9, "dir": "../../other/checkpoints/iter_0009"})
+
+
+@pytest.mark.parametrize("case", REFUSED_RESUMES)
+def test_resume_refuses_what_it_cannot_continue_and_changes_nothing(capsys, trained, tmp_path, case):
+    run = copy_run(trained, tmp_path)
+    damage, needle = REFUSED_RESUMES[case]
+    damage(run)
+    before = snapshot(run)
+    assert_refused(capsys, ["train", "--resume", run, "--iterations", "3"], str(run), needle)
+    assert snapshot(run) == before  # no metrics row dropped, no status rewritten
+
+
+def _latest(content: str):
+    return lambda run: (run / "checkpoints" / "latest.json").write_text(content)
+
+
+def _append(data: bytes):
+    def damage(run: Path):
+        with open(run / METRICS, "ab") as f:
+            f.write(data)
+    return damage
+
+
+RESUMES = {  # damage -> words of the resume line; the run continues from iteration 2 with rows 1-2 kept
+    "latest.json without keys": (_latest("{}"), "latest.json is missing or unreadable"),
+    "latest.json not JSON": (_latest("\x00\x01garbage"), "latest.json is missing or unreadable"),
+    "latest.json names a missing checkpoint": (_latest('{"iteration": 5, "dir": "iter_0005"}'),
+                                               "latest.json names 'iter_0005'"),
+    "metrics with random bytes": (_append(bytes(range(256)) * 4), "from checkpoint iter_0002"),
+    "metrics with a torn last line": (_append(b'{"iteration": 3, "reward/me'), "from checkpoint iter_0002"),
+    "status not JSON": (lambda run: (run / STATUS).write_text("{{{"), "from checkpoint iter_0002"),
+}
+
+
+@pytest.mark.parametrize("case", RESUMES)
+def test_resume_continues_from_the_last_complete_checkpoint_and_says_which(capsys, trained, tmp_path, case):
+    run = copy_run(trained, tmp_path)
+    rows = RunStore(run).metrics()
+    damage, needle = RESUMES[case]
+    damage(run)
+    code, out, err = cli(capsys, ["train", "--resume", run, "--iterations", "3"])
+    assert code == 0, err
+    first = out.splitlines()[0]
+    assert first.startswith(f"resuming {run} from checkpoint iter_0002 (iteration 2)") and needle in first
+    after = RunStore(run).metrics()
+    assert after[:2] == rows and [r["iteration"] for r in after] == [1, 2, 3]  # nothing before the checkpoint lost
+    assert RunStore(run).info().state == "finished"
+    if case.startswith("metrics with"):
+        assert (run / DAMAGED_METRICS).read_bytes()  # the lines that were not rows are kept aside
+
+
+def test_stop_on_a_finished_run_writes_no_stop_file(capsys, trained, tmp_path):
+    run = copy_run(trained, tmp_path)
+    before = snapshot(run)
+    code, out, err = cli(capsys, ["train", "--stop", run])
+    assert code == 0 and "is not running (finished)" in out and not (run / STOP).exists() and snapshot(run) == before
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--stop"])
+def test_resume_or_stop_of_a_folder_that_is_not_a_run(capsys, tmp_path, flag):
+    assert_refused(capsys, ["train", flag, tmp_path / "nowhere"], str(tmp_path / "nowhere"), "does not exist")
+    assert_refused(capsys, ["train", flag, tmp_path], str(tmp_path), "is not a run folder")
+
+
+def test_resume_keeps_its_saved_settings(capsys, trained):
+    assert_refused(capsys, ["train", "--resume", trained, "--lr", "1e-3"], "--resume", "drop lr")
+
+
+# --------------------------------------------------------------------------- damaged run folders in the Runs tab
+def make_run(root: Path, name: str, rewards: list[float]) -> Path:
+    store = RunStore.create(root, name)
+    store.write_config({"objective": "step_grpo", "iterations": len(rewards)})
+    store.write_status("finished", len(rewards), started=1000.0 + len(rewards))
+    for i, r in enumerate(rewards, start=1):
+        store.append_metrics({"iteration": i, "reward/mean": r})
+    return store.path
+
+
+DAMAGE = {  # how one run is damaged -> the state the Runs table shows for it
+    "status garbled": (lambda p: (p / STATUS).write_bytes(b"\x89garbage"), "damaged"),
+    "status a list": (lambda p: (p / STATUS).write_text("[1, 2]"), "damaged"),
+    "metrics random bytes": (lambda p: (p / METRICS).write_bytes(bytes(range(256))), "finished"),
+    "config garbled": (lambda p: (p / CONFIG).write_text("{"), "finished"),
+    "pid gone": (lambda p: write_json(p / STATUS, {"state": "running", "iteration": 1, "pid": 2**22 + 11}),
+                 "interrupted"),
+    "iteration not a number": (lambda p: write_json(p / STATUS, {"state": "finished", "iteration": "x"}), "finished"),
+}
+
+
+@pytest.fixture
+def runs_wb(tmp_path, model_dir):
+    return Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"))
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_one_damaged_run_never_hides_the_others(runs_wb, case):
+    root = runs_wb.jobs.root
+    good = make_run(root, "good", [0.1, 0.2])
+    bad = make_run(root, "bad", [0.3, 0.4])
+    damage, state = DAMAGE[case]
+    damage(bad)
+    before = snapshot(root)
+    table, _, pick, _, status = rh.refresh_runs(runs_wb)
+    rows = {row[0]: row for row in table.values.tolist()}
+    assert status.startswith("✓ 2 run(s)") and rows["good"][1:3] == ["finished", 2] and rows["good"][4] == 0.2
+    assert rows["bad"][1].startswith(state)
+    fig, status = rh.compare(runs_wb, ["good", "bad"], "reward/mean")
+    assert status.startswith("✓") and [list(t.y) for t in fig.data if t.name == "good"] == [[0.1, 0.2]]
+    files, status = rh.download(runs_wb, "good")
+    assert status.startswith("✓") and Path(files[0]).read_text().splitlines()[1:] == ["1,0.1", "2,0.2"]
+    assert snapshot(root) == before  # reading never writes
+    assert good.name in {r.name for r in list_runs(root)}
+
+
+def test_exports_leave_nothing_in_the_temp_folder(runs_wb, monkeypatch):
+    monkeypatch.setattr(rh, "EXPORT_SECONDS", 0.2)
+    make_run(runs_wb.jobs.root, "good", [0.1])
+    files, _ = rh.download(runs_wb, "good")
+    folder = Path(files[0]).parent
+    assert folder.is_dir() and folder.parent == rh.EXPORTS
+    end = time.time() + 10
+    while folder.exists() and time.time() < end:
+        time.sleep(0.05)
+    assert not folder.exists()
+
+
+def test_a_finished_training_process_is_reaped_at_once(tmp_path, model_dir):
+    script = tmp_path / "quick.py"
+    script.write_text("import sys; sys.exit(0)\n")
+    wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"),
+                   train_command=[sys.executable, str(script)])
+    config = rh.form_config(wb, "chunk_grpo", "adherence", "2,2", 3e-5, 2, 2, 4, 0, "flow_grpo", "")
+    pid = wb.jobs.start(config).process.pid
+    end = time.time() + 20  # no poll() from us: only the reaper thread can collect it
+    while Path(f"/proc/{pid}").exists() and time.time() < end:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()  # a zombie would keep its /proc entry
+
+
+# --------------------------------------------------------------------------- the app's controls and handlers
+@pytest.fixture(scope="module")
+def app(model_dir, tmp_path_factory):
+    wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("app_runs")))
+    return build_app(wb), wb
+
+
+def call_endpoint(demo, api_name: str, **values):
+    """Run an endpoint through gradio's own preprocessing, as an API client would: the controls' defaults
+    except `values` (by label prefix). Returns the outputs, or raises what gradio would report."""
+    fn = next(f for f in demo.fns.values() if f.api_name == api_name)
+    inputs = []
+    for block in fn.inputs:
+        match = [v for k, v in values.items() if (block.label or "").startswith(k)]
+        inputs.append(match[0] if match else (None if isinstance(block, gr.State) else block.value))
+    return asyncio.run(demo.process_api(fn, inputs, state=SessionState(demo)))["data"]
+
+
+NUMERIC_PAYLOADS = [  # (endpoint, control label, payload sent through the API)
+    ("start_run", "Learning rate", "abc"),
+    ("start_run", "Learning rate", [1]),
+    ("start_run", "Iterations", "many"),
+    ("start_run", "Group size G", None),
+    ("start_run", "Group size G", "8"),
+    ("start_run", "Trained steps T", {"x": 1}),
+    ("start_run", "LoRA rank", True),
+    ("generate", "Group size G", None),
+    ("generate", "Denoising steps T", "sixteen"),
+    ("generate", "Noise level a", float("nan")),
+    ("generate", "Seed", "0x10"),
+]
+
+
+@pytest.mark.parametrize("endpoint, label, payload", NUMERIC_PAYLOADS)
+def test_a_string_or_null_sent_to_a_numeric_control_names_it(app, endpoint, label, payload):
+    demo, wb = app
+    with pytest.raises(gr.Error) as err:
+        call_endpoint(demo, endpoint, **{label: payload})
+    assert err.value.message.startswith(label) and "must be a finite number, got" in err.value.message
+    assert wb.jobs.busy() is None and not any(wb.jobs.root.iterdir())  # nothing started
+
+
+@pytest.mark.parametrize("label, payload, needle", [
+    ("Learning rate", None, "learning rate must be a number"),
+    ("Iterations", None, "iterations must be a whole number"),
+    ("Iterations", 10**12, "greater than maximum"),
+    ("Learning rate", -1.0, "lr and max_grad_norm must be > 0"),
+])
+def test_empty_or_out_of_range_fine_tune_controls_are_messages(app, label, payload, needle):
+    demo, wb = app
+    try:
+        status = call_endpoint(demo, "start_run", **{label: payload})[-1]
+    except gr.Error as err:
+        status = err.message
+    assert needle in status.replace("\\", "") and wb.jobs.busy() is None
+
+
+@pytest.mark.parametrize("inputs, needle", [
+    ((PROMPT, 3, 4, 0.7, -1, "adherence"), "seed must be a whole number >= 0"),
+    ((PROMPT, 3, 4, 0.7, 2.0**70, "adherence"), "seed must be an integer in 0..2^63 - 1"),
+    ((PROMPT, 3, 4, float("nan"), 0, "adherence"), "noise level must be a finite number"),
+    ((PROMPT, 3, 4, 1e308, 0, "adherence"), "noise_level must be in 0..10"),
+    ((PROMPT, "x", 4, 0.7, 0, "adherence"), "group size must be a whole number"),
+])
+def test_generate_refuses_hostile_values_with_one_short_line(app, inputs, needle):
+    _, wb = app
+    status = h.generate(wb, *inputs, Session())[-1]
+    assert status.startswith("⚠") and needle in status.replace("\\", "") and len(status) < 600, status[:300]
+
+
+def test_a_long_message_on_the_page_is_one_short_line(app):
+    _, wb = app
+    status = h.chunks_from_spec(wb, ",".join(["1"] * 5000), Session())[-1]
+    assert status.startswith("⚠") and "characters cut" in status and len(status) < 600 and "\n" not in status
+
+
+def test_every_numeric_control_of_the_app_is_guarded(app):
+    demo, _ = app
+    controls = [b for b in demo.blocks.values() if isinstance(b, (gr.Number, gr.Slider))]
+    assert len(controls) >= 10
+    for block in controls:
+        with pytest.raises(gr.Error, match="must be a finite number"):
+            block.preprocess("not a number")
+
+
+# --------------------------------------------------------------------------- where numbers enter the library
+@pytest.mark.parametrize("settings, needle", [
+    (dict(noise_level=float("nan")), "noise_level must be a finite number"),
+    (dict(noise_level=1e308), "noise_level must be in 0..10"),
+    (dict(shift=float("inf")), "shift must be a finite number"),
+    (dict(guidance_scale=float("nan")), "guidance_scale must be a finite number"),
+    (dict(guidance_scale=-1.0), "guidance_scale must be in 0..100"),
+    (dict(seed=-5), "seed must be an integer in 0..2^63 - 1"),
+    (dict(seed=2**70), "seed must be an integer in 0..2^63 - 1"),
+    (dict(group=2.5), "group must be an integer"),
+])
+def test_sampling_config_refuses_non_finite_and_out_of_range(settings, needle):
+    with pytest.raises(WorkbenchError, match=needle.replace("^", r"\^").replace("(", r"\(")):
+        SamplingConfig(**settings)
+
+
+@pytest.mark.parametrize("settings, needle", [
+    (dict(lr=float("inf")), "lr must be a finite number"),
+    (dict(max_grad_norm=float("nan")), "max_grad_norm must be a finite number"),
+    (dict(seed=-5), "seed must be an integer in 0..2^63 - 1"),
+    (dict(guidance_scale=1e308), "guidance_scale must be in 0..100"),
+])
+def test_train_config_names_the_field(settings, needle):
+    with pytest.raises(WorkbenchError) as err:
+        TrainConfig(**settings)
+    assert needle in str(err.value)
+
+
+def test_long_messages_are_cut_in_the_middle():
+    text = "chunk sizes [" + ", ".join(["1"] * 5000) + "] sum to 5000; change the sizes so they sum to 16"
+    line = one_line(text)
+    assert len(line) <= 400 and line.startswith("chunk sizes [1, 1") and line.endswith("they sum to 16")
+    assert one_line("short\nmessage") == "short message"

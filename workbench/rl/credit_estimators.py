@@ -1,0 +1,147 @@
+"""Credit estimators: ways to value the states of a sampled group (docs/methods.md "Credit estimators").
+
+Every estimator is `fn(policy, group, reward_fn, branches, seed, crn, progress) -> Estimate` and values
+states 1..T-1 of every trajectory (and, for the look-ahead estimators, the start state 0):
+
+- `mc`  Monte-Carlo: the mean reward of K continuations sampled with the same policy (the reference);
+- `ode` ODE completion: the reward of the deterministic Euler completion from the state (TP-GRPO, arXiv
+        2602.06422);
+- `x0`  denoised prediction: the reward of the model's x0 prediction at the state (Stepwise-Flow-GRPO,
+        arXiv 2603.28718; DenseGRPO, arXiv 2601.20218, in the same spirit).
+
+Continuations run through `run_continuations`: rows (trajectory i, start state s, index k), batched
+step by step. With common random numbers (crn=True) the noise of step u of continuation k of trajectory
+i is seeded by (seed, i, k, u) alone, so continuations from different states of a trajectory share
+their noise on the steps they share; independent continuations also seed it by s.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import torch
+
+from workbench.core.registry import Registry
+from workbench.flow.policy import FlowPolicy
+from workbench.flow.trajectory import TrajectoryGroup
+
+
+@dataclass
+class Estimate:
+    """State values of one group from one estimator."""
+
+    branch_rewards: torch.Tensor  # (G, T - 1, K) rewards per state 1..T-1 (K = 1 for look-ahead estimators)
+    start: torch.Tensor | None  # (G,) value of state 0, or None: the group mean reward (Monte-Carlo)
+    deterministic: bool  # no Monte-Carlo noise: every credit has error 0
+    nfe: int  # transformer evaluations of one latent (the cost that dominates)
+    seconds: float = 0.0
+
+
+ESTIMATORS: Registry = Registry("credit estimator")
+
+
+def noise_seed(seed: int, traj: int, k: int, step: int, start: int | None) -> int:
+    """The generator seed of one continuation's noise at one step; start=None for common random numbers."""
+    return hash((seed, traj, k, step, -1 if start is None else start)) & (2 ** 63 - 1)
+
+
+def _step_noise(rows: torch.Tensor, step: int, seed: int, crn: bool, shape) -> torch.Tensor:
+    """(R, C, H, W) noise for the active rows (R, 3) = (i, s, k) at `step`; rows with one key share a draw."""
+    cache: dict[int, torch.Tensor] = {}
+    out = []
+    for i, s, k in rows.tolist():
+        key = noise_seed(seed, i, k, step, None if crn else s)
+        if key not in cache:
+            cache[key] = torch.randn(shape, generator=torch.Generator().manual_seed(key))
+        out.append(cache[key])
+    return torch.stack(out)
+
+
+@torch.no_grad()
+def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, rows: torch.Tensor, seed: int = 0,
+                      crn: bool = True, noise_level: float | None = None, progress=None,
+                      max_rows: int = 256) -> torch.Tensor:
+    """Rewards (R,) of continuations given as rows (R, 3) = (trajectory i, start state s in 0..T-1, index k).
+
+    All rows run in one loop over steps: the rows that start at state s join the batch at step s, so each
+    step is one forward pass over every active row, in slices of at most `max_rows` rows. `noise_level`
+    replaces the group's (0 = the deterministic ODE completion).
+    """
+    from workbench.flow.sampler import transition
+
+    cfg = group.config if noise_level is None else replace(group.config, noise_level=noise_level)
+    t_steps, shape = group.num_steps, group.states.shape[2:]
+    order = rows[:, 1].argsort(stable=True)
+    rows = rows[order]  # sorted by start state
+    sigmas, sde = group.sigmas.to(policy.device), cfg.sde_mask()
+    cond = policy.encode([group.prompt], cfg=cfg.guidance_scale != 1.0)
+    x = torch.empty(0, *shape, device=policy.device)  # active rows (A, C, H, W)
+    first = int(rows[:, 1].min())
+    for u in range(first, t_steps):
+        joining = rows[rows[:, 1] == u]
+        x = torch.cat([x, group.states[joining[:, 0], u].to(policy.device)])
+        active = rows[: x.shape[0]]  # (A, 3)
+        noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
+        parts = noise.split(max_rows) if noise is not None else [None] * len(x.split(max_rows))
+        x = torch.cat([transition(policy, xb, sigmas, u, cond.repeat(xb.shape[0]), cfg, noise=nb).x_next
+                       for xb, nb in zip(x.split(max_rows), parts)])
+        if progress is not None:
+            progress(u - first + 1, t_steps - first)
+    rewards = torch.cat([torch.as_tensor(reward_fn(policy.decode(xb), [group.prompt] * xb.shape[0]),
+                                         dtype=torch.float32).cpu() for xb in x.split(max_rows)])  # (R,)
+    out = torch.empty_like(rewards)
+    out[order] = rewards
+    return out
+
+
+def grid_rows(g: int, states: range, ks: range) -> torch.Tensor:
+    """Rows (G * S * K, 3) = (i, s, k) for every trajectory, state and continuation index, k fastest."""
+    return torch.cartesian_prod(torch.arange(g), torch.tensor(list(states)), torch.tensor(list(ks)))
+
+
+def continuation_cost(rows: torch.Tensor, steps: int) -> int:
+    """Transformer evaluations of continuation rows (R, 3): a row from state s runs T - s steps."""
+    return int((steps - rows[:, 1]).sum())
+
+
+@ESTIMATORS.register("mc")
+def monte_carlo(policy, group, reward_fn, branches: int = 4, seed: int = 0, crn: bool = True,
+                progress=None) -> Estimate:
+    """K continuations from every state 1..T-1 with the group's own sampler; V = their mean reward."""
+    g, t = group.group_size, group.num_steps
+    rows = grid_rows(g, range(1, t), range(branches))
+    start = time.perf_counter()
+    rewards = run_continuations(policy, group, reward_fn, rows, seed, crn, progress=progress)
+    return Estimate(rewards.view(g, t - 1, branches), None, False, continuation_cost(rows, t),
+                    time.perf_counter() - start)
+
+
+@ESTIMATORS.register("ode")
+def ode_completion(policy, group, reward_fn, branches: int = 1, seed: int = 0, crn: bool = True,
+                   progress=None) -> Estimate:
+    """V(x_s) = reward of the deterministic Euler ODE completion from x_s, for states 0..T-1 (TP-GRPO)."""
+    g, t = group.group_size, group.num_steps
+    rows = grid_rows(g, range(0, t), range(1))
+    start = time.perf_counter()
+    rewards = run_continuations(policy, group, reward_fn, rows, seed, noise_level=0.0, progress=progress).view(g, t)
+    return Estimate(rewards[:, 1:, None], rewards[:, 0], True, continuation_cost(rows, t),
+                    time.perf_counter() - start)
+
+
+@ESTIMATORS.register("x0")
+@torch.no_grad()
+def denoised_prediction(policy, group, reward_fn, branches: int = 1, seed: int = 0, crn: bool = True,
+                        progress=None) -> Estimate:
+    """V(x_s) = reward of the x0 prediction x_s - t_s v(x_s) stored at sampling, for states 0..T-1.
+
+    The sampler already evaluated the model at every state, so the cost is G T decodes and rewards, no
+    transformer evaluation."""
+    g, t = group.group_size, group.num_steps
+    start = time.perf_counter()
+    x0 = group.x0_preds.flatten(0, 1).to(policy.device)  # (G * T, C, H, W), state-major within each trajectory
+    rewards = torch.cat([torch.as_tensor(reward_fn(policy.decode(xb), [group.prompt] * xb.shape[0]),
+                                         dtype=torch.float32).cpu() for xb in x0.split(256)]).view(g, t)
+    if progress is not None:
+        progress(1, 1)
+    return Estimate(rewards[:, 1:, None], rewards[:, 0], True, 0, time.perf_counter() - start)

@@ -1,0 +1,146 @@
+"""Per-cell uncertainty of measured credit, its classification, and rates with errors (docs/methods.md
+"Credit uncertainty"). Pure functions over tensors: no sampling, no policy.
+
+A cell is a (trajectory i, unit j) pair whose unit runs from state a to state b (a step: b = a + 1; a
+chunk: its first and last state). Its credit is d = V(b) - V(a). Each value is a mean of continuation
+rewards, so each cell has a standard error; with common random numbers (CRN) the k-th continuations
+from a and from b share noise and their covariance is subtracted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MISATTRIBUTED, UNDETERMINED, ALIGNED = -1, 0, 1
+
+
+def state_counts(branches: torch.Tensor) -> torch.Tensor:
+    """Continuations per state (G, S) of NaN-padded rewards (G, S, K)."""
+    return (~branches.isnan()).sum(-1)
+
+
+def state_means(branches: torch.Tensor) -> torch.Tensor:
+    """Mean continuation reward per state (G, S); NaN padding (states with fewer continuations) is ignored."""
+    return branches.nanmean(-1)
+
+
+def _mean_variance(branches: torch.Tensor) -> torch.Tensor:
+    """Var of each state's mean (G, S): unbiased sample variance / n; NaN where n < 2 (no estimate)."""
+    n = state_counts(branches).float()  # (G, S)
+    dev = branches - state_means(branches)[..., None]  # (G, S, K)
+    var = dev.pow(2).nansum(-1) / (n - 1)  # (G, S)
+    return torch.where(n >= 2, var / n, torch.nan)
+
+
+def _paired_covariance(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
+    """Cov(V_a, V_b) of two means (..., ) from rewards (..., K) whose k-th entries share noise.
+
+    Only the m = min(n_a, n_b) pairs present in both share noise, so Cov = m c / (n_a n_b) with c the sample
+    covariance over those pairs; 0 where m < 2 (no estimate, and none of the start or end states has pairs).
+    """
+    both = ~(xa.isnan() | xb.isnan())  # (..., K)
+    m = both.sum(-1).float()
+    na, nb = (~xa.isnan()).sum(-1).float(), (~xb.isnan()).sum(-1).float()
+    a, b = torch.where(both, xa, 0.0), torch.where(both, xb, 0.0)
+    ma, mb = a.sum(-1) / m.clamp_min(1), b.sum(-1) / m.clamp_min(1)
+    c = ((a - ma[..., None]) * (b - mb[..., None]) * both).sum(-1) / (m - 1).clamp_min(1)
+    return torch.where(m >= 2, m * c / (na * nb).clamp_min(1), 0.0)
+
+
+def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list[int], paired: bool) -> torch.Tensor:
+    """Variance (G, J) of the credit V(e_{j+1}) - V(e_j) of every unit between consecutive edges.
+
+    branches: (G, T - 1, K) continuation rewards of states 1..T-1, NaN-padded; start_var (G,): variance of
+    V(x_T) (state 0); the final state's value is the reward itself (variance 0). edges: state indices
+    0 = e_0 < ... < e_J = T. paired: continuations share noise (CRN), so Cov(V_a, V_b) is subtracted:
+
+        Var(V_b - V_a) = s_a^2 / n_a + s_b^2 / n_b - 2 m c_ab / (n_a n_b)
+
+    NaN where a state has fewer than 2 continuations.
+    """
+    g, s, k = branches.shape
+    pad = torch.full((g, 1, k), torch.nan, dtype=branches.dtype)
+    ext = torch.cat([pad, branches, pad], dim=1)  # (G, T + 1, K): states 0..T
+    var = _mean_variance(ext)  # (G, T + 1)
+    var[:, 0], var[:, -1] = start_var, 0.0
+    a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,) each
+    total = var[:, a] + var[:, b]  # (G, J)
+    if paired:
+        total = total - 2 * _paired_covariance(ext[:, a], ext[:, b])
+    return total.clamp_min(0)
+
+
+def classify(credit: torch.Tensor, se: torch.Tensor, advantages: torch.Tensor, z: float) -> torch.Tensor:
+    """Classes (G, J) int8: MISATTRIBUTED (-1) when d sign(A) < -z se, ALIGNED (+1) when d sign(A) > z se,
+    else UNDETERMINED (0); a NaN error (no estimate) is undetermined."""
+    signed = credit * advantages.sign()[:, None]  # (G, J)
+    margin = z * se
+    cls = torch.where(signed > margin, ALIGNED, torch.where(signed < -margin, MISATTRIBUTED, UNDETERMINED))
+    return torch.where(se.isnan(), UNDETERMINED, cls).to(torch.int8)
+
+
+def ratio_and_se(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """R = sum x / sum y over cells (G, J), with the linearised standard error clustered by trajectory:
+
+        X_i = sum_j x_ij, Y_i = sum_j y_ij,   se(R) = sqrt(n / (n - 1) sum_i (X_i - R Y_i)^2) / sum_i Y_i
+
+    over the n trajectories with sum_j y_ij > 0 (cells of one trajectory are not independent). NaN when sum y = 0.
+    """
+    big_x, big_y = x.sum(-1).double(), y.sum(-1).double()  # (G,)
+    keep = big_y > 0
+    n, total = int(keep.sum()), float(big_y.sum())
+    if total <= 0:
+        return float("nan"), float("nan")
+    r = float(big_x.sum()) / total
+    if n < 2:
+        return r, float("nan")
+    resid = (big_x - r * big_y)[keep]
+    return r, float((n / (n - 1) * resid.pow(2).sum()).sqrt() / total)
+
+
+@dataclass
+class Rates:
+    """What a user reads for one kind of cell (steps or chunks); every share comes with its error."""
+
+    misattributed: float  # misattributed cells / determined cells
+    misattributed_se: float
+    determined: float  # determined cells / cells (misattributed or aligned by more than z errors)
+    determined_se: float
+    mass_against: float  # share of absolute credit whose sign is against the advantage
+    mass_against_se: float
+    plain: float  # plain sign rate: credit against the advantage / cells, no errors considered
+    plain_se: float
+    cells: int  # cells counted (trained, advantage not 0)
+    determined_cells: int
+
+
+def rates(credit: torch.Tensor, classes: torch.Tensor, advantages: torch.Tensor, valid: torch.Tensor) -> Rates:
+    """Rates over the valid cells (G, J) bool of a credit map (G, J) and its classes (G, J)."""
+    v = valid.double()
+    det = (classes != UNDETERMINED).double() * v  # (G, J)
+    wrong = (classes == MISATTRIBUTED).double() * v
+    against = (credit * advantages.sign()[:, None] < 0).double() * v
+    mass = credit.abs().double() * v
+    m, m_se = ratio_and_se(wrong, det)
+    d, d_se = ratio_and_se(det, v)
+    w, w_se = ratio_and_se(against * mass, mass)
+    p, p_se = ratio_and_se(against, v)
+    return Rates(m, m_se, d, d_se, w, w_se, p, p_se, int(v.sum()), int(det.sum()))
+
+
+def agreement(estimate: torch.Tensor, reference: torch.Tensor, valid: torch.Tensor,
+              determined: torch.Tensor | None = None) -> dict[str, float]:
+    """How an estimator's credit (G, J) tracks a reference (G, J) on the valid cells: the share of equal signs
+    (also among the cells `determined` in the reference) and the Pearson correlation."""
+    e, r = estimate[valid].double(), reference[valid].double()
+    same = (e.sign() == r.sign()).double()
+    corr = float(torch.corrcoef(torch.stack([e, r]))[0, 1]) if e.numel() > 1 else float("nan")
+    out = {"sign_agreement": float(same.mean()) if same.numel() else float("nan"), "correlation": corr,
+           "cells": int(e.numel())}
+    if determined is not None:
+        d = determined[valid]
+        out["sign_agreement_determined"] = float(same[d].mean()) if bool(d.any()) else float("nan")
+        out["determined_cells"] = int(d.sum())
+    return out

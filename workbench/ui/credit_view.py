@@ -1,0 +1,167 @@
+"""Figures and text of measured credit: cells classified misattributed / aligned / undetermined.
+
+Pure functions from a `Credit` (and z) to plotly figures and Markdown; the Attribution tab shows step
+cells beside the GRPO advantage, the Chunks tab chunk cells over the same steps. Encodings: colour =
+credit (blue raises the expected reward, red lowers it); x = misattributed; dot = aligned; grey cover =
+undetermined (within z errors of 0); white veil = not counted (untrained step or A = 0). Hovering a cell
+gives its credit, standard error and class.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from workbench.rl.chunking import chunk_boundaries
+from workbench.rl.credit import Credit
+from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED, UNDETERMINED, Rates
+from workbench.ui.plots import LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
+
+UNDETERMINED_COLOR = "rgba(190,190,190,0.92)"
+VEIL_COLOR = "rgba(255,255,255,0.8)"
+MARKS = {MISATTRIBUTED: ("x-thin", 11, "misattributed: against A(i) by more than z errors"),
+         ALIGNED: ("circle", 6, "aligned: with A(i) by more than z errors")}
+NAMES = {MISATTRIBUTED: "misattributed", ALIGNED: "aligned", UNDETERMINED: "undetermined"}
+
+
+def _labels(classes: torch.Tensor, valid: torch.Tensor) -> list[list[str]]:
+    return [[NAMES[c] if v else "not counted" for c, v in zip(row_c, row_v)]
+            for row_c, row_v in zip(classes.tolist(), valid.tolist())]
+
+
+def _span(a: float, b: float, unit: str) -> str:
+    """Hover suffix of a chunk over several steps, e.g. " (steps 2-4)"; empty for a step."""
+    first, last = int(a + 0.5), int(b - 0.5)
+    return f" (steps {first}-{last})" if unit != "step" and last > first else ""
+
+
+def _cover(mask: torch.Tensor, x, color: str, **where) -> go.Heatmap:
+    """One flat colour over the cells of mask (G, J); transparent elsewhere and invisible to hover."""
+    z = torch.where(mask, 1.0, torch.nan).tolist()
+    return go.Heatmap(z=z, x=x, colorscale=[[0, color], [1, color]], showscale=False, hoverinfo="skip", **where)
+
+
+def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor,
+                      valid: torch.Tensor, edges: list[float], unit: str, colorbar: dict, row: int | None = None,
+                      col: int | None = None, legend: bool = True) -> None:
+    """Add a credit map (G, J) with its classes to fig (at row, col of a subplot grid if given).
+    edges (J + 1,): the cell borders along x."""
+    g, j = credit.shape
+    centres = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
+    scale = float(credit.abs().max().clamp_min(1e-6))
+    se_text = [[("no estimate" if s != s else f"{s:.4f}") for s in r] for r in se.tolist()]
+    names = [f"{unit} {n}" + _span(edges[n], edges[n + 1], unit) for n in range(j)]
+    custom = [[[s, c, name] for s, c, name in zip(rs, rc, names)] for rs, rc in zip(se_text, _labels(classes, valid))]
+    fig.add_trace(go.Heatmap(z=credit.tolist(), x=edges, y=list(range(g)), colorscale="RdBu", zmid=0,
+                             zmin=-scale, zmax=scale, customdata=custom, colorbar=colorbar, name=f"{unit} credit",
+                             hovertemplate="traj %{y}, %{customdata[2]}: credit %{z:.4f} ± %{customdata[0]} "
+                                           "(%{customdata[1]})<extra></extra>"), row=row, col=col)
+    fig.add_trace(_cover((classes == UNDETERMINED) & valid, edges, UNDETERMINED_COLOR), row=row, col=col)
+    fig.add_trace(_cover(~valid, edges, VEIL_COLOR), row=row, col=col)
+    for cls, (symbol, size, name) in MARKS.items():
+        rows, cols = ((classes == cls) & valid).nonzero(as_tuple=True)
+        fig.add_trace(go.Scatter(x=[centres[c] for c in cols.tolist()], y=rows.tolist(), mode="markers",
+                                 marker=dict(symbol=symbol, size=size, color="black",
+                                             line=dict(width=2 if cls == MISATTRIBUTED else 1,
+                                                       color="black" if cls == MISATTRIBUTED else "white")),
+                                 name=name, showlegend=legend, hoverinfo="skip"), row=row, col=col)
+    if legend:
+        for color, name in ((UNDETERMINED_COLOR, "undetermined: within z errors of 0"),
+                            ("rgb(245,245,245)", "not counted: untrained step or A = 0")):
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                     marker=dict(symbol="square", size=13, color=color,
+                                                 line=dict(width=1, color="gray"))), row=row, col=col)
+
+
+def _k_text(credit: Credit) -> str:
+    if credit.deterministic:
+        return f"estimator {credit.estimator}"
+    k = credit.counts
+    lo, hi = int(k.min()), int(k.max())
+    return f"K={lo}" if lo == hi else f"K={lo}..{hi}"
+
+
+def attribution_figure(credit: Credit, z: float) -> go.Figure:
+    """Classified step credit (G, T) beside the uniform GRPO advantage (G, 1), chunk boundaries dashed."""
+    g, t = credit.step_credit.shape
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.8, 0.2], shared_yaxes=True, horizontal_spacing=0.12,
+                        subplot_titles=("Step credit d(i,t), classified at z = " + f"{z:g}", "GRPO advantage A(i)"))
+    classified_traces(fig, credit.step_credit, credit.step_se, credit.step_classes(z), credit.step_valid,
+                      [s - 0.5 for s in range(t + 1)], "step",
+                      dict(title="credit<br>(reward)", x=0.712, xanchor="left", thickness=12), row=1, col=1)
+    adv = credit.advantages
+    adv_scale = float(adv.abs().max().clamp_min(1e-6))
+    fig.add_trace(go.Heatmap(z=adv[:, None].tolist(), x=["A"], y=list(range(g)), colorscale="RdBu", zmid=0,
+                             zmin=-adv_scale, zmax=adv_scale, name="advantage",
+                             colorbar=dict(title="A<br>(std units)", x=1.01, xanchor="left", thickness=12),
+                             hovertemplate="traj %{y}: A = %{z:.3f}<extra></extra>"), row=1, col=2)
+    fig.update_layout(shapes=_boundary_shapes(credit.sizes))
+    _boundary_legend(fig, row=1, col=1)
+    fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=1)
+    fig.update_xaxes(title_text="per trajectory", row=1, col=2)
+    fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
+    fig.update_layout(title=f"Step credit vs uniform advantage (G={g}, T={t}, {_k_text(credit)}, "
+                            f"chunks {list(credit.sizes)})", height=480, **LAYOUT)
+    return fig
+
+
+def chunk_figure(credit: Credit, z: float) -> go.Figure:
+    """Classified chunk credit (G, K), each chunk drawn over its steps, for the Chunks tab."""
+    t = credit.num_steps
+    edges = [-0.5] + [b - 0.5 for b in chunk_boundaries(credit.sizes)] + [t - 0.5]
+    fig = go.Figure()
+    classified_traces(fig, credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid,
+                      edges, "chunk", dict(title="credit<br>(reward)", thickness=12))
+    fig.update_layout(title=f"Chunk credit V(end) - V(start), classified at z = {z:g} ({_k_text(credit)})",
+                      xaxis_title=STEP_AXIS, yaxis_title="trajectory i", xaxis_range=[-0.5, t - 0.5],
+                      yaxis=dict(autorange="reversed", dtick=1), shapes=_boundary_shapes(credit.sizes),
+                      height=360, **LAYOUT)
+    return fig
+
+
+def _pct(value: float, se: float) -> str:
+    if value != value:
+        return "–"
+    return f"{100 * value:.1f} %" + ("" if se != se else f" ± {100 * se:.1f} %")
+
+
+def rates_line(label: str, r: Rates) -> str:
+    """One Markdown line: the three rates and the plain sign rate, each with its error."""
+    return (f"**{label}:** {_pct(r.misattributed, r.misattributed_se)} of the determined cells are misattributed "
+            f"· {_pct(r.determined, r.determined_se)} of {r.cells} cells determined · credit mass against A "
+            f"{_pct(r.mass_against, r.mass_against_se)} · plain sign rate {_pct(r.plain, r.plain_se)}")
+
+
+def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str:
+    """The rates of steps and chunks, how they were measured, and a cheap estimator's agreement."""
+    r = credit.rates(z)
+    lines = [rates_line("Step misattribution", r.step),
+             rates_line(f"Chunk misattribution (chunks {','.join(map(str, credit.sizes))})", r.chunk)]
+    g = credit.rewards.shape[0]
+    how = ("common random numbers" if credit.crn else "independent continuations")
+    if credit.deterministic:
+        how = f"one deterministic look-ahead per state ({credit.estimator}): no Monte-Carlo error, every cell " \
+              "with credit not 0 counts as determined"
+    cost = credit.cost
+    rule = "" if credit.deterministic else (f" A cell is determined when its credit is more than z={z:g} standard "
+                                            "errors from 0.")
+    lines.append(f"G={g}, T={credit.num_steps}, {_k_text(credit)}, {how}; cost {cost.get('nfe', 0)} transformer "
+                 f"evaluations.{rule} ± is the standard error over trajectories. Untrained steps and trajectories "
+                 "with A = 0 are left out.")
+    if credit.deterministic and reference is not None and not reference.deterministic:
+        lines.append(agreement_line(credit, reference, z))
+    return "  \n".join(lines)
+
+
+def agreement_line(credit: Credit, reference: Credit, z: float) -> str:
+    """How a cheap estimator's step credit tracks the session's Monte-Carlo credit on the same group."""
+    from workbench.rl.credit_stats import agreement
+
+    det = reference.step_classes(z) != UNDETERMINED
+    a = agreement(credit.step_credit, reference.step_credit, reference.step_valid, det)
+    nan = float("nan")
+    return (f"**Against your Monte-Carlo measurement ({_k_text(reference)}):** same sign on "
+            f"{_pct(a['sign_agreement'], nan)} of the cells, on {_pct(a['sign_agreement_determined'], nan)} "
+            f"of the {a['determined_cells']} cells it determines; correlation {a['correlation']:+.2f}; cost "
+            f"{credit.cost.get('nfe', 0)} vs {reference.cost.get('nfe', 0)} evaluations.")
