@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gradio as gr
@@ -430,7 +431,10 @@ def call_endpoint(demo, api_name: str, **values):
     for block in fn.inputs:
         match = [v for k, v in values.items() if (block.label or "").startswith(k)]
         inputs.append(match[0] if match else (None if isinstance(block, gr.State) else block.value))
-    return asyncio.run(demo.process_api(fn, inputs, state=SessionState(demo)))["data"]
+    # a thread of its own: an earlier test (Playwright's sync API) may leave an event loop running in this one
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(asyncio.run, demo.process_api(fn, inputs, state=SessionState(demo)))
+        return call.result()["data"]
 
 
 NUMERIC_PAYLOADS = [  # (endpoint, control label, payload sent through the API)
