@@ -211,3 +211,17 @@ def test_bad_inputs(random_policy, group):
     with pytest.raises(WorkbenchError, match="valid credit estimators: mc, ode, x0"):
         measure_credit(random_policy, group, mean_red, estimator="nope")
     assert ESTIMATORS.names() == ["mc", "ode", "x0"]
+
+
+def test_refinement_spends_on_undetermined_steps_when_only_a_whole_trajectory_chunk_is_within_reach(
+        random_policy, group):
+    credit = measure_credit(random_policy, group, mean_red, branches=2, chunks="5")
+    mean = float(credit.rewards.mean())
+    g, s, _ = credit.branch_rewards.shape
+    noisy = torch.stack([torch.full((g, s), mean - 1.0), torch.full((g, s), mean + 1.0)], dim=-1)  # V = mean, se ~1
+    made = replace(credit, branch_rewards=noisy, crn=False)  # independent: a step between two states has se ~1
+    z = 1e6  # nothing determined; the one chunk (r_i - V(x_T), small error) is within reach, no step is
+    assert bool((made.chunk_credit.abs() >= made.chunk_se).any()) and not bool((made.step_credit.abs()
+                                                                                >= made.step_se).any())
+    refined = refine(made, random_policy, group, mean_red, budget=6, z=z)
+    assert int((refined.counts - made.counts).sum()) == 6  # the budget goes to the steps, not nowhere

@@ -188,3 +188,15 @@ def test_latest_pointer_never_leads_outside_the_run(tmp_path):
     (tmp_path / "a" / "checkpoints" / "latest.json").write_text("{}")
     assert store.latest_checkpoint().iteration == 1
     assert CONFIG == "config.json"
+
+
+def test_samples_and_checkpoints_follow_the_iteration_number_past_9999(tmp_path):
+    store = RunStore.create(tmp_path, "long")
+    (store.path / "samples").mkdir(parents=True, exist_ok=True)
+    for name in ("iter_9999.png", "iter_10000.png", "eval_9990.png", "eval_10000.png"):
+        (store.path / "samples" / name).write_bytes(b"png")
+    assert [p.name for p in store.info().samples()] == ["iter_9999.png", "iter_10000.png"]
+    assert store.info().eval_samples()[-1].name == "eval_10000.png"
+    for name in ("iter_9999", "iter_10000"):
+        (store.path / "checkpoints" / name).mkdir(parents=True)
+    assert [p.name for p in store.checkpoints()][:2] == ["iter_10000", "iter_9999"]

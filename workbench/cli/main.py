@@ -144,15 +144,16 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     reward = build_reward(args.reward)
     policy = load_model(args)
     policy.check_prompt(args.prompt)
-    check_memory(policy, config.group, config.steps, "--group, --steps or --branches", branches=args.branches)
+    check_memory(policy, config.group, config.steps, "--group, --steps or --branches",
+                 branches=args.branches if args.estimator == "mc" else 1)  # ode / x0: one look-ahead per state
     group = sample_group(policy, args.prompt, config)
     credit = measure_credit(policy, group, reward, branches=args.branches, chunks=args.chunks,
                             advantage=args.advantage, seed=args.seed, progress=_progress("branching"),
                             estimator=args.estimator, crn=not args.no_crn)
     summary = credit.summary(args.z)
     if args.json:
-        print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks" else v
-                       for k, v in summary.items()}))
+        print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks"
+                       and not k.endswith("_classes") else v for k, v in summary.items()}))
         return 0
     k = f"K={args.branches}" if args.estimator == "mc" else "one look-ahead per state"
     print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "

@@ -217,19 +217,22 @@ def _open_cells(credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor, v
 
 
 def _undetermined_near_states(credit: Credit, z: float) -> torch.Tensor:
-    """(G, T + 1) undetermined valid cells (steps and chunks) that start or end at each state, counting only
-    those within reach of z errors when there are any."""
+    """(G, T - 1) undetermined valid cells (steps and chunks) that start or end at each state that can branch
+    (not the shared start x_T, not the final image), counting only those within reach of z errors when any
+    of them touches such a state."""
     t = credit.num_steps
     steps = _open_cells(credit.step_credit, credit.step_se, credit.step_classes(z), credit.step_valid)
     chunks = _open_cells(credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid)
-    use = 1 if bool(steps[1].any() or chunks[1].any()) else 0
-    near = torch.zeros(credit.rewards.shape[0], t + 1)
-    near[:, :-1] += steps[use]
-    near[:, 1:] += steps[use]
     edges = torch.tensor([0, *chunk_boundaries(credit.sizes), t])
-    near.index_add_(1, edges[:-1], chunks[use])
-    near.index_add_(1, edges[1:], chunks[use])
-    return near
+    near = []
+    for use in (1, 0):  # within reach first, else every undetermined cell
+        n = torch.zeros(credit.rewards.shape[0], t + 1)
+        n[:, :-1] += steps[use]
+        n[:, 1:] += steps[use]
+        n.index_add_(1, edges[:-1], chunks[use])
+        n.index_add_(1, edges[1:], chunks[use])
+        near.append(n[:, 1:-1])  # (G, T - 1): states 1..T - 1 branch; x_T and the image do not
+    return near[0] if bool(near[0].any()) else near[1]
 
 
 def _allocate(priority: torch.Tensor, counts: torch.Tensor, remaining: int) -> torch.Tensor:
@@ -284,7 +287,7 @@ def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, re
         raise WorkbenchError("refine needs the group the credit was measured on (G and T differ)")
     spent = 0
     while spent < budget:
-        priority = _undetermined_near_states(credit, z)[:, 1:-1]  # (G, T - 1): states that can branch
+        priority = _undetermined_near_states(credit, z)  # (G, T - 1): states that can branch
         if not bool(priority.any()):
             return
         rows = _allocate(priority, credit.counts, budget - spent)

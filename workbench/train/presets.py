@@ -116,8 +116,9 @@ def crosses() -> TrainConfig:
     without CFG / 0.27 at CFG 4 after 110 iterations; lr 1e-4, 0.14 / 0.18. Training only the first 8 steps
     (window 0..8) helped most: 0.33 / 0.43 at lr 1e-4, 0.35 / 0.51 at lr 5e-5. With 4 prompts per iteration
     the accuracy oscillated (0.22 / 0.27 after 100 iterations, 180 CPU-s) and the pictures grew stripes and
-    lost their colours; 8 prompts per iteration averaged that noise away: 0.65 / 0.67 after 70 iterations
-    (254 training CPU-s), 0.57 / 0.55 after 80 (3 seeds: docs/crosses.md).
+    lost their colours; 8 prompts per iteration averaged that noise away: seed 0 reached 0.65 / 0.67 after 70
+    iterations (240 training CPU-s); after 80, over seeds 0 / 1 / 2, 0.57 / 0.57 / 0.69 without CFG and
+    0.55 / 0.37 / 0.47 at CFG 4 (docs/crosses.md).
     """
     return TrainConfig(task="crosses",  # 275 training-split cross prompts, 49 disjoint held-out ones
                        reward="shape_match",  # the shape alone: colour, size and position are already right
@@ -128,4 +129,4 @@ def crosses() -> TrainConfig:
                        chunks="1,2,2,3",  # GCPO-style temporal chunks over the 8 trained steps
                        lr=5e-5,  # 3e-5 too slow, 1e-4 worse (see above)
                        prompts_per_iteration=8,  # 4 was too noisy (see above); ~3.6 CPU-s per iteration
-                       iterations=80)  # ~270-290 training CPU-s on one thread: within 5 minutes on 2 cores
+                       iterations=80)  # 268-274 training CPU-s on one thread: within 5 minutes on 2 cores

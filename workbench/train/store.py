@@ -46,6 +46,12 @@ DAMAGED_METRICS = "metrics.damaged.txt"  # lines of metrics.jsonl that were not 
 CHECKPOINT_NAME = re.compile(r"^iter_\d{4,}$")
 
 
+def _iteration_of(path: Path) -> int:
+    """The iteration in a name such as iter_0042 / eval_10000.png (numeric order: iter_10000 after iter_9999)."""
+    digits = re.search(r"_(\d+)", path.name)
+    return int(digits.group(1)) if digits else -1
+
+
 @dataclass
 class Checkpoint:
     """A complete checkpoint read back from a run."""
@@ -92,11 +98,11 @@ class RunInfo:
 
     def samples(self) -> list[Path]:
         """Rollout grids samples/iter_XXXX.png, oldest first."""
-        return sorted((self.path / "samples").glob("iter_*.png"))
+        return sorted((self.path / "samples").glob("iter_*.png"), key=_iteration_of)
 
     def eval_samples(self) -> list[Path]:
         """Held-out grids samples/eval_XXXX.png (fixed prompts and noise: before/after), oldest first."""
-        return sorted((self.path / "samples").glob("eval_*.png"))
+        return sorted((self.path / "samples").glob("eval_*.png"), key=_iteration_of)
 
 
 def metric_series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:
@@ -332,7 +338,7 @@ class RunStore:
         """Checkpoint folders inside this run, the one latest.json names first, then the others newest first."""
         root = self.path / "checkpoints"
         folders = sorted((p for p in root.glob("iter_*") if p.is_dir() and CHECKPOINT_NAME.match(p.name)),
-                         reverse=True)
+                         key=_iteration_of, reverse=True)
         pointer = root / "latest.json"
         if pointer.is_file():
             try:

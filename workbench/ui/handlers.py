@@ -153,7 +153,11 @@ def refine_credit(wb: Workbench, budget: float, session: Session, z: float = Z, 
         spent = int((refined.counts - credit.counts).sum())
         yield credit_plot(latest), rates_markdown(latest), latest, f"… refining: {spent}/{n} continuations spent"
     if latest is session:
-        yield credit_plot(session), rates_markdown(session), session, ok("every cell is determined: nothing to refine")
+        undetermined = credit.rates(z).step.determined < 1 or credit.rates(z).chunk.determined < 1
+        note = ("no undetermined cell can be refined: what is left depends only on the shared start and the "
+                "final rewards, which more continuations do not change" if undetermined
+                else "every cell is determined: nothing to refine")
+        yield credit_plot(session), rates_markdown(session), session, ok(note)
         return
     after = latest.credit.rates(z).step.determined
     yield gr.skip(), gr.skip(), latest, ok(f"refined with {spent} continuations: determined steps "
