@@ -29,6 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiment_defaults import run  # the scripts folder is on sys.path when a script runs
+
 from workbench.core.files import atomic_write
 from workbench.core.imaging import speckle
 from workbench.flow.sampler import ode_sample, sample_groups
@@ -37,8 +39,7 @@ from workbench.rewards import build_reward
 from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import measure_credit
 from workbench.toyworld.world import split_scenes
-from workbench.train import TrainConfig, Trainer
-from workbench.train.store import RunStore
+from workbench.train import TrainConfig
 
 VARIANTS = {  # name -> TrainConfig overrides (the sampler part of a run)
     "flow_grpo": {},
@@ -75,11 +76,9 @@ def fine_tune(config: TrainConfig, seeds: int, root: Path) -> list[tuple[float, 
     """(held-out adherence before, after) of the default fine-tune with this sampler, one pair per seed."""
     out = []
     for seed in range(seeds):
-        run_dir = Path(tempfile.mkdtemp(dir=root)) / "run"
-        Trainer(replace(config, seed=seed), run_dir, EmbeddedPolicy.load()).run()
-        evals = [r["eval/reward_mean"] for r in RunStore(run_dir).metrics() if r.get("eval/reward_mean") is not None]
-        out.append((evals[0], evals[-1]))
-        print(f"    seed {seed}: held-out {evals[0]:.4f} -> {evals[-1]:.4f}", flush=True)
+        r = run(replace(config, seed=seed), root)
+        out.append((r["before"], r["after"]))
+        print(f"    seed {seed}: held-out {r['before']:.4f} -> {r['after']:.4f}", flush=True)
     return out
 
 
