@@ -24,7 +24,7 @@ from workbench.train.trackers import parse_report_to
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
     "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
     "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
-    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000)}
+    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000), "keep_checkpoints": (1, 1000)}
 
 
 @dataclass
@@ -146,6 +146,9 @@ class TrainConfig:
     """Save a grid of the rollout images every this many iterations (and at the first, the last and a stop)."""
     checkpoint_every: int = 10
     """Save weights + optimizer every this many iterations (always at the end and on stop)."""
+    keep_checkpoints: int = 1
+    """Checkpoints kept in the run folder, newest first: older iterations can be loaded and compared (the app's
+    model picker, --model runs/<id>/checkpoints/iter_N); each holds the trained weights and the optimizer state."""
 
     def __post_init__(self):
         check_types(self)  # wrong types and non-finite numbers, from any source, name their field
@@ -171,7 +174,7 @@ class TrainConfig:
 
     def _check_counts(self) -> None:
         for name in ("eval_every", "prompts_per_iteration", "steps", "iterations", "inner_epochs", "grad_accum",
-                     "sample_every", "checkpoint_every"):
+                     "sample_every", "checkpoint_every", "keep_checkpoints"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise WorkbenchError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.minibatch is not None and (not isinstance(self.minibatch, int) or self.minibatch < 0):

@@ -121,7 +121,7 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     if inner not in names:
         raise WorkbenchError(f"unknown objective '{inner}'; valid objectives: {', '.join(names)}")
     advantages = paired_advantages(session.rewards, names, metric=_gfpo_metric(group))
-    moved = moved_log_probs(wb.policy(), group, advantages[inner], inner, settings, n, lr,
+    moved = moved_log_probs(wb.policy(session.source), group, advantages[inner], inner, settings, n, lr,
                             progress=_tracker(progress, "inner update"))
     selected = view.selected if view is not None and view.group is group else ObjectivesView.selected
     view = ObjectivesView(group, advantages, moved, n, lr, settings.clip_low, inner, list(session.sizes), selected)
