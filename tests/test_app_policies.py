@@ -10,6 +10,7 @@ from workbench.core.files import write_json
 from workbench.models.embedded import build_embedded, save_embedded
 from workbench.train.store import CONFIG, RunStore
 from workbench.ui import handlers as h
+from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
 from workbench.ui.state import BASE, Session
@@ -88,6 +89,12 @@ def test_compare_a_checkpoint_with_its_base_on_the_same_noise(wb):
     chunked = h.chunks_from_spec(wb, "1,3", session)[-2]  # a chunk edit re-chunks the comparison too
     assert chunked.comparison.credits[0].sizes == [1, 3]
     assert "no group yet" in msg(pol.compare(wb, None, 2, Session()))
+    figure, status = ob.objectives_compare(wb, 0.2, chunked)  # the push maps of both groups
+    credits = [t for t in figure.data if t.name == "credit"]
+    assert [[list(row) for row in c.z] for c in credits] == [c.step_credit.tolist() for c in chunked.comparison.credits]
+    pushes = [t for t in figure.data if t.type == "heatmap" and "|" in (t.name or "")]
+    assert {t.name.split("|")[0] for t in pushes} == {"policy0", "policy1"} and len(pushes) % 2 == 0
+    assert "chunks 1,3" in status and "no comparison yet" in msg(ob.objectives_compare(wb, 0.2, Session()))
 
 
 def test_a_finished_run_comes_back_in_a_new_session(wb, model_dir):

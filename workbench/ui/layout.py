@@ -203,6 +203,12 @@ def _objectives_tab(wb, session, tab) -> None:
         step = gr.Number(0, precision=0, label="Step t", elem_id="cell-step")
         show = gr.Button("Show the cell", elem_id="cell-btn")
     formula = gr.Markdown(latex_delimiters=LATEX, elem_id="cell-formula")
+    gr.Markdown("### Before and after\nThe push maps of the two groups compared in **Attribution** (the same prompt "
+                "and noise under two policies), each beside its own measured credit.")
+    versus = gr.Button("Compare push maps", elem_id="objectives-compare-btn")
+    versus_plot = gr.Plot(label="Push under two policies", elem_id="objectives-compare-plot")
+    versus.click(partial(ob.objectives_compare, wb), [clip, session], [versus_plot, status],
+                 api_name="objectives_compare")
     point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
