@@ -84,7 +84,7 @@ def measure_all(args, runs: dict[str, Path], overrides: dict) -> dict:
     lesson = preset("crosses", **overrides)
     prompts = TASKS.get("crosses")().eval_prompts[:args.prompts]
     config = replace(lesson.sampling_config(1), group=lesson.group)
-    chunks = ",".join(str(s) for s in [*map(int, lesson.chunks.split(",")), config.steps - lesson.window[1]])
+    chunks = ",".join(map(str, lesson.credit_chunks()))
     key = dict(prompts=prompts, branches=args.branches, cont_seeds=args.cont_seeds, chunks=chunks,
                config=repr(config))
     path = Path(args.runs) / CACHE

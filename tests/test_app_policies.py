@@ -127,3 +127,19 @@ def test_the_progress_bar_says_elapsed_and_left():
     assert "width:25.0%" in bar
     done = rh.progress_html(RunView("r", "finished", 80, 80, "", [], None, started=1000.0, updated=1300.0))
     assert "5 min 00 s elapsed · finished<" in done and " left" not in done
+
+
+def test_learn_closes_with_a_cross_group_before_and_after_the_lesson(model_dir, tmp_path, monkeypatch):
+    from workbench.ui import learn
+
+    wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"))
+    assert "no crosses lesson with a checkpoint" in msg(learn.learn_after(wb, Session()))
+    make_run(wb.jobs.root, model_dir, iterations=(10,), name="other")  # not the lesson: never picked
+    make_run(wb.jobs.root, model_dir, iterations=(80,), name="crosses", task="crosses")
+    monkeypatch.setitem(learn.LEARN, "group", 3)
+    monkeypatch.setitem(learn.LEARN, "branches", 2)
+    figure, images, text, session, status = learn.learn_after(wb, Session())
+    assert session.comparison.labels == (model_dir.name, "run crosses @ 80") and status.startswith("✓")
+    assert session.comparison.groups[0].prompt == learn.LESSON_CROSS and session.comparison.credits[0].sizes == \
+        [1, 2, 2, 3, 9]
+    assert "shape_match" in text and "| step: misattributed among determined |" in text

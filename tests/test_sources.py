@@ -25,10 +25,10 @@ def base_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in load_policy(model_dir, device="cpu").transformer.named_parameters()}
 
 
-def make_run(root: Path, model_dir: Path, iterations=(10, 20), name: str = "demo", keep: int = 5) -> Path:
+def make_run(root: Path, model_dir: Path, iterations=(10, 20), name: str = "demo", keep: int = 5, **config) -> Path:
     """A run folder of the model in model_dir with a checkpoint per iteration: every weight + iteration / 1000."""
     store = RunStore.create(root, name)
-    write_json(store.path / CONFIG, TrainConfig(model=str(model_dir), iterations=max(iterations)).to_dict())
+    write_json(store.path / CONFIG, TrainConfig(model=str(model_dir), iterations=max(iterations), **config).to_dict())
     store.write_status("finished", max(iterations))
     weights = base_weights(model_dir)
     for it in iterations:

@@ -318,6 +318,13 @@ class TrainConfig:
         return AdvantageSettings(global_std=self.global_std, gpg_threshold=self.gpg_threshold,
                                  gfpo_keep=self.gfpo_keep)
 
+    def credit_chunks(self) -> list[int]:
+        """Chunk sizes over all sampled steps, for measuring a rollout's credit: the SDE window's chunks, with the
+        steps before and after the window as one untrained chunk each (crosses: [1,2,2,3] + [9] over 17 steps)."""
+        start, end = self.sde_window(1)
+        inner = parse_chunk_spec(self.chunks, end - start)
+        return [s for s in (start, *inner, self.sampling_steps - end) if s > 0]
+
     def objective_settings(self) -> ObjectiveSettings:
         chunks = parse_chunk_spec(self.chunks, len(self.trained_steps(1))) if self.objective == "chunk_grpo" else None
         return ObjectiveSettings(clip_low=self.clip_low, clip_high=self.clip_high, chunks=chunks,

@@ -27,7 +27,7 @@ from workbench.ui import run_handlers as rh
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
-from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_walk
+from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_after, learn_walk
 from workbench.ui.objectives import ROWS
 from workbench.ui.plots import empty_figure
 from workbench.ui.state import BASE, Session
@@ -329,8 +329,16 @@ def _learn_tab(wb, session) -> None:
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
     last = gr.Markdown(elem_id="learn-text-5")
     gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
+    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn")
+    after_status = gr.Markdown(elem_id="learn-after-status")
+    after_text = gr.Markdown(elem_id="learn-after-text")
+    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot")
+    after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
+                            format="png", elem_id="learn-after-images")
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
               api_name="learn_example", **HEAVY)
+    after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
+                api_name="learn_after", **HEAVY)
 
 
 def _picker(wb, session) -> dict:

@@ -85,6 +85,25 @@ def comparison_view(wb: Workbench, session: Session):
     return (*comparison_outputs(session), gr.skip())
 
 
+def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, reward_spec: str, branches: int,
+                 sizes: list[int], estimator: str = "mc", crn: bool = True, progress=None):
+    """The CreditComparison of two picker keys (first: before, second: after) on one prompt and noise."""
+    from workbench.rewards import build_reward
+    from workbench.rl.credit_compare import compare_credit
+
+    labels = tuple(wb.source(k).short for k in keys)
+    policies = tuple(wb.policy(k) for k in keys)
+    return compare_credit(policies, labels, prompt, config, build_reward(reward_spec), branches=branches,
+                          chunks=sizes, seed=config.seed, estimator=estimator or "mc", crn=bool(crn),
+                          progress=None if progress is None else _tracker(progress, "continuation batches"))
+
+
+def comparison_panel(comparison, z: float) -> tuple:
+    """(figure, images of both groups: top row before, bottom row after, text) of a CreditComparison."""
+    images = grid(torch.cat([g.images for g in comparison.groups]), ncol=comparison.groups[0].group_size)
+    return (credit_view.comparison_figure(comparison, z), images, credit_view.comparison_text(comparison, z))
+
+
 @guarded(5)
 def compare(wb: Workbench, other: str | None, branches: float, session: Session, estimator: str = "mc",
             crn: bool = True, z: float = Z, progress=gr.Progress()):
@@ -93,23 +112,16 @@ def compare(wb: Workbench, other: str | None, branches: float, session: Session,
     The session's prompt is sampled with its group's SamplingConfig (same x_T, same SDE noise) under the
     chosen policy (default: the base model of the session's) and under the session's own, and both groups'
     credit is measured with the same estimator, K and continuation seed (`rl.credit_compare`)."""
-    from workbench.rewards import build_reward
-    from workbench.rl.credit_compare import compare_credit
-
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = whole_number(branches, "branches (K)", 1), _z(z)
     other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
-    labels = (wb.source(other).short, wb.source(session.source).short)
-    policies = (wb.policy(other), wb.policy(session.source))
     group = session.group
-    comparison = compare_credit(policies, labels, group.prompt, group.config, build_reward(session.reward_spec),
-                                branches=k, chunks=session.sizes, seed=group.config.seed, estimator=estimator or "mc",
-                                crn=bool(crn), progress=_tracker(progress, "continuation batches"))
+    comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,
+                              session.sizes, estimator, crn, progress)
     session = replace(session, comparison=comparison, z=z)
-    images = grid(torch.cat([g.images for g in comparison.groups]), ncol=group.group_size)
-    same = " (both sides are the same policy: pick a run to compare with)" if labels[0] == labels[1] else ""
-    figure, text = comparison_outputs(session)
+    same = (" (both sides are the same policy: pick a run to compare with)"
+            if wb.source(other) == wb.source(session.source) else "")
     seconds = sum(c.cost.get("seconds", 0.0) for c in comparison.credits)
-    return figure, images, text, session, ok(f"compared two policies on '{escape(group.prompt)}' "
-                                              f"({seconds:.1f} s){same}")
+    return (*comparison_panel(comparison, z), session,
+            ok(f"compared two policies on '{escape(group.prompt)}' ({seconds:.1f} s){same}"))
