@@ -143,3 +143,12 @@ def test_learn_closes_with_a_cross_group_before_and_after_the_lesson(model_dir, 
     assert session.comparison.groups[0].prompt == learn.LESSON_CROSS and session.comparison.credits[0].sizes == \
         [1, 2, 2, 3, 9]
     assert "shape_match" in text and "| step: misattributed among determined |" in text
+
+
+def test_the_lesson_says_how_long_it_takes_before_start(model_dir, tmp_path):
+    wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"))
+    about = rh.load_lesson(wb, "crosses")[-2]
+    assert "It takes about 5 minutes on a 2-core laptop" in about and "last run here" not in about
+    run = make_run(wb.jobs.root, model_dir, iterations=(80,), name="done", task="crosses")
+    write_json(run / "status.json", {"state": "finished", "iteration": 80, "started": 1000.0, "updated": 1290.0})
+    assert "its last run here, done, took 4 min 50 s" in rh.load_lesson(wb, "crosses")[-2]

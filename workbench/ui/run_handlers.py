@@ -36,6 +36,8 @@ APP_LIMITS = {"iterations": 2000, "group": 32, "steps": 64}  # a fine-tune start
 FORM_FIELDS = ("objective", "reward", "chunks", "lr", "iterations", "group", "steps", "lora_rank", "sde", "window",
                "lesson")
 NO_LESSON = "none"  # the lesson menu's "no task": the world's training scenes, held-out adherence
+LESSON_TIME = {"crosses": "about 5 minutes on a 2-core laptop (270 CPU-s of training and 30 of evaluations on one "
+                          "thread, docs/crosses.md)"}  # measured by scripts/experiment_crosses.py
 GRID_ZOOM = 4  # the 32-pixel before/after pictures are shown 4x larger, nearest-neighbour (pixels stay pixels)
 
 
@@ -87,6 +89,22 @@ def lesson_form(config: TrainConfig) -> tuple:
             config.lora_rank, config.sde, window)
 
 
+def lesson_time(wb: Workbench, lesson: str, iterations: int) -> str:
+    """How long the lesson takes: the measured figure, and the last finished run of it on this machine."""
+    text = f" **It takes {LESSON_TIME[lesson]}**" if lesson in LESSON_TIME else ""
+    try:
+        runs = list_runs(wb.jobs.root)
+    except WorkbenchError:
+        runs = []
+    for run in runs:
+        started, updated = run.status.get("started"), run.status.get("updated")
+        if (run.state == "finished" and run.config.get("task") == lesson and run.iteration == iterations
+                and all(isinstance(v, (int, float)) for v in (started, updated))):
+            text += f"; its last run here, {escape(run.name)}, took {_duration(updated - started)}"
+            break
+    return text + "." if text else ""
+
+
 @guarded(12)
 def load_lesson(wb: Workbench, lesson: str):
     """Lesson menu -> (the form's 10 values from the lesson's preset, the lesson's description, status)."""
@@ -97,7 +115,8 @@ def load_lesson(wb: Workbench, lesson: str):
     held_out = len(config.held_out_prompts())
     text = (f"**Lesson: {escape(lesson)}.** {escape(doc)} Training on {len(config.prompt_pool())} prompts of the "
             f"task; every {config.eval_every} iterations the {held_out} held-out prompts are drawn with fixed noise, "
-            "without and with the model's CFG: watch **Before / Now** change and the held-out accuracy rise.")
+            "without and with the model's CFG: watch **Before / Now** change and the held-out accuracy rise."
+            f"{lesson_time(wb, lesson, config.iterations)}")
     return (*lesson_form(config), text, ok(f"loaded the lesson '{escape(lesson)}' (settings from its preset)"))
 
 
