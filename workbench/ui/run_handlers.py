@@ -261,7 +261,8 @@ def run_choices(wb: Workbench, session: Session):
         names = _run_names(wb)
     except WorkbenchError:  # the runs root is unreadable: the poll says why
         return gr.skip()
-    return gr.Dropdown(choices=names, value=session.run_id if session.run_id in names else None)
+    shown = session.run_id or wb.jobs.busy() or (names[0] if names else None)  # what poll_run shows
+    return gr.Dropdown(choices=names, value=shown if shown in names else None)
 
 
 def _run_names(wb: Workbench) -> list[str]:
