@@ -152,3 +152,15 @@ def test_the_lesson_says_how_long_it_takes_before_start(model_dir, tmp_path):
     run = make_run(wb.jobs.root, model_dir, iterations=(80,), name="done", task="crosses")
     write_json(run / "status.json", {"state": "finished", "iteration": 80, "started": 1000.0, "updated": 1290.0})
     assert "its last run here, done, took 4 min 50 s" in rh.load_lesson(wb, "crosses")[-2]
+
+
+def test_switching_the_policy_leaves_a_running_fine_tune_alone(model_dir, tmp_path):
+    from tests.test_app_handlers import fake_workbench, start, wait_for
+
+    wb = fake_workbench(tmp_path, model_dir)
+    session = start(wb, iterations=200)[2]
+    make_run(wb.jobs.root, model_dir, iterations=(10,), name="older")
+    session = pol.pick_policy(wb, str(wb.jobs.root / "older"), session)[2]
+    assert session.run_id is not None and wb.jobs.busy() == session.run_id  # still the session's, still running
+    assert wait_for(lambda: len(RunStore(wb.jobs.root / session.run_id).metrics()) >= 2)
+    wb.jobs.shutdown()
