@@ -81,7 +81,7 @@ class Workbench:
         except WorkbenchError:  # the runs root is a file: no run to offer
             runs = []
         for info in runs:
-            folders = sorted(RunStore(info.path).checkpoints(), key=lambda p: p.name, reverse=True)
+            folders = sorted(RunStore(info.path).checkpoints(), key=lambda p: int(p.name.split("_")[1]), reverse=True)
             if info.state == "damaged" or not folders:
                 continue
             choices.append((f"run {info.name} · newest checkpoint", str(info.path)))
