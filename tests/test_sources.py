@@ -96,6 +96,12 @@ def test_bad_paths_are_refused_naming_them(model_dir, tmp_path, case, message):
     assert str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("path", ["bad\0path", "x" * 5000])
+def test_unusable_paths_are_a_message(path):
+    with pytest.raises(WorkbenchError, match="is not a usable path|does not exist"):
+        resolve_source(path)
+
+
 def test_a_model_folder_without_weights_is_named_by_the_model_loader(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")

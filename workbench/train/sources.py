@@ -59,7 +59,11 @@ def resolve_source(path: str | Path | None) -> PolicySource:
     if path is None or str(path).strip() == "":
         return PolicySource()
     folder = Path(str(path).strip()).expanduser()
-    if not folder.exists():
+    try:
+        exists = folder.exists()
+    except (OSError, ValueError) as err:  # a NUL byte, a name too long for the file system
+        raise WorkbenchError(f"{str(path)[:200]!r} is not a usable path ({err}); give {VALID}") from None
+    if not exists:
         raise WorkbenchError(f"{folder} does not exist; give {VALID}, or nothing for the embedded model")
     if folder.is_dir() and CHECKPOINT_NAME.match(folder.name) and folder.parent.name == "checkpoints":
         return _checkpoint_source(folder)
