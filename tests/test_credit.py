@@ -225,3 +225,27 @@ def test_refinement_spends_on_undetermined_steps_when_only_a_whole_trajectory_ch
                                                                                 >= made.step_se).any())
     refined = refine(made, random_policy, group, mean_red, budget=6, z=z)
     assert int((refined.counts - made.counts).sum()) == 6  # the budget goes to the steps, not nowhere
+
+
+def test_a_chunk_from_the_shared_start_to_the_image_is_fixed_by_construction():
+    rewards = torch.tensor([1.0, 0.0, 0.4])
+    branch = torch.rand(3, 3, 4)  # (G, T - 1 = 3, K = 4)
+    c = Credit("p", rewards, rewards - rewards.mean(), branch, [4])
+    assert c.chunk_fixed.all() and c.rates().chunk.by_construction and c.rates().chunk.fixed_cells == 3
+    assert torch.allclose(c.chunk_credit[:, 0], rewards - rewards.mean())  # the raw advantage: never against A
+    split = c.rechunk("2,2")
+    assert not split.chunk_fixed.any() and not split.rates().chunk.by_construction
+    own = replace(c, start_branches=torch.rand(3, 4))  # own x_T per trajectory: its value is measured, not fixed
+    assert not own.chunk_fixed.any()
+
+
+def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuations(random_policy):
+    own = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=4, seed=2, shared_noise=False))
+    credit = measure_credit(random_policy, own, mean_red, branches=3, chunks="4")
+    assert credit.start_branches.shape == (3, 3) and credit.cost["nfe"] == 3 * 3 * (4 + 3 + 2 + 1)
+    assert torch.allclose(credit.values[:, 0], credit.start_branches.mean(1))  # V(x_T^i), not the group mean
+    assert torch.allclose(credit.chunk_credit[:, 0], credit.rewards - credit.start_branches.mean(1), atol=1e-6)
+    assert not credit.chunk_fixed.any() and bool(credit.step_se[:, 0].isfinite().all())
+    rows = torch.tensor([[i, 0, k] for i in range(3) for k in range(3)])
+    again = run_continuations(random_policy, own, mean_red, rows, seed=0, crn=True).view(3, 3)
+    assert torch.allclose(again, credit.start_branches)  # the same continuations, from each own x_T

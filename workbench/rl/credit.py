@@ -260,7 +260,8 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branch
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
     est = fn(policy, group, reward_fn, branches, seed, crn, progress)
     return Credit(group.prompt, rewards, advantages, est.branch_rewards, sizes, seed, group.config.sde_mask(), crn,
-                  estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds})
+                  estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
+                  est.start_branches)
 
 
 REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
