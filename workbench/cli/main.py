@@ -172,6 +172,11 @@ def cmd_attribute(args: argparse.Namespace) -> int:
               f"determined {s['determined']:.3f} +- {s['determined_se']:.3f}  mass against A "
               f"{s['mass_against']:.3f} +- {s['mass_against_se']:.3f}  plain sign rate "
               f"{s['misattribution']:.3f} +- {s['misattribution_se']:.3f}")
+    if credit.rates(args.z).chunk.by_construction:
+        print("chunk rates are fixed by construction: a chunk from the shared x_T to the image has credit r - mean r, "
+              "the raw advantage, so it never disagrees with A")
+    print("+- is over trajectories; measuring the same group with other continuation noise moves the rates by "
+          "several points more (docs/misattribution.md)")
     return 0
 
 

@@ -164,7 +164,9 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
     cost = credit.cost
     rule = "" if credit.deterministic else rule_text(credit, z)
     lines.append(f"G={g}, T={credit.num_steps}, {_k_text(credit)}, {how}; cost {cost.get('nfe', 0)} transformer "
-                 f"evaluations.{rule} ± is the standard error over trajectories. Untrained steps and trajectories "
+                 f"evaluations.{rule} ± is the standard error over trajectories; measuring again with other "
+                 "continuation noise moves the rates by several points more (docs/misattribution.md, \"Spread over "
+                 "continuation seeds\"). Untrained steps and trajectories "
                  "with A = 0 are left out.")
     if credit.deterministic and reference is not None and not reference.deterministic:
         lines.append(agreement_line(credit, reference, z))
