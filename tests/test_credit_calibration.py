@@ -70,5 +70,7 @@ def test_null_false_calls_hold_after_refinement_rounds(crn):
     credit, draw = null_credit(4, crn, seed=7 + crn, g=600)
     rounds = list(refine_with(credit, draw, budget=600 * (T - 1) * 12, z=2.0))
     assert len(rounds) >= 2 and int(rounds[-1].counts.max()) >= 16
+    grown = rounds[-1].looks  # (G, T - 1): rounds in which each state got continuations, at most one per round
+    assert int(grown.max()) == len(rounds) and bool(((grown > 0) == (rounds[-1].counts > 4)).all())
     share, n = null_share(rounds[-1])
     assert share <= false_call_rate(2.0) + bound(n), f"{share:.3f} determined after refinement"

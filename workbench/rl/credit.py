@@ -325,7 +325,8 @@ def _with_rows(credit: Credit, rows: torch.Tensor, rewards: torch.Tensor) -> Cre
     grown[rows[:, 0], rows[:, 1] - 1, rows[:, 2]] = rewards
     cost = {**credit.cost, "nfe": credit.cost.get("nfe", 0) + continuation_cost(rows, credit.num_steps)}
     looks = torch.zeros(g, s) if credit.looks is None else credit.looks.clone()  # (G, T - 1)
-    looks[rows[:, 0], rows[:, 1] - 1] = looks[rows[:, 0], rows[:, 1] - 1].floor() + 1  # once per state and round
+    grew = (rows[:, 0], rows[:, 1] - 1)
+    looks[grew] = looks[grew] + 1  # once per state and round, however many rows it got (values read before writing)
     return replace(credit, branch_rewards=grown, cost=cost, looks=looks)
 
 
