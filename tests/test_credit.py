@@ -201,6 +201,7 @@ def test_measure_credit_with_a_registered_reward(random_policy, group):
     assert len(s["credit"]) == 4 and len(s["credit"][0]) == 5 and len(s["chunk_credit"][0]) == 2
     assert len(s["credit_se"][0]) == 5 and set(sum(s["step_classes"], [])) <= {-1, 0, 1}
     assert 0 <= s["step_misattribution"] <= 1 and s["step_misattribution_se"] >= 0
+    assert s["false_call_rate"] == pytest.approx(0.0455, abs=1e-4) and s["chunk_fixed_by_construction"] is False
 
 
 def test_bad_inputs(random_policy, group):

@@ -42,6 +42,7 @@ from workbench.rl.credit_stats import (
     state_counts,
     state_means,
 )
+from workbench.rl.significance import false_call_rate
 
 Z = 2.0  # default significance: false-call rate P(|N(0, 1)| > 2) = 4.6 % per cell with no credit (Student-t test)
 
@@ -221,6 +222,8 @@ class Credit:
         """JSON-ready numbers: credits (G x T, G x K), their errors and classes, rates and errors."""
         k = self.counts
         return {"prompt": self.prompt, "chunks": self.sizes, "estimator": self.estimator, "crn": self.crn, "z": z,
+                "false_call_rate": false_call_rate(z),
+                "chunk_fixed_by_construction": self.rates(z).chunk.by_construction,
                 "branches_min": int(k.min()), "branches_max": int(k.max()), "cost": self.cost,
                 "rewards": self.rewards.tolist(), "advantage": self.advantages.tolist(), "values": self.values.tolist(),
                 "credit": self.step_credit.tolist(), "credit_se": _finite(self.step_se),
