@@ -464,3 +464,16 @@ def test_runs_table_compare_and_download(tmp_path, model_dir):
     files, status = rh.download(wb, "a")
     assert len(files) == 1 and "no checkpoint" in status
     assert "choose a run" in msg(rh.download(wb, None))
+
+
+def test_rates_text_shows_the_spread_between_halves_of_the_continuations():
+    from workbench.rl.credit import Credit
+    from workbench.ui.credit_view import rates_text
+
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.rand(6, generator=gen)
+    credit = Credit("p", rewards, rewards - rewards.mean(), torch.rand(6, 3, 8, generator=gen), [4])
+    text = rates_text(credit, 2.0)
+    a, b = (half.rates(2.0).step for half in credit.halves())
+    assert "two disjoint halves of the continuations (K=4 each)" in text and f"{100 * a.determined:.1f} %" in text
+    assert "fixed by construction" in text  # one chunk of all steps from the shared start

@@ -250,3 +250,16 @@ def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuation
     rows = torch.tensor([[i, 0, k] for i in range(3) for k in range(3)])
     again = run_continuations(random_policy, own, mean_red, rows, seed=0, crn=True).view(3, 3)
     assert torch.allclose(again, credit.start_branches)  # the same continuations, from each own x_T
+
+
+def test_two_halves_of_the_continuations_are_two_measurements():
+    rewards = torch.tensor([1.0, 0.0, 0.4])
+    branch = torch.rand(3, 3, 6)  # (G, T - 1, K = 6)
+    c = Credit("p", rewards, rewards - rewards.mean(), branch, [2, 2], start_branches=torch.rand(3, 6))
+    a, b = c.halves()
+    assert torch.equal(a.branch_rewards, branch[..., :3]) and torch.equal(b.branch_rewards, branch[..., 3:])
+    assert torch.equal(b.start_branches, c.start_branches[:, 3:]) and a.rates().step.cells == c.rates().step.cells
+    uneven = branch.clone()
+    uneven[0, 0, 4:] = float("nan")  # one state with K = 4 (refined elsewhere): halves would not pair
+    assert replace(c, branch_rewards=uneven).halves() is None and replace(c, branch_rewards=branch[..., :2]).halves() \
+        is None

@@ -203,6 +203,20 @@ class Credit:
         """The same measurement under another chunk schedule ("2,3,4,7" or a list of sizes)."""
         return replace(self, sizes=parse_chunk_spec(spec, self.num_steps))
 
+    def halves(self) -> tuple[Credit, Credit] | None:
+        """Two measurements of the same group from disjoint halves of the continuations (K / 2 each): their
+        continuation noise is independent (noise is seeded by the index k), so how far their rates differ
+        shows how much a rate moves with the continuation seed at K / 2. None when K differs between states
+        (after refinement), K < 4, or the estimator has no Monte-Carlo noise."""
+        k = self.counts
+        if self.deterministic or int(k.min()) != int(k.max()) or int(k.min()) < 4:
+            return None
+        h = int(k.min()) // 2
+        starts = (None, None) if self.start_branches is None else (self.start_branches[:, :h],
+                                                                    self.start_branches[:, h:2 * h])
+        return (replace(self, branch_rewards=self.branch_rewards[..., :h], start_branches=starts[0], looks=None),
+                replace(self, branch_rewards=self.branch_rewards[..., h:2 * h], start_branches=starts[1], looks=None))
+
     def misattribution(self, z: float = Z) -> dict[str, float]:
         """The plain sign rates (earlier figures) with their errors, beside the significance-aware rates."""
         r = self.rates(z)

@@ -168,6 +168,13 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
                  "continuation noise moves the rates by several points more (docs/misattribution.md, \"Spread over "
                  "continuation seeds\"). Untrained steps and trajectories "
                  "with A = 0 are left out.")
+    split = credit.halves()
+    if split is not None:
+        a, b = (half.rates(z).step for half in split)
+        lines.append(f"**Spread over continuation noise:** two disjoint halves of the continuations "
+                     f"(K={int(split[0].counts.max())} each) find {_pct(a.misattributed, float('nan'))} and "
+                     f"{_pct(b.misattributed, float('nan'))} of their determined steps misattributed "
+                     f"({_pct(a.determined, float('nan'))} and {_pct(b.determined, float('nan'))} determined).")
     if credit.deterministic and reference is not None and not reference.deterministic:
         lines.append(agreement_line(credit, reference, z))
     return "  \n".join(lines)

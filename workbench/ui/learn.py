@@ -101,7 +101,19 @@ def credit_text(credit: Credit, ex: Explanation) -> str:
             f"within noise; counting every cell by its sign alone would give {_pct(r.plain, r.plain_se)}, pulled "
             f"towards a coin flip's 50 %. Image {best}, the best one, has {int(wrong[best].sum())} misattributed "
             f"steps of {credit.num_steps}, and step GRPO raises them anyway. Over all cells, step GRPO's push "
-            f"correlates with the credit at {corr:+.2f}.")
+            f"correlates with the credit at {corr:+.2f}." + _halves_text(credit))
+
+
+def _halves_text(credit: Credit) -> str:
+    """How far the rate moves with the continuation noise: two disjoint halves of the continuations."""
+    split = credit.halves()
+    if split is None:
+        return (" These ± are over images; measured again with other continuation noise, the rates move by "
+                "several points more (docs/misattribution.md).")
+    a, b = (half.rates(Z).step.misattributed for half in split)
+    return (f" These ± are over images; the continuation noise moves the rate too: two disjoint halves of the "
+            f"continuations (K={int(split[0].counts.max())} each) find {_pct(a, float('nan'))} and "
+            f"{_pct(b, float('nan'))}.")
 
 
 def _pct(value: float, se: float) -> str:
