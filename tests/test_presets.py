@@ -31,7 +31,7 @@ def table_rows() -> list[tuple[str, str, object]]:
 
 def test_every_preset_row_of_the_table_holds():
     rows = table_rows()
-    assert len(rows) >= 25 and {name for name, _, _ in rows} == {"flow_grpo", "gcpo", "gcpo_weighted"}
+    assert len(rows) >= 25 and {name for name, _, _ in rows} == {"flow_grpo", "gcpo", "gcpo_weighted", "mixgrpo"}
     for name, field, value in rows:
         assert getattr(preset(name), field) == value, f"{name}.{field}: table {value!r}"
 

@@ -81,8 +81,14 @@ def dance_grpo() -> TrainConfig:
 
 @PRESETS.register("mixgrpo")
 def mixgrpo() -> TrainConfig:
-    """MixGRPO (arXiv 2507.21802): SDE and training on a 4-step window sliding to lower noise every 25 iterations."""
+    """MixGRPO (arXiv 2507.21802): SDE and training on a 4-step window sliding to lower noise every 25 iterations
+    (Tencent-Hunyuan/MixGRPO `scripts/finetune/finetune_flux_grpo_MixGRPO.sh`)."""
     return TrainConfig(objective="step_grpo", mixgrpo=True,
+                       steps=24,  # script: sampling_steps 25 (the window never reaches the last ones)
+                       schedule="linspace",  # shift 3 of linspace(1, 0, 26) (train_grpo_flux.py l. 187-189)
+                       group=12,  # script: --num_generations 12
+                       lr=1e-5,  # script: --learning_rate 1e-5
+                       clip_low=1e-4,  # script: --clip_range 1e-4
                        chunks="4")  # 4 trained steps: one chunk should chunk_grpo be chosen
 
 
