@@ -31,7 +31,8 @@ def table_rows() -> list[tuple[str, str, object]]:
 
 def test_every_preset_row_of_the_table_holds():
     rows = table_rows()
-    assert len(rows) >= 25 and {name for name, _, _ in rows} == {"flow_grpo", "gcpo", "gcpo_weighted", "mixgrpo"}
+    audited = {"flow_grpo", "gcpo", "gcpo_weighted", "mixgrpo", "dance_grpo"}
+    assert len(rows) >= 45 and {name for name, _, _ in rows} == audited
     for name, field, value in rows:
         assert getattr(preset(name), field) == value, f"{name}.{field}: table {value!r}"
 
@@ -91,3 +92,15 @@ def test_uniform_chunk_weights_and_the_last_sde_step_in_a_run(tmp_path, monkeypa
         TrainConfig(chunk_weights="softmax")
     with pytest.raises(WorkbenchError, match="does not use unbiased_std"):
         TrainConfig(advantage="dr_grpo", adv_unbiased_std=True)
+
+
+def test_dance_grpo_trains_a_random_part_of_its_sde_steps(tmp_path):
+    from tests.test_trainer import fresh_policy
+    from workbench.train import Trainer
+    from workbench.train.store import RunStore
+
+    config = preset("dance_grpo", group=2, steps=5, chunks="1,1,1,1,1", prompts_per_iteration=1, iterations=1,
+                    eval_prompts=0)
+    assert config.sampling_steps == 5 and config.sampling_config(1).sde_mask().all()  # every step SDE, trainable
+    Trainer(config, tmp_path / "run", fresh_policy()).run()
+    assert RunStore(tmp_path / "run").metrics()[-1]["train/transitions"] == 2 * 3  # int(5 x 0.6) = 3 per sample

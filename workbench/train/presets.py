@@ -73,10 +73,18 @@ def flow_grpo() -> TrainConfig:
 
 @PRESETS.register("dance_grpo")
 def dance_grpo() -> TrainConfig:
-    """DanceGRPO: step ratios with the constant-diffusion SDE."""
+    """DanceGRPO: step ratios with the constant-diffusion SDE (XueZeyue/DanceGRPO
+    `scripts/finetune/finetune_flux_grpo.sh`, `fastvideo/train_grpo_flux.py`)."""
     return TrainConfig(objective="step_grpo", sde="dance_grpo",
-                       noise_level=0.3,  # DanceGRPO eta 0.3
-                       clip_low=1e-4)  # DanceGRPO clip 1e-4
+                       noise_level=0.3,  # script: --eta 0.3
+                       clip_low=1e-4,  # script: --clip_range 1e-4
+                       group=12,  # script: --num_generations 12
+                       lr=1e-5,  # script: --learning_rate 1e-5
+                       schedule="linspace",  # shift 3 of linspace(1, 0, 17) (train_grpo_flux.py l. 311-313)
+                       train_last_step=True,  # --sampling_steps 16, every one an SDE step that can train
+                       chunks=",".join(["1"] * 16), chunk_fraction=0.6,  # int(16 x 0.6) = 9 steps per trajectory,
+                       chunk_weights="uniform",  # drawn by torch.randperm for each sample (l. 551-556, 570)
+                       adv_unbiased_std=True, adv_eps=1e-8)  # group_rewards.std() + 1e-8 (l. 542)
 
 
 @PRESETS.register("mixgrpo")
