@@ -1,15 +1,16 @@
 """How often does step GRPO misattribute credit, once Monte-Carlo noise is separated from measurement?
 
-    python scripts/experiment_misattribution.py                       # 8 held-out prompts, G=8, T=16, K up to 32
-    python scripts/experiment_misattribution.py --prompts 2 --k-crn 8 --k-independent 4 --out /tmp/quick
+    python scripts/experiment_misattribution.py                       # 6 held-out prompts, G=8, T=16, 3 seeds
+    python scripts/experiment_misattribution.py --prompts 2 --k-crn 8 --k-independent 4 --seeds 2 --out /tmp/quick
     python scripts/experiment_misattribution.py --from-json docs/misattribution.json   # rewrite the report only
 
 For every prompt: sample a group with the Flow-GRPO SDE; measure Monte-Carlo credit (docs/methods.md
 "Monte-Carlo credit", "Credit uncertainty") with common random numbers (CRN) and with independent
-continuations; the first K continuations of a measurement are themselves a measurement with K, so rates
-as K grows come from nested subsets. Also: the cheap estimators (ODE completion, x0 prediction) against
-the highest-K CRN reference, and chunk schedules re-chunked from that reference. Writes
-docs/misattribution.md, .png and .json.
+continuations, each repeated with several continuation seeds on the same group (the rates move with the
+seed, not only between trajectories); the first K continuations of a measurement are themselves a
+measurement with K, so rates as K grows come from nested subsets. Also: the cheap estimators (ODE
+completion, x0 prediction) against the highest-K CRN reference, and chunk schedules re-chunked from that
+reference. Writes docs/misattribution.md, .png and .json.
 """
 
 from __future__ import annotations
@@ -68,13 +69,36 @@ def ks_upto(k_max: int) -> list[int]:
     return ks
 
 
+def determined_overlap(a, b, z: float) -> float:
+    """Share of the valid step cells determined in either of two measurements that both determine (Jaccard)."""
+    da = (a.step_classes(z) != 0) & a.step_valid
+    db = (b.step_classes(z) != 0) & b.step_valid
+    union = int((da | db).sum())
+    return int((da & db).sum()) / union if union else float("nan")
+
+
+def seed_rows(policy, reward, group, args, chunks, i: int) -> tuple[list[dict], list, list]:
+    """Rates of CRN and independent measurements of the group under each continuation seed; both credits."""
+    rows, crns, inds = [], [], []
+    for s in range(args.seeds):
+        seed = i + 1000 * s
+        crn = measure_credit(policy, group, reward, branches=args.k_crn, chunks=chunks, seed=seed, crn=True)
+        ind = measure_credit(policy, group, reward, branches=args.k_independent, chunks=chunks, seed=seed, crn=False)
+        rows.append({"seed": seed, "crn": {k: rate_row(first_k(crn, k), args.z) for k in ks_upto(args.k_crn)},
+                     "independent": {k: rate_row(first_k(ind, k), args.z) for k in ks_upto(args.k_independent)},
+                     "overlap_with_seed_0": determined_overlap(crn, crns[0], args.z) if crns else 1.0})
+        crns.append(crn)
+        inds.append(ind)
+    return rows, crns, inds
+
+
 def per_prompt(policy, reward, group, args, plans, i: int) -> dict:
-    """Everything measured on one group."""
+    """Everything measured on one group (rates and schedules of seed 0; `seeds` holds every seed's rates)."""
     chunks = CHUNKERS.get("temporal")(args.steps)
-    crn = measure_credit(policy, group, reward, branches=args.k_crn, chunks=chunks, seed=i, crn=True)
-    ind = measure_credit(policy, group, reward, branches=args.k_independent, chunks=chunks, seed=i, crn=False)
+    seeds, crns, inds = seed_rows(policy, reward, group, args, chunks, i)
+    crn, ind = crns[0], inds[0]
     out = {"prompt": group.prompt, "rewards": crn.rewards.tolist(), "cost_crn": crn.cost, "cost_ind": ind.cost,
-           "crn": {}, "independent": {}, "se_ratio": {}, "estimators": {}, "schedules": {}}
+           "crn": {}, "independent": {}, "se_ratio": {}, "estimators": {}, "schedules": {}, "seeds": seeds}
     for k in ks_upto(args.k_crn):
         out["crn"][k] = rate_row(first_k(crn, k), args.z)
     for k in ks_upto(args.k_independent):
@@ -132,12 +156,13 @@ def run(args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=6)
+    p.add_argument("--seeds", type=int, default=3, help="continuation seeds per prompt (same group)")
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--steps", type=int, default=16)
-    p.add_argument("--k-crn", type=int, default=32, help="continuations per state with CRN (nested 4, 8, ...)")
-    p.add_argument("--k-independent", type=int, default=16, help="continuations per state without CRN")
-    p.add_argument("--z", type=float, default=2.0, help="errors a determined cell's credit must clear")
+    p.add_argument("--k-crn", type=int, default=16, help="continuations per state with CRN (nested 4, 8, ...)")
+    p.add_argument("--k-independent", type=int, default=8, help="continuations per state without CRN")
+    p.add_argument("--z", type=float, default=2.0, help="sets the false-call rate P(|N(0,1)| > z) (2: 4.6 %%)")
     p.add_argument("--noise-level", type=float, default=0.7)
     p.add_argument("--reward", default="adherence")
     p.add_argument("--seed", type=int, default=0)
@@ -147,7 +172,7 @@ def main() -> None:
     if args.from_json is not None:
         result = json.loads(args.from_json.read_text())
     else:
-        result = run(args)
+        result = json.loads(json.dumps(run(args)))  # the keys as the saved file has them (K as text)
         (args.out / "misattribution.json").write_text(json.dumps(result, indent=1))
     write(result, args.out)
 

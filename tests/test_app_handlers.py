@@ -176,12 +176,12 @@ def test_attribution_heatmap_and_rates(wb, sampled):
     assert torch.tensor(credit_map.z) == pytest.approx(credit.step_credit)  # (G, T)
     assert torch.tensor(advantage_map.z)[:, 0] == pytest.approx(credit.advantages)  # (G, 1)
     classes, valid = credit.step_classes(2.0), credit.step_valid
-    wrong, right = (traces[n] for n in ("misattributed: against A(i) by more than z errors",
-                                        "aligned: with A(i) by more than z errors"))
+    wrong, right = (traces[n] for n in ("misattributed: against A(i), significant at z",
+                                        "aligned: with A(i), significant at z"))
     assert len(wrong.x) == int(((classes == -1) & valid).sum()) and len(right.x) == int(((classes == 1) & valid).sum())
     cover = [t for t in fig.data if t.type == "heatmap" and t.hoverinfo == "skip"][0]  # the grey undetermined cover
     assert (torch.tensor(cover.z).nan_to_num(0) == 1).sum() == int(((classes == 0) & valid).sum())
-    assert "undetermined: within z errors of 0" in traces
+    assert "undetermined: not significant at z" in traces
     se = credit.step_se[1, 2]
     assert credit_map.customdata[1][2][0] == (f"{float(se):.4f}" if se == se else "no estimate")  # hover: the error
     assert [shape.x0 for shape in fig.layout.shapes] == [b - 0.5 for b in (1, 2, 3)]  # temporal(4) = [1, 1, 1, 1]
@@ -198,7 +198,7 @@ def test_estimator_choice_and_agreement_with_the_monte_carlo_credit(wb, sampled)
     assert session.credit.estimator == "x0" and session.reference is sampled.credit  # the MC credit stays
     assert "no Monte-Carlo error" in rates and "Against your Monte-Carlo measurement (K=2)" in rates
     assert "valid credit estimators: mc, ode, x0" in msg(h.attribute(wb, 2, sampled, "nope", True, 2.0))
-    assert "z (errors a determined cell must clear) must be >= 0" in msg(h.attribute(wb, 2, sampled, "mc", True, -1))
+    assert "z (sets the false-call rate) must be >= 0" in msg(h.attribute(wb, 2, sampled, "mc", True, -1))
     assert "no Monte-Carlo error to refine" in msg(list(h.refine_credit(wb, 10, session, 2.0))[-1])
 
 
@@ -464,3 +464,16 @@ def test_runs_table_compare_and_download(tmp_path, model_dir):
     files, status = rh.download(wb, "a")
     assert len(files) == 1 and "no checkpoint" in status
     assert "choose a run" in msg(rh.download(wb, None))
+
+
+def test_rates_text_shows_the_spread_between_halves_of_the_continuations():
+    from workbench.rl.credit import Credit
+    from workbench.ui.credit_view import rates_text
+
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.rand(6, generator=gen)
+    credit = Credit("p", rewards, rewards - rewards.mean(), torch.rand(6, 3, 8, generator=gen), [4])
+    text = rates_text(credit, 2.0)
+    a, b = (half.rates(2.0).step for half in credit.halves())
+    assert "two disjoint halves of the continuations (K=4 each)" in text and f"{100 * a.determined:.1f} %" in text
+    assert "fixed by construction" in text  # one chunk of all steps from the shared start

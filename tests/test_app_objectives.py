@@ -182,8 +182,9 @@ def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
     sizes = CHUNKERS.get("temporal")(6)  # [1, 1, 1, 3]
     assert session.sizes == sizes and f"pushed {3 / 1:.1f} times as hard" in text4  # |last| / |first| = 3
     gspo = credit.rechunk([6]).rates(2.0).chunk  # one chunk: its credit is r_i - mean r, never against A
-    cell = learn._pct(gspo.misattributed, gspo.misattributed_se)
-    assert gspo.determined_cells == 0 or gspo.misattributed == 0
-    assert f"| one chunk (GSPO) | 6 | {cell} | {gspo.determined_cells} of {gspo.cells} | 0 % ± 0 % |" in text4
+    assert gspo.by_construction and (gspo.determined_cells == 0 or gspo.misattributed == 0)
+    assert (f"| one chunk (GSPO) | 6 | 0 % *by construction* | {gspo.determined_cells} of {gspo.cells} "
+            "| 0 % *by construction* |") in text4
+    assert "agrees with A by construction" in text4 and "equal power" in text4
     assert torch.tensor(fig4.data[1].z) == pytest.approx(credit.chunk_credit)
     assert "Chunks" in text5 and "Objectives" in text5 and isinstance(fig3, go.Figure)

@@ -94,7 +94,7 @@ def test_chunk_edits_valid_and_invalid(page, url):
     expect(page.locator("#credit-status")).to_contain_text("measured credit with K=4", timeout=LONG)
     expect(page.locator("#credit-rates")).to_contain_text("Step misattribution")
     expect(page.locator("#credit-rates")).to_contain_text("of the determined cells are misattributed")
-    expect(page.locator("#credit-plot")).to_contain_text("undetermined: within z errors of 0")  # the legend
+    expect(page.locator("#credit-plot")).to_contain_text("undetermined: not significant at z")  # the legend
     page.screenshot(path=str(ARTIFACTS / "browser_attribution.png"), full_page=True)
     set_number(page, "refine-budget", 20)
     page.click("#refine-btn")

@@ -109,3 +109,13 @@ def test_missing_weights_are_a_clear_error(tmp_path):
 def test_every_command_has_help(command):
     result = run_cli(command, "--help")
     assert result.returncode == 0 and "usage" in result.stdout
+
+
+def test_attribute_marks_a_whole_trajectory_chunk_fixed_by_construction(model_dir, capsys):
+    args = ["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "3", "--branches", "2", "--chunks", "3",
+            "--model", str(model_dir)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "fixed by construction" in out and "other continuation noise" in out
+    assert main([*args, "--no-shared-noise"]) == 0  # own x_T per trajectory: V(x_T^i) is measured, not the mean
+    assert "fixed by construction" not in capsys.readouterr().out

@@ -201,6 +201,7 @@ def test_measure_credit_with_a_registered_reward(random_policy, group):
     assert len(s["credit"]) == 4 and len(s["credit"][0]) == 5 and len(s["chunk_credit"][0]) == 2
     assert len(s["credit_se"][0]) == 5 and set(sum(s["step_classes"], [])) <= {-1, 0, 1}
     assert 0 <= s["step_misattribution"] <= 1 and s["step_misattribution_se"] >= 0
+    assert s["false_call_rate"] == pytest.approx(0.0455, abs=1e-4) and s["chunk_fixed_by_construction"] is False
 
 
 def test_bad_inputs(random_policy, group):
@@ -225,3 +226,40 @@ def test_refinement_spends_on_undetermined_steps_when_only_a_whole_trajectory_ch
                                                                                 >= made.step_se).any())
     refined = refine(made, random_policy, group, mean_red, budget=6, z=z)
     assert int((refined.counts - made.counts).sum()) == 6  # the budget goes to the steps, not nowhere
+
+
+def test_a_chunk_from_the_shared_start_to_the_image_is_fixed_by_construction():
+    rewards = torch.tensor([1.0, 0.0, 0.4])
+    branch = torch.rand(3, 3, 4)  # (G, T - 1 = 3, K = 4)
+    c = Credit("p", rewards, rewards - rewards.mean(), branch, [4])
+    assert c.chunk_fixed.all() and c.rates().chunk.by_construction and c.rates().chunk.fixed_cells == 3
+    assert torch.allclose(c.chunk_credit[:, 0], rewards - rewards.mean())  # the raw advantage: never against A
+    split = c.rechunk("2,2")
+    assert not split.chunk_fixed.any() and not split.rates().chunk.by_construction
+    own = replace(c, start_branches=torch.rand(3, 4))  # own x_T per trajectory: its value is measured, not fixed
+    assert not own.chunk_fixed.any()
+
+
+def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuations(random_policy):
+    own = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=4, seed=2, shared_noise=False))
+    credit = measure_credit(random_policy, own, mean_red, branches=3, chunks="4")
+    assert credit.start_branches.shape == (3, 3) and credit.cost["nfe"] == 3 * 3 * (4 + 3 + 2 + 1)
+    assert torch.allclose(credit.values[:, 0], credit.start_branches.mean(1))  # V(x_T^i), not the group mean
+    assert torch.allclose(credit.chunk_credit[:, 0], credit.rewards - credit.start_branches.mean(1), atol=1e-6)
+    assert not credit.chunk_fixed.any() and bool(credit.step_se[:, 0].isfinite().all())
+    rows = torch.tensor([[i, 0, k] for i in range(3) for k in range(3)])
+    again = run_continuations(random_policy, own, mean_red, rows, seed=0, crn=True).view(3, 3)
+    assert torch.allclose(again, credit.start_branches)  # the same continuations, from each own x_T
+
+
+def test_two_halves_of_the_continuations_are_two_measurements():
+    rewards = torch.tensor([1.0, 0.0, 0.4])
+    branch = torch.rand(3, 3, 6)  # (G, T - 1, K = 6)
+    c = Credit("p", rewards, rewards - rewards.mean(), branch, [2, 2], start_branches=torch.rand(3, 6))
+    a, b = c.halves()
+    assert torch.equal(a.branch_rewards, branch[..., :3]) and torch.equal(b.branch_rewards, branch[..., 3:])
+    assert torch.equal(b.start_branches, c.start_branches[:, 3:]) and a.rates().step.cells == c.rates().step.cells
+    uneven = branch.clone()
+    uneven[0, 0, 4:] = float("nan")  # one state with K = 4 (refined elsewhere): halves would not pair
+    assert replace(c, branch_rewards=uneven).halves() is None and replace(c, branch_rewards=branch[..., :2]).halves() \
+        is None

@@ -136,6 +136,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     from workbench.rewards import build_reward
     from workbench.rl.chunking import parse_chunk_spec
     from workbench.rl.credit import measure_credit
+    from workbench.rl.significance import false_call_rate
 
     config = sampling_config(args)
     try:
@@ -159,7 +160,9 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     k = f"K={args.branches}" if args.estimator == "mc" else "one look-ahead per state"
     print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "
           f"{'independent' if args.no_crn else 'common random numbers'}) chunks {credit.sizes}, z={args.z:g}")
-    print("  steps: x misattributed, + aligned, ? undetermined (within z errors), - not counted")
+    rate = 100 * false_call_rate(args.z)
+    print(f"  steps: x misattributed, + aligned, ? undetermined (not significant at a {rate:.1f} % false-call rate, "
+          "Student t), - not counted")
     classes, valid = credit.step_classes(args.z).tolist(), credit.step_valid.tolist()
     for i, a in enumerate(credit.advantages.tolist()):
         marks = "".join("-" if not v else "x+?"[[-1, 1, 0].index(c)] for c, v in zip(classes[i], valid[i]))
@@ -170,6 +173,11 @@ def cmd_attribute(args: argparse.Namespace) -> int:
               f"determined {s['determined']:.3f} +- {s['determined_se']:.3f}  mass against A "
               f"{s['mass_against']:.3f} +- {s['mass_against_se']:.3f}  plain sign rate "
               f"{s['misattribution']:.3f} +- {s['misattribution_se']:.3f}")
+    if credit.rates(args.z).chunk.by_construction:
+        print("chunk rates are fixed by construction: a chunk from the shared x_T to the image has credit r - mean r, "
+              "the raw advantage, so it never disagrees with A")
+    print("+- is over trajectories; measuring the same group with other continuation noise moves the rates by "
+          "several points more (docs/misattribution.md)")
     return 0
 
 
@@ -233,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"],
                    help="credit estimator: mc (K continuations), ode (ODE completion), x0 (denoised prediction)")
     p.add_argument("--z", type=non_negative_float, default=2.0,
-                   help="standard errors a cell's credit must clear to be determined (default 2)")
+                   help="sets the false-call rate P(|N(0,1)| > z) of a cell without credit (default 2: 4.6 %%); "
+                        "cells are tested with Student-t quantiles (K - 1 degrees of freedom under CRN)")
     p.add_argument("--no-crn", action="store_true",
                    help="independent continuations instead of common random numbers across a trajectory's states")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -8,6 +8,7 @@ from dataclasses import replace
 import torch
 
 from workbench.flow.policy import Conditioning, FlowPolicy
+from workbench.flow.schedule import linspace_sigmas
 from workbench.flow.sde import StepOutput, sde_step_with_logprob
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup, offset_seed
 
@@ -31,6 +32,14 @@ def ode_sample(policy: FlowPolicy, prompts: list[str], steps: int = 16, seed: in
         v = policy.velocity(x, sigmas[i].expand(len(prompts)), cond, guidance_scale)
         x = x + (sigmas[i + 1] - sigmas[i]) * v.float()
     return policy.decode(x)
+
+
+def config_sigmas(policy: FlowPolicy, config: SamplingConfig) -> torch.Tensor:
+    """Sigmas (T + 1,) of a sampling config: the model's own grid, or GCPO's shifted linspace."""
+    if config.schedule == "linspace":
+        shift = policy.default_shift if config.shift is None else config.shift
+        return linspace_sigmas(config.steps, shift).to(policy.device)
+    return policy.schedule(config.steps, config.shift)
 
 
 def group_noise(config: SamplingConfig, latent_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Generator]:
@@ -70,7 +79,7 @@ def sample_groups(policy: FlowPolicy, prompts: list[str], config: SamplingConfig
         policy.check_prompt(prompt)
     seeds = [offset_seed(config.seed, i) for i in range(len(prompts))] if seeds is None else seeds
     configs = [replace(config, seed=s) for s in seeds]
-    sigmas = policy.schedule(config.steps, config.shift)
+    sigmas = config_sigmas(policy, config)
     noise = [group_noise(c, policy.latent_shape) for c in configs]
     x = torch.cat([x_T for x_T, _ in noise]).to(policy.device)  # (N * G, C, H, W)
     cond = policy.encode(prompts, cfg=config.guidance_scale != 1.0).repeat(config.group)

@@ -21,6 +21,19 @@ def shift_sigmas(sigmas: np.ndarray, shift: float) -> np.ndarray:
     return shift * sigmas / (1 + (shift - 1) * sigmas)
 
 
+SCHEDULES = ("model", "linspace")  # the model's own grid (`FlowPolicy.schedule`); GCPO's shifted linspace
+
+
+def linspace_sigmas(steps: int, shift: float = 3.0) -> torch.Tensor:
+    """Sigmas (T + 1,) = shift applied to linspace(1, 0, T + 1): GCPO's grid (xingzhejun/GCPO
+    `train_grpo_flux_pickscore.py` l. 219-220, `sd3_time_shift`); it ends at 0 without a sigma_min."""
+    if steps < 1:
+        raise WorkbenchError(f"steps must be a positive integer, got {steps}")
+    if shift <= 0:
+        raise WorkbenchError(f"shift must be positive, got {shift}")
+    return torch.from_numpy(shift_sigmas(np.linspace(1.0, 0.0, steps + 1), shift)).to(torch.float32)  # (T + 1,)
+
+
 def sd3_sigmas(steps: int, shift: float = 3.0) -> torch.Tensor:
     """Sigmas (T + 1,) from 1 down to 0 for `steps` = T Euler transitions; the last one is 0."""
     if steps < 1:

@@ -16,6 +16,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from workbench.core.errors import WorkbenchError, shorten
+from workbench.flow.schedule import SCHEDULES
 from workbench.flow.sde import SDE_KINDS
 
 TENSOR_FIELDS = ("sigmas", "states", "x0_preds", "means", "stds", "log_probs", "images")
@@ -58,6 +59,7 @@ class SamplingConfig:
     window: tuple[int, int] | None = None  # SDE only on steps [start, end), ODE elsewhere (Flow-GRPO-Fast, MixGRPO)
     guidance_scale: float = 1.0  # classifier-free guidance scale; 1 = off
     shared_noise: bool = True  # one x_T for the whole group (DanceGRPO, GCPO --init_same_noise)
+    schedule: str = "model"  # sigma grid: the model's own (SD3: diffusers'), or GCPO's shifted linspace(1, 0, T + 1)
     seed: int = 0  # group seed: x_T and every SDE noise draw derive from it
 
     def __post_init__(self):
@@ -76,6 +78,8 @@ class SamplingConfig:
             check_range(name, getattr(self, name), low, high)
         if self.sde == "cps" and self.noise_level > 1:
             raise WorkbenchError(f"the cps noise level is an angle fraction in [0, 1], got {self.noise_level}")
+        if self.schedule not in SCHEDULES:
+            raise WorkbenchError(f"unknown schedule '{self.schedule}'; valid schedules: {', '.join(SCHEDULES)}")
         if self.sde not in SDE_KINDS:
             raise WorkbenchError(f"unknown SDE kind '{self.sde}'; valid kinds: {', '.join(SDE_KINDS)}")
         if self.shift is not None and self.shift <= 0:

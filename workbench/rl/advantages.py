@@ -47,6 +47,9 @@ class AdvantageSettings:
     """Reward std below which a group counts as zero-variance. All estimators."""
     global_std: bool = False
     """grpo: divide by the population std of the whole batch (N*G rewards), Flow-GRPO's `global_std`."""
+    unbiased_std: bool = False
+    """grpo: the sample std (divide by G - 1; torch's `std()`, GCPO) instead of the population std (np.std,
+    Flow-GRPO)."""
     gpg_threshold: float = 0.5
     """gpg: needs_resample when fewer than this fraction of samples are in groups with variance (code: 0.5)."""
     gfpo_keep: int | None = None
@@ -145,10 +148,12 @@ def grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
     settings.global_std divides by the population std of the whole batch (N*G rewards) instead of each
     group's, as Flow-GRPO's `global_std` option; zero-variance groups still get 0.
     """
-    s = (settings or AdvantageSettings()).only("grpo", "eps", "global_std")
+    s = (settings or AdvantageSettings()).only("grpo", "eps", "global_std", "unbiased_std")
     r = _check_rewards(rewards)
     mean, std, zero_std, centered = _centered(r, s.tol)
-    scale = r.std(unbiased=False).expand_as(std) if s.global_std else std  # (N,)
+    if s.unbiased_std:
+        std = r.std(dim=1, unbiased=True) if r.shape[1] > 1 else std  # (N,)
+    scale = r.std(unbiased=s.unbiased_std).expand_as(std) if s.global_std else std  # (N,)
     values, clipped = _clip(centered / (scale[:, None] + s.eps), s.clip)  # (N, G)
     return Advantages(values=values, group_mean=mean, group_std=std, zero_std=zero_std,
                       kept=torch.ones_like(r, dtype=torch.bool), clipped=clipped,

@@ -5,12 +5,15 @@ Step GRPO gives every step of trajectory i the same advantage A_i. What a step a
 measured here from the value of the states around it:
 
     V(x_t^i)  = mean reward of K continuations sampled from x_t^i with the same policy
-    V(x_T)    = the group mean reward (all trajectories start from the same noise),  V(x_0^i) = r_i
+    V(x_T)    = the group mean reward when all trajectories start from the same noise; else the mean of
+                K continuations from each trajectory's own x_T^i;                      V(x_0^i) = r_i
     d_{i,t}   = V(x_{t+1}^i) - V(x_t^i)      (state index t = 0 is noise; step t goes t -> t + 1)
 
 The credits of a trajectory telescope to r_i - V(x_T). Every cell has a standard error from the spread
-of the continuation rewards (`workbench.rl.credit_stats`), and is misattributed (against A_i by more
-than z errors), aligned (with it by more than z) or undetermined. Steps that are not trained and
+of the continuation rewards (`workbench.rl.credit_stats`), and is misattributed (against A_i), aligned
+(with it) or undetermined by a Student-t test at the false-call rate that z stands for
+(`workbench.rl.significance`). A unit from x_T to the image under a shared start has credit r_i - mean r,
+the raw advantage: its class is fixed by construction and flagged (`Credit.chunk_fixed`). Steps that are not trained and
 trajectories with A_i = 0 are left out of every rate. Cheaper estimators (`credit_estimators`) fill the
 same `Credit`; `refine` spends a budget of continuations where cells are still undetermined.
 
@@ -30,9 +33,18 @@ from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import chunk_boundaries, chunk_sum, parse_chunk_spec
 from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, run_continuations
-from workbench.rl.credit_stats import Rates, classify, credit_variance, rates, state_counts, state_means
+from workbench.rl.credit_stats import (
+    Rates,
+    classify,
+    credit_dof,
+    credit_variance,
+    rates,
+    state_counts,
+    state_means,
+)
+from workbench.rl.significance import false_call_rate
 
-Z = 2.0  # default significance: a cell is determined when |d| exceeds 2 standard errors
+Z = 2.0  # default significance: false-call rate P(|N(0, 1)| > 2) = 4.6 % per cell with no credit (Student-t test)
 
 
 @dataclass
@@ -69,6 +81,8 @@ class Credit:
     start: torch.Tensor | None = None  # (G,) V(x_T) of a look-ahead estimator; None = group mean reward
     deterministic: bool = False  # look-ahead estimators have no Monte-Carlo error
     cost: dict = field(default_factory=dict)  # {"nfe": transformer evaluations, "seconds": wall time}
+    start_branches: torch.Tensor | None = None  # (G, K) continuations from each own x_T (no shared start noise)
+    looks: torch.Tensor | None = None  # (G, T - 1) refinement rounds that grew each state; None = 0
 
     @property
     def num_steps(self) -> int:
@@ -84,6 +98,8 @@ class Credit:
         """(G, T + 1) state values V(x_t^i): start value, continuation means, final rewards."""
         g = self.rewards.shape[0]
         start = self.rewards.mean().expand(g) if self.start is None else self.start  # (G,)
+        if self.start_branches is not None:
+            start = state_means(self.start_branches[:, None])[:, 0]  # (G,) each trajectory's own x_T
         return torch.cat([start[:, None], state_means(self.branch_rewards), self.rewards[:, None]], dim=1)
 
     @property
@@ -96,22 +112,61 @@ class Credit:
         """(G, K) sum of the step credits inside each chunk, = V(chunk end) - V(chunk start)."""
         return chunk_sum(self.step_credit, self.sizes)
 
-    def _se(self, edges: list[int]) -> torch.Tensor:
+    def _start_var(self) -> tuple[torch.Tensor, float]:
+        """Variance (G,) of V(x_T) without own continuations, and its degrees of freedom."""
         g = self.rewards.shape[0]
+        if self.start is not None:
+            return torch.zeros(g), torch.inf  # a look-ahead value: no Monte-Carlo error
+        return (self.rewards.var() / g).expand(g), float(g - 1)  # the group mean of G rewards
+
+    def _se(self, edges: list[int]) -> torch.Tensor:
         if self.deterministic:
-            return torch.zeros(g, len(edges) - 1)
-        start_var = (self.rewards.var() / g if self.start is None else torch.tensor(0.0)).expand(g)  # (G,)
-        return credit_variance(self.branch_rewards, start_var, edges, self.crn).sqrt()
+            return torch.zeros(self.rewards.shape[0], len(edges) - 1)
+        start_var, _ = self._start_var()
+        return credit_variance(self.branch_rewards, start_var, edges, self.crn, self.start_branches).sqrt()
+
+    def _dof(self, edges: list[int]) -> torch.Tensor:
+        """(G, J) degrees of freedom of each unit's error (`credit_stats.credit_dof`)."""
+        if self.deterministic:
+            return torch.full((self.rewards.shape[0], len(edges) - 1), torch.inf, dtype=torch.float64)
+        start_var, start_dof = self._start_var()
+        return credit_dof(self.branch_rewards, start_var, start_dof, edges, self.crn, self.start_branches)
+
+    def _looks(self, edges: list[int]) -> torch.Tensor:
+        """(G, J) times each unit has been tested: 1 + the refinement rounds that grew either end state."""
+        g = self.rewards.shape[0]
+        grown = torch.zeros(g, self.num_steps + 1)
+        if self.looks is not None:
+            grown[:, 1:-1] = self.looks
+        return 1 + grown[:, edges[:-1]] + grown[:, edges[1:]]
+
+    @property
+    def _step_edges(self) -> list[int]:
+        return list(range(self.num_steps + 1))
+
+    @property
+    def _chunk_edges(self) -> list[int]:
+        return [0, *chunk_boundaries(self.sizes), self.num_steps]
 
     @property
     def step_se(self) -> torch.Tensor:
         """(G, T) standard error of every step credit (NaN where a state has < 2 continuations)."""
-        return self._se(list(range(self.num_steps + 1)))
+        return self._se(self._step_edges)
 
     @property
     def chunk_se(self) -> torch.Tensor:
         """(G, K) standard error of every chunk credit."""
-        return self._se([0, *chunk_boundaries(self.sizes), self.num_steps])
+        return self._se(self._chunk_edges)
+
+    @property
+    def chunk_fixed(self) -> torch.Tensor:
+        """(G, K) bool: chunks whose credit is r_i - mean r by construction (from the shared x_T to the image,
+        e.g. the one-chunk GSPO schedule): the raw advantage, so their sign is A_i's and they are never
+        misattributed, whatever the policy."""
+        edges = self._chunk_edges
+        whole = torch.tensor([a == 0 and b == self.num_steps for a, b in zip(edges[:-1], edges[1:])])  # (K,)
+        by_mean = self.start is None and self.start_branches is None
+        return whole[None, :].expand(self.rewards.shape[0], -1) & by_mean
 
     @property
     def step_valid(self) -> torch.Tensor:
@@ -126,11 +181,13 @@ class Credit:
 
     def step_classes(self, z: float = Z) -> torch.Tensor:
         """(G, T) int8: -1 misattributed, 0 undetermined, +1 aligned (`credit_stats.classify`)."""
-        return classify(self.step_credit, self.step_se, self.advantages, z)
+        edges = self._step_edges
+        return classify(self.step_credit, self.step_se, self.advantages, z, self._dof(edges), self._looks(edges))
 
     def chunk_classes(self, z: float = Z) -> torch.Tensor:
         """(G, K) int8 classes of the chunk credits."""
-        return classify(self.chunk_credit, self.chunk_se, self.advantages, z)
+        edges = self._chunk_edges
+        return classify(self.chunk_credit, self.chunk_se, self.advantages, z, self._dof(edges), self._looks(edges))
 
     def classify(self, z: float = Z) -> CreditClasses:
         """Step and chunk classes at z (cells that count in no rate keep their class; see step_valid)."""
@@ -139,12 +196,26 @@ class Credit:
     def rates(self, z: float = Z) -> CreditRates:
         """Misattributed among determined cells, determined share, credit mass against A, plain sign rate."""
         step = rates(self.step_credit, self.step_classes(z), self.advantages, self.step_valid)
-        chunk = rates(self.chunk_credit, self.chunk_classes(z), self.advantages, self.chunk_valid)
+        chunk = rates(self.chunk_credit, self.chunk_classes(z), self.advantages, self.chunk_valid, self.chunk_fixed)
         return CreditRates(step, chunk, z)
 
     def rechunk(self, spec) -> Credit:
         """The same measurement under another chunk schedule ("2,3,4,7" or a list of sizes)."""
         return replace(self, sizes=parse_chunk_spec(spec, self.num_steps))
+
+    def halves(self) -> tuple[Credit, Credit] | None:
+        """Two measurements of the same group from disjoint halves of the continuations (K / 2 each): their
+        continuation noise is independent (noise is seeded by the index k), so how far their rates differ
+        shows how much a rate moves with the continuation seed at K / 2. None when K differs between states
+        (after refinement), K < 4, or the estimator has no Monte-Carlo noise."""
+        k = self.counts
+        if self.deterministic or int(k.min()) != int(k.max()) or int(k.min()) < 4:
+            return None
+        h = int(k.min()) // 2
+        starts = (None, None) if self.start_branches is None else (self.start_branches[:, :h],
+                                                                    self.start_branches[:, h:2 * h])
+        return (replace(self, branch_rewards=self.branch_rewards[..., :h], start_branches=starts[0], looks=None),
+                replace(self, branch_rewards=self.branch_rewards[..., h:2 * h], start_branches=starts[1], looks=None))
 
     def misattribution(self, z: float = Z) -> dict[str, float]:
         """The plain sign rates (earlier figures) with their errors, beside the significance-aware rates."""
@@ -165,6 +236,8 @@ class Credit:
         """JSON-ready numbers: credits (G x T, G x K), their errors and classes, rates and errors."""
         k = self.counts
         return {"prompt": self.prompt, "chunks": self.sizes, "estimator": self.estimator, "crn": self.crn, "z": z,
+                "false_call_rate": false_call_rate(z),
+                "chunk_fixed_by_construction": self.rates(z).chunk.by_construction,
                 "branches_min": int(k.min()), "branches_max": int(k.max()), "cost": self.cost,
                 "rewards": self.rewards.tolist(), "advantage": self.advantages.tolist(), "values": self.values.tolist(),
                 "credit": self.step_credit.tolist(), "credit_se": _finite(self.step_se),
@@ -204,7 +277,8 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branch
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
     est = fn(policy, group, reward_fn, branches, seed, crn, progress)
     return Credit(group.prompt, rewards, advantages, est.branch_rewards, sizes, seed, group.config.sde_mask(), crn,
-                  estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds})
+                  estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
+                  est.start_branches)
 
 
 REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
@@ -267,7 +341,10 @@ def _with_rows(credit: Credit, rows: torch.Tensor, rewards: torch.Tensor) -> Cre
     grown[..., :k] = credit.branch_rewards
     grown[rows[:, 0], rows[:, 1] - 1, rows[:, 2]] = rewards
     cost = {**credit.cost, "nfe": credit.cost.get("nfe", 0) + continuation_cost(rows, credit.num_steps)}
-    return replace(credit, branch_rewards=grown, cost=cost)
+    looks = torch.zeros(g, s) if credit.looks is None else credit.looks.clone()  # (G, T - 1)
+    grew = (rows[:, 0], rows[:, 1] - 1)
+    looks[grew] = looks[grew] + 1  # once per state and round, however many rows it got (values read before writing)
+    return replace(credit, branch_rewards=grown, cost=cost, looks=looks)
 
 
 def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, reward_fn, budget: int,
@@ -285,18 +362,24 @@ def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, re
         raise WorkbenchError(f"budget must be a positive number of continuations, got {budget}")
     if group.group_size != credit.rewards.shape[0] or group.num_steps != credit.num_steps:
         raise WorkbenchError("refine needs the group the credit was measured on (G and T differ)")
+
+    def draw(rows: torch.Tensor, spent: int) -> torch.Tensor:
+        def within(done: int, total: int, before: int = spent, n: int = len(rows)) -> None:
+            if progress is not None:
+                progress(before + n * done // max(total, 1), budget)
+        return run_continuations(policy, group, reward_fn, rows, credit.seed, credit.crn, progress=within)
+    yield from refine_with(credit, draw, budget, z)
+
+
+def refine_with(credit: Credit, draw, budget: int, z: float = Z) -> Iterator[Credit]:
+    """The rounds of `refine_rounds` with continuations from `draw(rows (R, 3), spent) -> rewards (R,)`."""
     spent = 0
     while spent < budget:
         priority = _undetermined_near_states(credit, z)  # (G, T - 1): states that can branch
         if not bool(priority.any()):
             return
         rows = _allocate(priority, credit.counts, budget - spent)
-
-        def within(done: int, total: int, before: int = spent, n: int = len(rows)) -> None:
-            if progress is not None:
-                progress(before + n * done // max(total, 1), budget)
-        rewards = run_continuations(policy, group, reward_fn, rows, credit.seed, credit.crn, progress=within)
-        credit = _with_rows(credit, rows, rewards)
+        credit = _with_rows(credit, rows, draw(rows, spent))
         spent += len(rows)
         yield credit
 

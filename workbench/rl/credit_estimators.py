@@ -36,6 +36,7 @@ class Estimate:
     deterministic: bool  # no Monte-Carlo noise: every credit has error 0
     nfe: int  # transformer evaluations of one latent (the cost that dominates)
     seconds: float = 0.0
+    start_branches: torch.Tensor | None = None  # (G, K) continuation rewards from each own x_T (no shared start)
 
 
 ESTIMATORS: Registry = Registry("credit estimator")
@@ -108,13 +109,18 @@ def continuation_cost(rows: torch.Tensor, steps: int) -> int:
 @ESTIMATORS.register("mc")
 def monte_carlo(policy, group, reward_fn, branches: int = 4, seed: int = 0, crn: bool = True,
                 progress=None) -> Estimate:
-    """K continuations from every state 1..T-1 with the group's own sampler; V = their mean reward."""
+    """K continuations from every state 1..T-1 with the group's own sampler; V = their mean reward.
+
+    Without shared start noise the trajectories start from different x_T, so the group mean is not their
+    start value: K continuations from each x_T^i are sampled too (T more steps each)."""
     g, t = group.group_size, group.num_steps
-    rows = grid_rows(g, range(1, t), range(branches))
+    first = 1 if group.config.shared_noise else 0
+    rows = grid_rows(g, range(first, t), range(branches))
     start = time.perf_counter()
     rewards = run_continuations(policy, group, reward_fn, rows, seed, crn, progress=progress)
-    return Estimate(rewards.view(g, t - 1, branches), None, False, continuation_cost(rows, t),
-                    time.perf_counter() - start)
+    rewards = rewards.view(g, t - first, branches)  # (G, S, K)
+    own = None if first else rewards[:, 0]  # (G, K) from each x_T^i
+    return Estimate(rewards[:, 1 - first:], None, False, continuation_cost(rows, t), time.perf_counter() - start, own)
 
 
 @ESTIMATORS.register("ode")

@@ -1,5 +1,5 @@
 """Per-cell uncertainty of measured credit, its classification, and rates with errors (docs/methods.md
-"Credit uncertainty"). Pure functions over tensors: no sampling, no policy.
+"Credit uncertainty", "False-call rate"). Pure functions over tensors: no sampling, no policy.
 
 A cell is a (trajectory i, unit j) pair whose unit runs from state a to state b (a step: b = a + 1; a
 chunk: its first and last state). Its credit is d = V(b) - V(a). Each value is a mean of continuation
@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from workbench.rl.significance import determined, welch_dof
 
 MISATTRIBUTED, UNDETERMINED, ALIGNED = -1, 0, 1
 
@@ -49,22 +51,21 @@ def _paired_covariance(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
     return torch.where(m >= 2, m * c / (na * nb).clamp_min(1), 0.0)
 
 
-def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list[int], paired: bool) -> torch.Tensor:
+def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list[int], paired: bool,
+                    start_branches: torch.Tensor | None = None) -> torch.Tensor:
     """Variance (G, J) of the credit V(e_{j+1}) - V(e_j) of every unit between consecutive edges.
 
     branches: (G, T - 1, K) continuation rewards of states 1..T-1, NaN-padded; start_var (G,): variance of
-    V(x_T) (state 0); the final state's value is the reward itself (variance 0). edges: state indices
-    0 = e_0 < ... < e_J = T. paired: continuations share noise (CRN), so Cov(V_a, V_b) is subtracted:
+    V(x_T) (state 0), or start_branches (G, K): the start's own continuations (trajectories that do not share
+    x_T), which then count like any state; the final state's value is the reward itself (variance 0).
+    edges: state indices 0 = e_0 < ... < e_J = T. paired: continuations share noise (CRN), so Cov(V_a, V_b)
+    is subtracted:
 
         Var(V_b - V_a) = s_a^2 / n_a + s_b^2 / n_b - 2 m c_ab / (n_a n_b)
 
     NaN where a state has fewer than 2 continuations.
     """
-    g, s, k = branches.shape
-    pad = torch.full((g, 1, k), torch.nan, dtype=branches.dtype)
-    ext = torch.cat([pad, branches, pad], dim=1)  # (G, T + 1, K): states 0..T
-    var = _mean_variance(ext)  # (G, T + 1)
-    var[:, 0], var[:, -1] = start_var, 0.0
+    var, ext = _extended(branches, start_var, start_branches)
     a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,) each
     total = var[:, a] + var[:, b]  # (G, J)
     if paired:
@@ -72,13 +73,67 @@ def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list
     return total.clamp_min(0)
 
 
-def classify(credit: torch.Tensor, se: torch.Tensor, advantages: torch.Tensor, z: float) -> torch.Tensor:
-    """Classes (G, J) int8: MISATTRIBUTED (-1) when d sign(A) < -z se, ALIGNED (+1) when d sign(A) > z se,
-    else UNDETERMINED (0); a NaN error (no estimate) is undetermined."""
+def _extended(branches: torch.Tensor, start_var: torch.Tensor,
+              start_branches: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Variances of the means (G, T + 1) of states 0..T and the continuations (G, T + 1, K) with the final
+    state, and the start state unless it has continuations of its own, as empty (NaN) rows."""
+    g, s, k = branches.shape
+    k = k if start_branches is None else max(k, start_branches.shape[1])
+    pad = torch.full((g, 1, k), torch.nan, dtype=branches.dtype)
+    first = pad.clone()
+    if start_branches is not None:
+        first[:, 0, : start_branches.shape[1]] = start_branches
+    body = torch.cat([branches, torch.full((g, s, k - branches.shape[2]), torch.nan)], dim=2)  # (G, T - 1, K)
+    ext = torch.cat([first, body, pad], dim=1)  # (G, T + 1, K): states 0..T
+    var = _mean_variance(ext)  # (G, T + 1)
+    if start_branches is None:
+        var[:, 0] = start_var
+    var[:, -1] = 0.0
+    return var, ext
+
+
+def credit_dof(branches: torch.Tensor, start_var: torch.Tensor, start_dof: float, edges: list[int],
+               paired: bool, start_branches: torch.Tensor | None = None) -> torch.Tensor:
+    """Degrees of freedom (G, J) of each unit's variance estimate (`credit_variance`), for its Student t.
+
+    A state with n continuations has n - 1; the start value V(x_T) `start_dof` (G - 1 for the group mean, inf
+    for a look-ahead value; n - 1 with start_branches), the final reward inf (no error). Independent
+    continuations, and units that touch the final state: Welch-Satterthwaite over the two terms
+    (`significance.welch_dof`). Units from the group-mean start: min(nu_a, nu_b) (Hsu's conservative bound;
+    the start's term is ~1/G of the variance, and Welch's estimate jumps to G - 1 whenever a state's few
+    continuations happen to agree, which overshoots the rate at K = 2). Paired (CRN) units between two states
+    with continuations: m - 1, m the pairs (the variance of m paired differences). NaN where a state has fewer
+    than 2 continuations.
+    """
+    var, ext = _extended(branches, start_var, start_branches)
+    n = state_counts(ext).double()  # (G, T + 1)
+    dof = n - 1
+    if start_branches is None:
+        dof[:, 0] = start_dof
+    dof[:, -1] = torch.inf
+    a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,) each
+    out = welch_dof(var[:, a].double(), dof[:, a], var[:, b].double(), dof[:, b])  # (G, J)
+    if start_branches is None:  # Hsu's bound min(nu_a, nu_b) next to the group mean (see docs/methods.md)
+        out = torch.where((a == 0)[None, :], torch.minimum(dof[:, a], dof[:, b]), out)
+    if paired:
+        lowest = 0 if start_branches is not None else 1
+        inner = ((a >= lowest) & (b < ext.shape[1] - 1))[None, :]  # (1, J): both ends have continuations
+        pairs = torch.minimum(n[:, a], n[:, b])  # (G, J)
+        out = torch.where(inner, pairs - 1, out)
+    return torch.where(var[:, a].isnan() | var[:, b].isnan(), torch.nan, out)
+
+
+def classify(credit: torch.Tensor, se: torch.Tensor, advantages: torch.Tensor, z: float,
+             dof: torch.Tensor | None = None, looks: torch.Tensor | None = None) -> torch.Tensor:
+    """Classes (G, J) int8: MISATTRIBUTED (-1) or ALIGNED (+1) when d sign(A) is significant at the two-sided
+    false-call rate alpha(z) = P(|N(0, 1)| > z) against a Student t with `dof` (G, J) degrees of freedom
+    (None: normal), alpha divided by `looks` (G, J) for refined cells; else UNDETERMINED (0). A NaN error
+    (no estimate) is undetermined."""
     signed = credit * advantages.sign()[:, None]  # (G, J)
-    margin = z * se
-    cls = torch.where(signed > margin, ALIGNED, torch.where(signed < -margin, MISATTRIBUTED, UNDETERMINED))
-    return torch.where(se.isnan(), UNDETERMINED, cls).to(torch.int8)
+    dof = torch.full(credit.shape, torch.inf, dtype=torch.float64) if dof is None else dof
+    sure = determined(signed, se, dof, z, looks)  # (G, J) bool
+    cls = torch.where(signed > 0, ALIGNED, MISATTRIBUTED)
+    return torch.where(sure, cls, UNDETERMINED).to(torch.int8)
 
 
 def ratio_and_se(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
@@ -114,10 +169,18 @@ class Rates:
     plain_se: float
     cells: int  # cells counted (trained, advantage not 0)
     determined_cells: int
+    fixed_cells: int = 0  # counted cells whose credit is the raw advantage by construction (always aligned)
+
+    @property
+    def by_construction(self) -> bool:
+        """Every counted cell is fixed by construction: the rates describe the definition, not the policy."""
+        return self.cells > 0 and self.fixed_cells == self.cells
 
 
-def rates(credit: torch.Tensor, classes: torch.Tensor, advantages: torch.Tensor, valid: torch.Tensor) -> Rates:
-    """Rates over the valid cells (G, J) bool of a credit map (G, J) and its classes (G, J)."""
+def rates(credit: torch.Tensor, classes: torch.Tensor, advantages: torch.Tensor, valid: torch.Tensor,
+          fixed: torch.Tensor | None = None) -> Rates:
+    """Rates over the valid cells (G, J) bool of a credit map (G, J) and its classes (G, J); `fixed` (G, J)
+    bool marks cells whose credit is the raw advantage by construction (counted, and reported)."""
     v = valid.double()
     det = (classes != UNDETERMINED).double() * v  # (G, J)
     wrong = (classes == MISATTRIBUTED).double() * v
@@ -127,7 +190,8 @@ def rates(credit: torch.Tensor, classes: torch.Tensor, advantages: torch.Tensor,
     d, d_se = ratio_and_se(det, v)
     w, w_se = ratio_and_se(against * mass, mass)
     p, p_se = ratio_and_se(against, v)
-    return Rates(m, m_se, d, d_se, w, w_se, p, p_se, int(v.sum()), int(det.sum()))
+    n_fixed = 0 if fixed is None else int((fixed & valid).sum())
+    return Rates(m, m_se, d, d_se, w, w_se, p, p_se, int(v.sum()), int(det.sum()), n_fixed)
 
 
 def agreement(estimate: torch.Tensor, reference: torch.Tensor, valid: torch.Tensor,

@@ -349,8 +349,9 @@ def transition_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor,
       "exact":     s = std = sigma_t sqrt(-dt), the exact KL between the two Gaussians of the transition
                    (what the Flow-GRPO paper, arXiv 2505.05470, writes).
       "flow_grpo": s = noise_scale = sigma_t, without sqrt(-dt), as in Flow-GRPO's released training code
-                   (scripts/train_sd3.py divides by 2 std_dev_t^2); it is the exact KL divided by -dt, so 4-112x
-                   larger on a 10-step SD3 schedule, and its betas (0.01-0.04) are tuned for it. The default.
+                   (scripts/train_sd3.py divides by 2 std_dev_t^2); it is the exact KL times -dt, so 3.7-112x
+                   smaller on a 10-step SD3 schedule, and its betas (0.01-0.04) are tuned for it. The default;
+                   switching to "exact" at the same beta makes the penalty far stronger, not weaker.
     mean, ref_mean: (B, C, H, W); std, noise_scale: (B,) (`StepOutput.std`, `StepOutput.noise_scale`).
     """
     if form not in KL_FORMS:

@@ -46,6 +46,10 @@ class TrainConfig:
     """Advantage estimator from ADVANTAGES: grpo (Flow-GRPO), dr_grpo, gpg (arXiv 2504.02546), gfpo."""
     global_std: bool = False
     """grpo: divide by the std of all rewards of the iteration instead of each group's (Flow-GRPO SD3 configs)."""
+    adv_eps: float = 1e-4
+    """grpo / gfpo: std offset in A = (r - mean) / (std + eps) (Flow-GRPO 1e-4; GCPO's code 1e-8)."""
+    adv_unbiased_std: bool = False
+    """grpo: the sample std, / (G - 1) (GCPO's torch `std()`), instead of the population std (Flow-GRPO np.std)."""
     task: str | None = None
     """A named task (TASKS: crosses) that brings its training prompts, held-out prompts and success metric;
     None = the world's training scenes, evaluated on its held-out scenes."""
@@ -73,6 +77,9 @@ class TrainConfig:
     its CPS configs (1e-5) do not carry over (docs/methods.md "SDE step")."""
     shift: float | None = None
     """Schedule shift; None = the model's default (3 for the embedded model, GCPO uses 3)."""
+    schedule: str = "model"
+    """Sigma grid: model (the model's own; SD3: diffusers', down to the shifted sigma_min) or linspace (GCPO:
+    the shift applied to linspace(1, 0, T + 1))."""
     guidance_scale: float = 1.0
     """Classifier-free guidance during rollouts (Flow-GRPO SD3: 4.5; 1 = off, the default: it halves the cost)."""
     shared_noise: bool = True
@@ -82,7 +89,10 @@ class TrainConfig:
     mixgrpo: bool = False
     """MixGRPO (arXiv 2507.21802): a 4-step SDE window that slides one step every 25 iterations."""
     train_last_step: bool = False
-    """Sample T transitions and train all; False = T + 1 transitions, the last deterministic and untrained (GCPO)."""
+    """Sample T transitions and train all; False = T + 1 transitions, the last one untrained."""
+    last_step_sde: bool = False
+    """The untrained last of T + 1 transitions samples with the SDE like the others (Flow-GRPO: 10 SDE steps, 9
+    trained; GCPO: 17 and 16); False = a deterministic Euler step (less noise left in the image)."""
     iterations: int = 30
     """Training iterations (rollout + update)."""
     lr: float = 3e-5
@@ -111,6 +121,9 @@ class TrainConfig:
     """TempFlow-GRPO (arXiv 2508.04324) step weights proportional to the step std."""
     chunk_fraction: float | None = None
     """GCPO weighted chunk sampling: train int(fraction * K) chunks, drawn by L1_rel (paper 0.5); None = all."""
+    chunk_weights: str = "l1_rel"
+    """Weighted chunk sampling's probabilities: l1_rel (GCPO paper, its `--sample_weight`) or uniform (GCPO's
+    released FLUX script, where `--sample_weight` is commented out)."""
     chunk_sampling: str = "trajectory"
     """Weighted chunk sampling per trajectory from its own L1_rel (GCPO's code) or once per iteration from the
     batch-mean curve ("iteration")."""
@@ -225,6 +238,11 @@ class TrainConfig:
             raise WorkbenchError(f"dtype must be float32 or bfloat16, got '{self.dtype}'")
         if self.chunk_fraction is not None and not 0 < self.chunk_fraction <= 1:
             raise WorkbenchError(f"chunk_fraction must be in (0, 1] or None, got {self.chunk_fraction}")
+        if self.chunk_weights not in ("l1_rel", "uniform"):
+            raise WorkbenchError(f"chunk_weights must be 'l1_rel' or 'uniform', got '{self.chunk_weights}'")
+        if self.last_step_sde and (self.train_last_step or self.window is not None or self.mixgrpo):
+            raise WorkbenchError("last_step_sde makes the extra untrained last step an SDE step; it needs "
+                                 "train_last_step=False and no window or mixgrpo")
         if self.chunk_sampling not in ("trajectory", "iteration"):
             raise WorkbenchError(f"chunk_sampling must be 'trajectory' (GCPO) or 'iteration', "
                                  f"got '{self.chunk_sampling}'")
@@ -298,11 +316,12 @@ class TrainConfig:
         if self.mixgrpo:
             start, size = mixgrpo_window(iteration - 1, self.steps)
             return start, start + size
-        return self.window or (0, self.steps)
+        return self.window or (0, self.sampling_steps if self.last_step_sde else self.steps)
 
     def trained_steps(self, iteration: int) -> list[int]:
         """Step indices trained at this iteration: the SDE window without zero-std steps (cps's last)."""
         start, end = self.sde_window(iteration)
+        end = min(end, self.steps)  # last_step_sde: the extra SDE step is sampled, not trained
         steps = [t for t in range(start, end) if not (self.sde == "cps" and t == self.sampling_steps - 1)]
         if not steps:
             raise WorkbenchError("no step carries noise to train; widen the window or use more steps")
@@ -311,12 +330,13 @@ class TrainConfig:
     def sampling_config(self, iteration: int, seed: int = 0) -> SamplingConfig:
         return SamplingConfig(group=self.group, steps=self.sampling_steps, noise_level=self.noise_level,
                               sde=self.sde, shift=self.shift, window=self.sde_window(iteration),
-                              guidance_scale=self.guidance_scale, shared_noise=self.shared_noise, seed=seed)
+                              guidance_scale=self.guidance_scale, shared_noise=self.shared_noise, seed=seed,
+                              schedule=self.schedule)
 
     def advantage_settings(self) -> AdvantageSettings:
         """The advantage estimator's settings (an estimator refuses settings it does not use)."""
-        return AdvantageSettings(global_std=self.global_std, gpg_threshold=self.gpg_threshold,
-                                 gfpo_keep=self.gfpo_keep)
+        return AdvantageSettings(eps=self.adv_eps, global_std=self.global_std, unbiased_std=self.adv_unbiased_std,
+                                 gpg_threshold=self.gpg_threshold, gfpo_keep=self.gfpo_keep)
 
     def credit_chunks(self) -> list[int]:
         """Chunk sizes over all sampled steps, for measuring a rollout's credit: the SDE window's chunks, with the

@@ -2,6 +2,10 @@
 each magic number with its reason (flow_grpo recipes, nanoGPT `config/`).
 
     preset("dapo", iterations=10)   # DAPO's dynamic sampling and clip-higher, 10 iterations
+
+A preset that names a reference matches its released code setting by setting, or lists the departure: the
+table "Presets and their references" in docs/methods.md (file and line of each reference value; the
+tests read it back).
 """
 
 from __future__ import annotations
@@ -31,19 +35,25 @@ def embedded_demo() -> TrainConfig:
 
 @PRESETS.register("gcpo")
 def gcpo() -> TrainConfig:
-    """GCPO / Chunk-GRPO (arXiv 2510.21583) as run on FLUX: full fine-tuning, tiny steps."""
-    return TrainConfig(group=12,  # paper: group 12
-                       lr=1e-5,  # paper: 1e-5
-                       max_grad_norm=0.01,  # paper: stability setting
-                       clip_low=5e-5,  # paper: eps 5e-5
-                       kl_beta=0.0,  # paper: no KL term
+    """GCPO / Chunk-GRPO (arXiv 2510.21583) as its released FLUX script runs it (xingzhejun/GCPO
+    `scripts/finetune/finetune_pickscore_chunk.sh`, `fastvideo/train_grpo_flux_pickscore.py`)."""
+    return TrainConfig(group=12,  # script: --num_generations 12
+                       lr=1e-5,  # script: --learning_rate 1e-5
+                       max_grad_norm=0.01,  # script: --max_grad_norm 0.01
+                       clip_low=5e-5,  # script: --clip_range 5e-5 (and --right_clip_range 5e-5)
+                       kl_beta=0.0,  # no KL term (kl_coeff commented out)
+                       schedule="linspace",  # sigma = shift(linspace(1, 0, 18)), shift 3 (l. 219-220)
+                       last_step_sde=True,  # --sampling_steps 17, all SDE; chunks [2,3,4,7] train 16
+                       chunk_fraction=0.5,  # --timestep_fraction 0.5: int(4 x 0.5) = 2 chunks per trajectory
+                       chunk_weights="uniform",  # --sample_weight commented out: torch.randperm (l. 662-665)
+                       adv_unbiased_std=True, adv_eps=1e-8,  # group_rewards.std() + 1e-8 (l. 566)
                        iterations=150)  # paper: 150 iterations
 
 
 @PRESETS.register("gcpo_weighted")
 def gcpo_weighted() -> TrainConfig:
-    """GCPO with weighted chunk sampling (half the chunks per iteration, drawn by L1_rel)."""
-    return replace(gcpo(), chunk_fraction=0.5)  # paper: fraction 0.5
+    """GCPO as the paper describes it: the two chunks per trajectory drawn by L1_rel, not uniformly."""
+    return replace(gcpo(), chunk_weights="l1_rel")  # paper / --sample_weight --sample_weight_method normalized
 
 
 @PRESETS.register("flow_grpo")
@@ -52,6 +62,9 @@ def flow_grpo() -> TrainConfig:
     return TrainConfig(objective="step_grpo",
                        group=24,  # paper: group 24
                        steps=9,  # sample 10 steps, train the first 9: timestep_fraction 0.99, int(10 * 0.99) = 9
+                       last_step_sde=True,  # the 10th step is an SDE step too (the pipeline's loop), untrained
+                       shared_noise=False,  # the pipeline draws one x_T per image
+                       guidance_scale=4.5,  # config sample.guidance_scale 4.5, with CFG in training rollouts
                        global_std=True,  # config sample.global_std = True: one reward std for the whole batch
                        lr=3e-4, lora_rank=32,  # paper: LoRA r 32 / alpha 64, lr 3e-4
                        clip_low=1e-4,  # config train.clip_range 1e-4
@@ -60,16 +73,30 @@ def flow_grpo() -> TrainConfig:
 
 @PRESETS.register("dance_grpo")
 def dance_grpo() -> TrainConfig:
-    """DanceGRPO: step ratios with the constant-diffusion SDE."""
+    """DanceGRPO: step ratios with the constant-diffusion SDE (XueZeyue/DanceGRPO
+    `scripts/finetune/finetune_flux_grpo.sh`, `fastvideo/train_grpo_flux.py`)."""
     return TrainConfig(objective="step_grpo", sde="dance_grpo",
-                       noise_level=0.3,  # DanceGRPO eta 0.3
-                       clip_low=1e-4)  # DanceGRPO clip 1e-4
+                       noise_level=0.3,  # script: --eta 0.3
+                       clip_low=1e-4,  # script: --clip_range 1e-4
+                       group=12,  # script: --num_generations 12
+                       lr=1e-5,  # script: --learning_rate 1e-5
+                       schedule="linspace",  # shift 3 of linspace(1, 0, 17) (train_grpo_flux.py l. 311-313)
+                       train_last_step=True,  # --sampling_steps 16, every one an SDE step that can train
+                       chunks=",".join(["1"] * 16), chunk_fraction=0.6,  # int(16 x 0.6) = 9 steps per trajectory,
+                       chunk_weights="uniform",  # drawn by torch.randperm for each sample (l. 551-556, 570)
+                       adv_unbiased_std=True, adv_eps=1e-8)  # group_rewards.std() + 1e-8 (l. 542)
 
 
 @PRESETS.register("mixgrpo")
 def mixgrpo() -> TrainConfig:
-    """MixGRPO (arXiv 2507.21802): SDE and training on a 4-step window sliding to lower noise every 25 iterations."""
+    """MixGRPO (arXiv 2507.21802): SDE and training on a 4-step window sliding to lower noise every 25 iterations
+    (Tencent-Hunyuan/MixGRPO `scripts/finetune/finetune_flux_grpo_MixGRPO.sh`)."""
     return TrainConfig(objective="step_grpo", mixgrpo=True,
+                       steps=24,  # script: sampling_steps 25 (the window never reaches the last ones)
+                       schedule="linspace",  # shift 3 of linspace(1, 0, 26) (train_grpo_flux.py l. 187-189)
+                       group=12,  # script: --num_generations 12
+                       lr=1e-5,  # script: --learning_rate 1e-5
+                       clip_low=1e-4,  # script: --clip_range 1e-4
                        chunks="4")  # 4 trained steps: one chunk should chunk_grpo be chosen
 
 

@@ -261,6 +261,8 @@ class Trainer:
         if cfg.chunk_fraction is None:
             return torch.ones(len(groups) * g, len(steps), dtype=torch.bool)
         l1 = torch.cat([relative_change(grp.states) for grp in groups])[:, steps]  # (L, S)
+        if cfg.chunk_weights == "uniform":  # GCPO's released script: every chunk equally likely
+            l1 = torch.ones_like(l1)
         sizes = parse_chunk_spec(cfg.chunks, len(steps))
         if cfg.chunk_sampling == "iteration":
             parts = gather((l1.sum(0), l1.shape[0]), self.dist)

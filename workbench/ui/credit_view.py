@@ -3,8 +3,8 @@
 Pure functions from a `Credit` (and z) to plotly figures and Markdown; the Attribution tab shows step
 cells beside the GRPO advantage, the Chunks tab chunk cells over the same steps. Encodings: colour =
 credit (blue raises the expected reward, red lowers it); x = misattributed; dot = aligned; grey cover =
-undetermined (within z errors of 0); white veil = not counted (untrained step or A = 0). Hovering a cell
-gives its credit, standard error and class.
+undetermined (not significant at the false-call rate z sets); white veil = not counted (untrained step or
+A = 0). Hovering a cell gives its credit, standard error and class.
 """
 
 from __future__ import annotations
@@ -17,12 +17,17 @@ from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.credit import Credit
 from workbench.rl.credit_compare import CreditComparison
 from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED, UNDETERMINED, Rates
+from workbench.rl.significance import false_call_rate
 from workbench.ui.plots import LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
 
 UNDETERMINED_COLOR = "rgba(190,190,190,0.92)"
 VEIL_COLOR = "rgba(255,255,255,0.8)"
-MARKS = {MISATTRIBUTED: ("x-thin", 11, "misattributed: against A(i) by more than z errors"),
-         ALIGNED: ("circle", 6, "aligned: with A(i) by more than z errors")}
+MARKS = {MISATTRIBUTED: ("x-thin", 11, "misattributed: against A(i), significant at z"),
+         ALIGNED: ("circle", 6, "aligned: with A(i), significant at z")}
+UNDETERMINED_NAME = "undetermined: not significant at z"
+Z_LABEL = "z: sets the false-call rate P(|N(0,1)| > z) per cell (z = 2: 4.6 %)"
+FIXED_NOTE = ("fixed by construction: a chunk from x_T to the image has credit r - mean r, the raw advantage, "
+              "so it always agrees with A")
 NAMES = {MISATTRIBUTED: "misattributed", ALIGNED: "aligned", UNDETERMINED: "undetermined"}
 
 
@@ -68,7 +73,7 @@ def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, cl
                                                        color="black" if cls == MISATTRIBUTED else "white")),
                                  name=name, showlegend=legend, hoverinfo="skip"), row=row, col=col)
     if legend:
-        for color, name in ((UNDETERMINED_COLOR, "undetermined: within z errors of 0"),
+        for color, name in ((UNDETERMINED_COLOR, UNDETERMINED_NAME),
                             ("rgb(245,245,245)", "not counted: untrained step or A = 0")):
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                      marker=dict(symbol="square", size=13, color=color,
@@ -128,10 +133,23 @@ def _pct(value: float, se: float) -> str:
 
 
 def rates_line(label: str, r: Rates) -> str:
-    """One Markdown line: the three rates and the plain sign rate, each with its error."""
+    """One Markdown line: the three rates and the plain sign rate, each with its error; rates fixed by
+    construction (every counted cell a chunk from x_T to the image) say so."""
+    if r.by_construction:
+        return (f"**{label}:** 0 % misattributed, {FIXED_NOTE}: the figure describes the definition, not the "
+                "policy")
+    fixed = f" ({r.fixed_cells} of them {FIXED_NOTE})" if r.fixed_cells else ""
     return (f"**{label}:** {_pct(r.misattributed, r.misattributed_se)} of the determined cells are misattributed "
-            f"· {_pct(r.determined, r.determined_se)} of {r.cells} cells determined · credit mass against A "
+            f"· {_pct(r.determined, r.determined_se)} of {r.cells} cells determined{fixed} · credit mass against A "
             f"{_pct(r.mass_against, r.mass_against_se)} · plain sign rate {_pct(r.plain, r.plain_se)}")
+
+
+def rule_text(credit: Credit, z: float) -> str:
+    """What a determined cell means at z, in words."""
+    looks = "" if credit.looks is None else " Refined cells are tested at that rate divided by their looks."
+    return (f" A cell is determined when its credit differs from 0 at a false-call rate of "
+            f"{100 * false_call_rate(z):.1f} % (z={z:g}): a Student-t test with the cell's degrees of freedom "
+            f"(K - 1 under common random numbers, Welch-Satterthwaite for independent continuations).{looks}")
 
 
 def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str:
@@ -145,11 +163,19 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
         how = f"one deterministic look-ahead per state ({credit.estimator}): no Monte-Carlo error, every cell " \
               "with credit not 0 counts as determined"
     cost = credit.cost
-    rule = "" if credit.deterministic else (f" A cell is determined when its credit is more than z={z:g} standard "
-                                            "errors from 0.")
+    rule = "" if credit.deterministic else rule_text(credit, z)
     lines.append(f"G={g}, T={credit.num_steps}, {_k_text(credit)}, {how}; cost {cost.get('nfe', 0)} transformer "
-                 f"evaluations.{rule} ± is the standard error over trajectories. Untrained steps and trajectories "
+                 f"evaluations.{rule} ± is the standard error over trajectories; measuring again with other "
+                 "continuation noise moves the rates by several points more (docs/misattribution.md, \"Spread over "
+                 "continuation seeds\"). Untrained steps and trajectories "
                  "with A = 0 are left out.")
+    split = credit.halves()
+    if split is not None:
+        a, b = (half.rates(z).step for half in split)
+        lines.append(f"**Spread over continuation noise:** two disjoint halves of the continuations "
+                     f"(K={int(split[0].counts.max())} each) find {_pct(a.misattributed, float('nan'))} and "
+                     f"{_pct(b.misattributed, float('nan'))} of their determined steps misattributed "
+                     f"({_pct(a.determined, float('nan'))} and {_pct(b.determined, float('nan'))} determined).")
     if credit.deterministic and reference is not None and not reference.deterministic:
         lines.append(agreement_line(credit, reference, z))
     return "  \n".join(lines)

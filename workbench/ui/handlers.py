@@ -103,9 +103,9 @@ def chunk_plot(session: Session):
 
 
 def _z(value) -> float:
-    z = number(value, "z (errors a determined cell must clear)")
+    z = number(value, "z (sets the false-call rate)")
     if z < 0:
-        raise WorkbenchError(f"z (errors a determined cell must clear) must be >= 0, got {z:g}")
+        raise WorkbenchError(f"z (sets the false-call rate) must be >= 0, got {z:g}")
     return z
 
 

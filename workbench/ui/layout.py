@@ -20,6 +20,7 @@ from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
+from workbench.ui import credit_view
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
@@ -85,9 +86,11 @@ def _generate_tab(wb, session) -> dict:
 ATTRIBUTION_INTRO = (
     "Branch K continuations from every state of the group made in **Generate** and compare each step's measured "
     "credit (left) with the one advantage GRPO gives the whole trajectory (right). Every cell has a standard "
-    "error: it is **misattributed** (x) or **aligned** (dot) only when its credit is more than z errors from 0, "
-    "**undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more continuations where "
-    "cells are undetermined. The *ode* and *x0* estimators value each state with one deterministic look-ahead "
+    "error: it is **misattributed** (x) or **aligned** (dot) only when its credit differs from 0 at the false-call "
+    "rate z sets (z = 2: 4.6 % of cells without credit are called; a Student-t test, since each error comes from "
+    "only K continuations), **undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more "
+    "continuations where cells are undetermined and tests a cell again at the rate divided by its looks. The "
+    "*ode* and *x0* estimators value each state with one deterministic look-ahead "
     "(TP-GRPO; Stepwise-Flow-GRPO, DenseGRPO): cheaper, without Monte-Carlo error, and compared with your "
     "Monte-Carlo measurement of the same group.")
 
@@ -101,7 +104,7 @@ def _attribution_tab(wb, session) -> dict:
                                 elem_id="credit-estimator")
         crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
                           elem_id="credit-crn")
-        z = gr.Number(Z, label="z (errors a determined cell must clear)", minimum=0, elem_id="credit-z")
+        z = gr.Number(Z, label=credit_view.Z_LABEL, minimum=0, elem_id="credit-z")
         run = gr.Button("Measure credit", variant="primary", elem_id="credit-btn")
     with gr.Row():
         budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, label="Refinement budget (continuations)",

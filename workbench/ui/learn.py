@@ -20,6 +20,7 @@ from workbench.rl.credit import Credit, Z
 from workbench.rl.credit_stats import MISATTRIBUTED
 from workbench.rl.explain import Explanation, explain
 from workbench.rl.objectives import ObjectiveSettings
+from workbench.rl.significance import false_call_rate
 from workbench.ui import explain_plots, handlers, policies
 from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.state import Session, format_sizes
@@ -43,9 +44,11 @@ the same A.
 **What the workbench measures.** From every intermediate state it samples K continuations and averages
 their rewards: the value of that state. A step's *credit* is the value after the step minus the value
 before it; the credits of one image add up to its reward minus the group mean. K continuations give
-each credit a standard error: a cell is *misattributed* (marked x) when its credit is against the
-image's advantage by more than two errors, *aligned* (dot) when it is with it by more than two, and
-*undetermined* (grey) otherwise: there the continuations cannot tell the sign apart from noise.
+each credit a standard error: a cell is *misattributed* (marked x) when its credit is significantly
+against the image's advantage, *aligned* (dot) when it is significantly with it, and *undetermined*
+(grey) otherwise: there the continuations cannot tell the sign apart from noise. "Significantly" means
+that a step with no credit at all would be called either way only 4.6 % of the time (a Student-t test:
+an error estimated from four continuations is itself uncertain, so "two errors" would not be enough).
 
 **What chunking changes.** Chunk-GRPO (GCPO, arXiv 2510.21583) groups consecutive steps into chunks
 and gives each chunk one importance ratio (the geometric mean of its steps' ratios). Summing credit over
@@ -91,13 +94,26 @@ def credit_text(credit: Credit, ex: Explanation) -> str:
     corr = float(ex.correlation(credit.step_credit)[ex.index("step_grpo")])
     k = credit.branch_rewards.shape[-1]
     return (f"**3. The measured credit, and where it disagrees.** With K={k} continuations from every state, "
-            f"{r.determined_cells} of the {r.cells} (image, step) cells are determined (credit more than z={Z:g} "
-            f"standard errors from 0); among them **{_pct(r.misattributed, r.misattributed_se)}** are misattributed "
+            f"{r.determined_cells} of the {r.cells} (image, step) cells are determined (their credit differs from 0 "
+            f"at a {100 * false_call_rate(Z):.1f} % false-call rate); among them "
+            f"**{_pct(r.misattributed, r.misattributed_se)}** are misattributed "
             f"(x): the step moved the expected reward against the sign of the image's advantage. The grey cells are "
             f"within noise; counting every cell by its sign alone would give {_pct(r.plain, r.plain_se)}, pulled "
             f"towards a coin flip's 50 %. Image {best}, the best one, has {int(wrong[best].sum())} misattributed "
             f"steps of {credit.num_steps}, and step GRPO raises them anyway. Over all cells, step GRPO's push "
-            f"correlates with the credit at {corr:+.2f}.")
+            f"correlates with the credit at {corr:+.2f}." + _halves_text(credit))
+
+
+def _halves_text(credit: Credit) -> str:
+    """How far the rate moves with the continuation noise: two disjoint halves of the continuations."""
+    split = credit.halves()
+    if split is None:
+        return (" These ± are over images; measured again with other continuation noise, the rates move by "
+                "several points more (docs/misattribution.md).")
+    a, b = (half.rates(Z).step.misattributed for half in split)
+    return (f" These ± are over images; the continuation noise moves the rate too: two disjoint halves of the "
+            f"continuations (K={int(split[0].counts.max())} each) find {_pct(a, float('nan'))} and "
+            f"{_pct(b, float('nan'))}.")
 
 
 def _pct(value: float, se: float) -> str:
@@ -138,9 +154,23 @@ def schedule_table(credit: Credit) -> str:
              "|---|---|---|---|---|"]
     for label, sizes in rows:
         r = credit.rechunk(sizes).rates(Z).chunk
+        if r.by_construction:
+            lines.append(f"| {label} | {format_sizes(sizes)} | 0 % *by construction* | {r.determined_cells} of "
+                         f"{r.cells} | 0 % *by construction* |")
+            continue
         lines.append(f"| {label} | {format_sizes(sizes)} | {_pct(r.misattributed, r.misattributed_se)} "
                      f"| {r.determined_cells} of {r.cells} | {_pct(r.plain, r.plain_se)} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + SCHEDULE_CAVEAT
+
+
+SCHEDULE_CAVEAT = (
+    "*Read the rows with care.* One chunk of all steps runs from the shared start x_T to the image, so its "
+    "credit is r - mean r, the raw advantage itself: it agrees with A by construction, and its 0 % says nothing "
+    "about the policy. The other rows are not compared at equal power either, and this walk cannot make them "
+    "so: they regroup the same continuations, and a bigger chunk adds up more credit against about the same "
+    "error, so more of its cells are determined and the rate among them is taken over different cells. Compare "
+    "the *determined* column before the rates; the misattribution experiment (docs/misattribution.md) gives "
+    "their spread over continuation seeds.")
 
 
 def invitation_text(session: Session) -> str:

@@ -57,7 +57,7 @@ def pick_policy(wb: Workbench, key: str | None, session: Session, progress=gr.Pr
     stored = source.checkpoint or key
     wb.policy(stored)
     seconds = time.perf_counter() - start
-    menu = gr.Dropdown(choices=wb.sources(), value=stored)  # a typed path or a run shows as what was loaded
+    menu = gr.Dropdown(choices=wb.sources(), value=stored, allow_custom_value=True)  # shows what was loaded
     if stored == session.source:
         return menu, header(wb, session), session, *(gr.skip(),) * 5, ok(f"{escape(source.label)} is already loaded")
     dropped = session.group is not None

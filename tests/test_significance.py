@@ -1,0 +1,63 @@
+"""Student-t tails, Welch-Satterthwaite and per-cell degrees of freedom against hand values
+(docs/methods.md "False-call rate")."""
+
+import math
+
+import pytest
+import torch
+
+from workbench.rl.credit_stats import credit_dof
+from workbench.rl.significance import determined, false_call_rate, incomplete_beta, t_two_sided, welch_dof
+
+INF = float("inf")
+
+
+def test_t_tails_match_the_tables_and_the_closed_forms():
+    # two-sided 5 % points of t tables (nu = 1, 2, 3, 10) and the normal
+    t = torch.tensor([12.7062, 4.302653, 3.182446, 2.228139, 1.959964])
+    assert t_two_sided(t, torch.tensor([1.0, 2.0, 3.0, 10.0, INF])).tolist() == pytest.approx([0.05] * 5, abs=2e-6)
+    x = torch.tensor([0.3, 1.0, 5.0, 40.0], dtype=torch.float64)
+    cauchy = 1 - 2 * torch.atan(x) / math.pi  # nu = 1
+    two = 1 - x / torch.sqrt(2 + x * x)  # nu = 2
+    assert torch.allclose(t_two_sided(x, torch.ones(4)), cauchy, rtol=1e-9)
+    assert torch.allclose(t_two_sided(x, torch.full((4,), 2.0)), two, rtol=1e-9)
+    assert float(t_two_sided(torch.tensor(2.0), torch.tensor(1e4))) == pytest.approx(false_call_rate(2.0), rel=1e-3)
+    assert false_call_rate(2.0) == pytest.approx(0.0455, abs=1e-4) and false_call_rate(0.0) == 1.0
+    assert float(incomplete_beta(torch.tensor(2.0), torch.tensor(3.0), torch.tensor(0.4))) == pytest.approx(0.5248)
+
+
+def test_welch_satterthwaite_by_hand():
+    # v = (0.5, 0.2) with 3 and 9 degrees of freedom: 0.49 / (0.25 / 3 + 0.04 / 9) = 5.5758...
+    got = welch_dof(torch.tensor([0.5]), torch.tensor([3.0]), torch.tensor([0.2]), torch.tensor([9.0]))
+    assert float(got) == pytest.approx(0.49 / (0.25 / 3 + 0.04 / 9))
+    known = welch_dof(torch.tensor([0.5]), torch.tensor([3.0]), torch.tensor([0.0]), torch.tensor([INF]))
+    assert float(known) == pytest.approx(3.0)  # a known (0) variance adds nothing
+    assert float(welch_dof(torch.zeros(1), torch.tensor([INF]), torch.zeros(1), torch.tensor([INF]))) == INF
+
+
+def test_cell_degrees_of_freedom_paired_and_independent():
+    # G = 1, T = 3: state 1 with K = 3, state 2 with K = 5 (NaN-padded); start variance 0.25 from G = 4 rewards
+    branches = torch.tensor([[[1.0, 2.0, 3.0, math.nan, math.nan], [2.0, 4.0, 9.0, 5.0, 1.0]]])
+    start = torch.tensor([0.25])
+    v1, v2 = 1.0 / 3, float(branches[0, 1].var()) / 5
+    ind = credit_dof(branches, start, 3.0, [0, 1, 2, 3], paired=False)[0]
+    crn = credit_dof(branches, start, 3.0, [0, 1, 2, 3], paired=True)[0]
+    # from the group-mean start: min(3, 2) (Hsu); between states: Welch, or 3 pairs -> 2; to the image: 5 - 1
+    assert ind.tolist() == pytest.approx([2.0, (v1 + v2) ** 2 / (v1 ** 2 / 2 + v2 ** 2 / 4), 4.0])
+    assert crn.tolist() == pytest.approx([2.0, 2.0, 4.0])
+    chunk = credit_dof(branches, start, 3.0, [0, 3], paired=True)[0]
+    assert chunk.tolist() == [3.0]  # x_T to the image: only the group mean's error (G - 1)
+    loose = credit_dof(branches, start, 3.0, [0, 2, 3], paired=False)[0]  # x_T -> state 2 (K = 5): min(3, 4)
+    assert loose.tolist() == pytest.approx([3.0, 4.0])
+    own = credit_dof(branches, start, 3.0, [0, 1, 2, 3], True, start_branches=torch.tensor([[0.0, 1.0, 5.0]]))[0]
+    assert own[0] == 2.0  # own start continuations pair with state 1's (3 pairs)
+
+
+def test_determined_uses_the_t_quantile_not_the_normal_one():
+    se, dof = torch.ones(3), torch.full((3,), 3.0)
+    credit = torch.tensor([3.0, 3.3, -3.3])  # t_{3, 0.977} = 3.31...: 3.0 is not significant at 4.6 %, 3.3 barely
+    assert determined(credit, se, dof, 2.0).tolist() == [False, False, False]
+    assert determined(torch.tensor([3.4]), torch.ones(1), torch.tensor([3.0]), 2.0).tolist() == [True]
+    assert determined(torch.tensor([3.4]), torch.ones(1), torch.tensor([3.0]), 2.0, torch.tensor([2.0])).tolist() \
+        == [False]  # two looks: alpha / 2
+    assert determined(torch.tensor([2.1]), torch.ones(1), torch.tensor([INF]), 2.0).tolist() == [True]
