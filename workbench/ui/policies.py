@@ -41,7 +41,8 @@ def refresh_choices(wb: Workbench, current: str | None):
     """Refresh button / page load -> the picker and the comparison menu with the runs on disk now."""
     listed = wb.sources()
     compare = [("the base model of this session's policy", RUN_BASE), *listed]
-    return gr.Dropdown(choices=listed, value=current or BASE), gr.Dropdown(choices=compare)
+    return (gr.Dropdown(choices=listed, value=current or BASE, allow_custom_value=True),
+            gr.Dropdown(choices=compare, allow_custom_value=True))
 
 
 @guarded(9)
