@@ -1,6 +1,7 @@
 """Per-cell errors, classes and rates on hand-made numbers (docs/methods.md "Credit uncertainty")."""
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -86,4 +87,53 @@ def test_agreement_of_two_credit_maps():
     det = torch.tensor([[True, True, False], [False, False, False]])
     a = agreement(est, ref, valid, det)
     assert a["sign_agreement"] == pytest.approx(5 / 6) and a["sign_agreement_determined"] == 1.0
-    assert a["correlation"] == pytest.approx(float(torch.corrcoef(torch.stack([est.flatten(), ref.flatten()]))[0, 1]))
+    # Pearson's r from Python's statistics module, not the torch.corrcoef that agreement() calls
+    assert a["correlation"] == pytest.approx(statistics.correlation(est.flatten().tolist(), ref.flatten().tolist()))
+    assert a["correlation"] == pytest.approx(0.81194, abs=1e-5)
+
+
+def _three_trajectories():
+    """G = 3 trajectories, J = 3 steps; trajectory 2 has no determined cell and its last step is not trained.
+
+    signed credit d sign(A):  traj 0 (A > 0) [ 0.4, -0.2,  0.1]  classes [+1, -1, +1]
+                              traj 1 (A < 0) [-0.3,  0.5, -0.2]  classes [-1, +1,  0]
+                              traj 2 (A > 0) [ 0.1, -0.1,  (0.2 invalid)]  classes [0, 0, 0]
+    """
+    credit = torch.tensor([[0.4, -0.2, 0.1], [0.3, -0.5, 0.2], [0.1, -0.1, 0.2]])
+    classes = torch.tensor([[1, -1, 1], [-1, 1, 0], [0, 0, 0]], dtype=torch.int8)
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    valid = torch.tensor([[True, True, True], [True, True, True], [True, True, False]])
+    return credit, classes, adv, valid
+
+
+def test_every_rate_and_its_error_by_hand():
+    credit, classes, adv, valid = _three_trajectories()
+    fixed = torch.tensor([[False, False, False], [False, False, False], [True, False, True]])
+    r = rates(credit, classes, adv, valid, fixed)
+    assert (r.cells, r.determined_cells, r.fixed_cells, r.by_construction) == (8, 5, 1, False)
+    # se(R) = sqrt(n / (n - 1) sum_i (X_i - R Y_i)^2) / sum_i Y_i over the n trajectories with Y_i > 0.
+    # misattributed: X = wrong per trajectory = [1, 1, 0], Y = determined = [3, 2, 0]; R = 2 / 5.
+    # Trajectory 2 has Y = 0 and is left out: n = 2, residuals 1 - 1.2 = -0.2, 1 - 0.8 = 0.2,
+    # se = sqrt(2 / 1 x 0.08) / 5 = 0.08 (keeping it would give n = 3 and sqrt(3 / 2 x 0.08) / 5 = 0.0693)
+    assert r.misattributed == pytest.approx(0.4) and r.misattributed_se == pytest.approx(0.08)
+    # determined: X = [3, 2, 0], Y = valid = [3, 3, 2]; R = 5 / 8; residuals 3 - 15/8, 2 - 15/8, 0 - 10/8
+    # = 9/8, 1/8, -10/8; sum of squares 182 / 64; se = sqrt(3 / 2 x 182 / 64) / 8
+    assert r.determined == pytest.approx(5 / 8)
+    assert r.determined_se == pytest.approx(math.sqrt(1.5 * 182 / 64) / 8)
+    # plain: against = d sign(A) < 0 on valid cells: X = [1, 2, 1], Y = [3, 3, 2]; R = 1 / 2;
+    # residuals -0.5, 0.5, 0; se = sqrt(3 / 2 x 0.5) / 8
+    assert r.plain == pytest.approx(0.5) and r.plain_se == pytest.approx(math.sqrt(0.75) / 8)
+    # mass against: X = |d| against = [0.2, 0.5, 0.1], Y = |d| = [0.7, 1.0, 0.2]; R = 0.8 / 1.9 = 8 / 19;
+    # residuals (3.8 - 5.6) / 19, (9.5 - 8) / 19, (1.9 - 1.6) / 19 = -1.8, 1.5, 0.3 (/ 19); sum sq 5.58 / 361;
+    # se = sqrt(3 / 2 x 5.58 / 361) / 1.9
+    assert r.mass_against == pytest.approx(8 / 19)
+    assert r.mass_against_se == pytest.approx(math.sqrt(1.5 * 5.58 / 361) / 1.9)
+
+
+def test_one_trajectory_with_determined_cells_has_no_error():
+    credit, classes, adv, valid = _three_trajectories()
+    rows = torch.tensor([0, 2])  # trajectory 2 determines nothing, so only n = 1 trajectory counts
+    r = rates(credit[rows], classes[rows], adv[rows], valid[rows])
+    assert r.misattributed == pytest.approx(1 / 3) and math.isnan(r.misattributed_se)
+    # determined: X = [3, 0], Y = [3, 2]; R = 3 / 5; residuals 3 - 1.8, 0 - 1.2; se = sqrt(2 x 2.88) / 5
+    assert r.determined == pytest.approx(0.6) and r.determined_se == pytest.approx(math.sqrt(5.76) / 5)
