@@ -10,11 +10,11 @@ import sys
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.files import write_json
+from workbench.core.files import read_json, write_json
 from workbench.train.store import (
-    CONFIG,
     METRICS,
     STATUS,
     RunStore,
@@ -179,6 +179,31 @@ def test_checkpoints_roundtrip_and_keep_only_the_latest(tmp_path):
     assert store.latest_checkpoint() is None  # the only checkpoint is damaged: nothing complete to resume
 
 
+DAMAGE = {  # how the newest checkpoint folder is broken -> what is done to it
+    "optimizer garbage": lambda f: (f / "optimizer.pt").write_bytes(b"garbage"),
+    "weights missing": lambda f: (f / "weights.safetensors").unlink(),
+    "weights truncated": lambda f: os.truncate(f / "weights.safetensors", 40),
+    "state not JSON": lambda f: (f / "state.json").write_text("{{"),
+    "NaN weights": lambda f: save_file({"layer.weight": torch.full((2, 3), torch.nan)}, str(f / "weights.safetensors")),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_newest_checkpoint_falls_back_to_the_older_complete_one(tmp_path, damage):
+    store = RunStore(tmp_path)
+    w = {"layer.weight": torch.arange(6.0).view(2, 3)}
+    store.save_checkpoint(1, w, {"step": 1}, keep=2)
+    store.save_checkpoint(2, {"layer.weight": w["layer.weight"] + 1}, {"step": 2}, keep=2)
+    newest = tmp_path / "checkpoints" / "iter_0002"
+    assert read_json(tmp_path / "checkpoints" / "latest.json")["dir"] == newest.name  # latest.json names it
+    DAMAGE[damage](newest)
+    checkpoint = store.latest_checkpoint()
+    assert checkpoint is not None, "the older complete checkpoint must be found"
+    assert checkpoint.iteration == 1 and checkpoint.folder.name == "iter_0001"
+    assert torch.equal(checkpoint.weights["layer.weight"], w["layer.weight"])
+    assert checkpoint.optimizer_state == {"step": 1}
+
+
 def test_latest_pointer_never_leads_outside_the_run(tmp_path):
     store, other = RunStore(tmp_path / "a"), RunStore(tmp_path / "b")
     store.save_checkpoint(1, {"w": torch.ones(1)}, {"step": 1})
@@ -187,7 +212,7 @@ def test_latest_pointer_never_leads_outside_the_run(tmp_path):
     assert store.latest_checkpoint().iteration == 1  # its own complete checkpoint, not b's
     (tmp_path / "a" / "checkpoints" / "latest.json").write_text("{}")
     assert store.latest_checkpoint().iteration == 1
-    assert CONFIG == "config.json"
+    assert torch.equal(store.latest_checkpoint().weights["w"], torch.ones(1))  # a's weights, not b's zeros
 
 
 def test_samples_and_checkpoints_follow_the_iteration_number_past_9999(tmp_path):

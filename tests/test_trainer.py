@@ -87,6 +87,33 @@ def test_stop_leaves_a_checkpoint_and_state_stopped(tmp_path, how):
     assert not (tmp_path / "run" / "STOP").exists() and events[-1].kind == "stopped"
 
 
+def test_resume_past_a_damaged_newest_checkpoint_cuts_metrics_back_to_the_older_one(tmp_path):
+    config = replace(TINY, iterations=2, checkpoint_every=1, keep_checkpoints=2, sample_every=10, eval_prompts=0)
+    policy = fresh_policy()
+    Trainer(config, tmp_path / "run", policy).run()  # the resume below restores every weight of this policy
+    store = RunStore(tmp_path / "run")
+    assert [r["iteration"] for r in store.metrics()] == [1, 2]
+    newest = store.latest_checkpoint()
+    assert newest.iteration == 2
+    (newest.folder / "optimizer.pt").write_bytes(b"garbage")
+    kept = store.latest_checkpoint()
+    assert kept is not None and kept.iteration == 1
+    assert any(not torch.equal(p, kept.weights[k]) for k, p in policy.transformer.named_parameters())
+    seen = {}
+    trainer = Trainer.resume(tmp_path / "run", policy=policy)
+    assert trainer.resumed_from == 1 and trainer.iteration == 1 and [r["iteration"] for r in trainer.history] == [1]
+    restored = dict(policy.transformer.named_parameters())
+    assert all(torch.equal(restored[k], v) for k, v in kept.weights.items())  # iter_0001's weights, not iter_0002's
+
+    def on_event(event):
+        if event.kind == "started":  # the store has handled it: row 2 belongs to the damaged checkpoint
+            seen["rows"] = [r["iteration"] for r in RunStore(tmp_path / "run").metrics()]
+
+    trainer.run(callback=on_event)
+    assert seen["rows"] == [1]
+    assert [r["iteration"] for r in store.metrics()] == [1, 2] and store.latest_checkpoint().iteration == 2
+
+
 def test_resume_equals_a_straight_run(tmp_path):
     config = replace(TINY, iterations=2, checkpoint_every=10, sample_every=10)
     straight = fresh_policy()
