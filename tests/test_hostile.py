@@ -300,13 +300,14 @@ def _append(data: bytes):
     return damage
 
 
+RANDOM_BYTES, TORN_ROW = bytes(range(256)) * 4, b'{"iteration": 3, "reward/me'
 RESUMES = {  # damage -> words of the resume line; the run continues from iteration 2 with rows 1-2 kept
     "latest.json without keys": (_latest("{}"), "latest.json is missing or unreadable"),
     "latest.json not JSON": (_latest("\x00\x01garbage"), "latest.json is missing or unreadable"),
     "latest.json names a missing checkpoint": (_latest('{"iteration": 5, "dir": "iter_0005"}'),
                                                "latest.json names 'iter_0005'"),
-    "metrics with random bytes": (_append(bytes(range(256)) * 4), "from checkpoint iter_0002"),
-    "metrics with a torn last line": (_append(b'{"iteration": 3, "reward/me'), "from checkpoint iter_0002"),
+    "metrics with random bytes": (_append(RANDOM_BYTES), "from checkpoint iter_0002"),
+    "metrics with a torn last line": (_append(TORN_ROW), "from checkpoint iter_0002"),
     "status not JSON": (lambda run: (run / STATUS).write_text("{{{"), "from checkpoint iter_0002"),
 }
 
@@ -325,7 +326,11 @@ def test_resume_continues_from_the_last_complete_checkpoint_and_says_which(capsy
     assert after[:2] == rows and [r["iteration"] for r in after] == [1, 2, 3]  # nothing before the checkpoint lost
     assert RunStore(run).info().state == "finished"
     if case.startswith("metrics with"):
-        assert (run / DAMAGED_METRICS).read_bytes()  # the lines that were not rows are kept aside
+        damage_bytes = RANDOM_BYTES if "random" in case else TORN_ROW  # every non-empty line of it, kept aside
+        kept = [line + b"\n" for line in damage_bytes.splitlines() if line.strip()]
+        assert (run / DAMAGED_METRICS).read_bytes() == b"".join(kept)
+        if damage_bytes is TORN_ROW:
+            assert (run / DAMAGED_METRICS).read_bytes() == TORN_ROW + b"\n"
 
 
 def test_stop_on_a_finished_run_writes_no_stop_file(capsys, trained, tmp_path):
