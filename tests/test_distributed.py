@@ -86,3 +86,45 @@ def test_two_processes_refill_in_step(tmp_path):
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/kept_groups"] == 2 and r["train/transitions"] == 2 * 2 * 3 for r in rows)
     assert any(r["rollout/rounds"] > 1 for r in rows)
+
+
+SYNC_WORKER = textwrap.dedent("""
+    import importlib.util, sys
+    import torch
+    spec = importlib.util.spec_from_file_location("distributed", sys.argv[1])  # no package import: fast start
+    distributed = sys.modules["distributed"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(distributed)
+    info = distributed.init_distributed()
+    x = torch.load(sys.argv[2])[info.rank]  # (n_rank, 3) this process's trajectories
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    (x @ w).mean().backward()  # the local mean loss over this process's trajectories
+    assert distributed.sync_gradients([w], float(x.shape[0]), info)
+    torch.save(w.grad, sys.argv[3] + f"/grad{info.rank}.pt")
+""")
+
+
+def test_gradients_are_averaged_by_trajectories_as_in_one_process(tmp_path):
+    """Rank 0 trains 1 trajectory, rank 1 trains 3: the synced gradient must be the single-process gradient of
+    the mean loss over all 4 (a sum would double it; an unweighted average of the two ranks would not match)."""
+    import socket
+
+    x = torch.tensor([[1.0, 0.0, 2.0], [0.0, 4.0, -1.0], [3.0, 1.0, 0.0], [-2.0, 2.0, 5.0]], dtype=torch.float64)
+    torch.save([x[:1], x[1:]], tmp_path / "x.pt")
+    (tmp_path / "worker.py").write_text(SYNC_WORKER)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, str(tmp_path / "worker.py"), str(ROOT / "workbench/train/distributed.py"),
+            str(tmp_path / "x.pt"), str(tmp_path)]
+    procs = [subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
+                              env=os.environ | {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                                                "OMP_NUM_THREADS": "1"}) for r in (0, 1)]
+    for p in procs:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err[-2000:]
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    (x @ w).mean().backward()  # one process, all 4 trajectories
+    assert torch.allclose(w.grad, x.mean(0))  # d/dw mean_i x_i . w = mean_i x_i
+    for r in (0, 1):
+        assert torch.allclose(torch.load(tmp_path / f"grad{r}.pt"), w.grad, rtol=0, atol=1e-12)
