@@ -98,8 +98,8 @@ def test_chunk_edits_valid_and_invalid(page, url):
     page.screenshot(path=str(ARTIFACTS / "browser_attribution.png"), full_page=True)
     set_number(page, "refine-budget", 20)
     page.click("#refine-btn")
-    expect(page.locator("#credit-status")).to_contain_text(re.compile("refined with 20 continuations|nothing to "
-                                                                      "refine"), timeout=LONG)
+    # G=3, T=8, K=4 leaves undetermined cells (seeded), so the refinement must run: "nothing to refine" fails
+    expect(page.locator("#credit-status")).to_contain_text("refined with 20 continuations", timeout=LONG)
     expect(page.locator("#credit-plot")).to_contain_text("K=4..")
     page.screenshot(path=str(ARTIFACTS / "browser_refined.png"), full_page=True)
     page.get_by_role("tab", name="Chunks").click()
@@ -140,19 +140,18 @@ def test_sessions_do_not_share_groups(page, url, browser):
 def test_fine_tune_start_and_stop(page, url):
     page.goto(url)
     page.get_by_role("tab", name="Fine-tune").click()
-    set_number(page, "train-iterations", 2)
+    set_number(page, "train-iterations", 500)  # far more than the test waits for: only Stop can end the run
     set_number(page, "train-group", 2)
     set_number(page, "train-steps", 4)
     page.locator("#train-chunks textarea").fill("2,2")
     page.click("#start-btn")
     expect(page.locator("#train-status")).to_contain_text("started run", timeout=LONG)
     state = page.locator("#run-state")
-    expect(state).to_contain_text(re.compile("running|finished"), timeout=LONG)
+    expect(state).to_contain_text("running", timeout=LONG)
     page.screenshot(path=str(ARTIFACTS / "browser_finetune_running.png"), full_page=True)
     page.click("#stop-btn")
-    expect(page.locator("#train-status")).to_contain_text(re.compile("stop requested|was ended|is not running"),
-                                                          timeout=LONG)
-    expect(state).to_contain_text(re.compile("stopped|finished"), timeout=LONG)
+    expect(page.locator("#train-status")).to_contain_text("stop requested", timeout=LONG)
+    expect(state).to_contain_text("stopped", timeout=LONG)
     final = state.inner_text()
     page.wait_for_timeout(2500)  # the timer has stopped: nothing advances any more
     assert state.inner_text() == final
