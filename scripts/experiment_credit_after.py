@@ -13,11 +13,11 @@
    reward and sampling (SDE window 0..8 of 16 steps: only those steps are trained and counted), on several
    continuation seeds. The raw continuation rewards are cached (credit_cache.pt), so the report can be redone
    with another classification without sampling again.
-About 35 CPU minutes on one thread: six runs of ~330 CPU-s and the credit of 7 policies (cached).
-
 3. Report step and chunk rates before and after (mean over prompts; spread over training seeds and over
    continuation seeds), the change in reward and in held-out cross accuracy, and one group's classified credit
    before and after (the same prompt and noise).
+
+About 35 CPU minutes on one thread: six runs of ~330 CPU-s and the credit of 7 policies (cached).
 """
 
 from __future__ import annotations
