@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -537,3 +539,57 @@ def test_long_messages_are_cut_in_the_middle():
     line = one_line(text)
     assert len(line) <= 400 and line.startswith("chunk sizes [1, 1") and line.endswith("they sum to 16")
     assert one_line("short\nmessage") == "short message"
+
+
+# --------------------------------------------------------------------------- one writer per run folder (issue 22)
+HOLD = ("import sys, time; from workbench.train.lock import RunLock; lock = RunLock.acquire(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(60)")
+
+
+def hold_lock(folder: Path) -> subprocess.Popen:
+    """Another process that holds `folder`'s run lock (as a training process does) until killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@pytest.mark.parametrize("how", ["--resume", "--out"])
+def test_a_second_writer_is_refused_naming_the_run_and_holder(capsys, model_dir, trained, tmp_path, how):
+    run = copy_run(trained, tmp_path)
+    if how == "--out":
+        shutil.rmtree(run)
+        run.mkdir()  # empty: a first `train --out` has locked it and not written yet
+    holder = hold_lock(run)
+    try:
+        before = snapshot(run)
+        argv = ["train", "--resume", run] if how == "--resume" else [*TRAIN, "--model", model_dir, "--out", run]
+        assert_refused(capsys, argv, f"run {run} is being written by process {holder.pid}", "--stop")
+        assert snapshot(run) == before  # no row deleted, no config rewritten
+    finally:
+        holder.kill()
+        holder.wait()
+    if how == "--resume":  # kill -9 freed the lock: the resume goes ahead
+        code, out, err = cli(capsys, ["train", "--resume", run, "--iterations", "3"])
+        assert code == 0 and [r["iteration"] for r in RunStore(run).metrics()] == [1, 2, 3], err
+
+
+def test_a_writer_in_this_process_holds_the_lock_until_its_run_ends(model_dir, tmp_path):
+    from workbench.train import Trainer
+    from workbench.train.lock import RunLock
+
+    config = TrainConfig(model=str(model_dir), iterations=1, group=2, steps=2, chunks="1,1", eval_prompts=0,
+                         prompts_per_iteration=1, report_to="none", sample_every=100)
+    trainer = Trainer(config, tmp_path / "r")
+    with pytest.raises(WorkbenchError, match=f"being written by process {os.getpid()}"):
+        RunLock.acquire(tmp_path / "r")
+    trainer.run()
+    RunLock.acquire(tmp_path / "r").release()  # free once the run ended
+
+
+def test_a_killed_writer_leaves_no_temp_files_after_the_next_writer(capsys, trained, tmp_path):
+    run = copy_run(trained, tmp_path)
+    for stale in (run / ".status.json.abc123.tmp", run / "checkpoints" / ".latest.json.x.tmp"):
+        stale.write_text("{torn")
+    code, _, err = cli(capsys, ["train", "--resume", run, "--iterations", "3"])
+    assert code == 0, err
+    assert not [p for p in run.rglob("*.tmp")]

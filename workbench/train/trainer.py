@@ -38,6 +38,7 @@ from workbench.train.config import TrainConfig
 from workbench.train.distributed import gather, init_distributed, sync_gradients
 from workbench.train.evaluation import evaluate
 from workbench.train.events import RunSummary, TrainerEvent
+from workbench.train.lock import RunLock, remove_stale_temps
 from workbench.train.rollout import RolloutSampler
 from workbench.train.store import CONFIG, Checkpoint, RunStore
 from workbench.train.tasks import TASKS
@@ -93,8 +94,14 @@ class Trainer:
         self.store = run_dir if isinstance(run_dir, RunStore) or run_dir is None else RunStore(run_dir)
         self.dist = init_distributed()
         config.check_batches(self.dist.world)
-        if not resume and self.dist.main and self.store is not None:
-            self.store.check_fresh()
+        self._lock = self._lock_store(resume)
+        try:
+            self._setup(config, policy, resume, subscribers)
+        except BaseException:
+            self.release()
+            raise
+
+    def _setup(self, config: TrainConfig, policy: FlowPolicy | None, resume: bool, subscribers) -> None:
         checkpoint = self._checkpoint_to_resume() if resume else None
         self.policy = policy or load_base_policy(config, self.dist)
         self._check_memory()
@@ -126,6 +133,32 @@ class Trainer:
                                  f"({str(err).splitlines()[0][:200]})") from None
         return cls(replace(config, iterations=iterations or config.iterations), store, policy, resume=True,
                    subscribers=subscribers)
+
+    def _lock_store(self, resume: bool) -> RunLock | None:
+        """One writer per run folder (`train.lock`): locked before anything in it is read or written, held until
+        the run ends; a fresh run's folder is checked empty under the lock."""
+        if not self.dist.main or self.store is None:
+            return None
+        if not resume:
+            self.store.check_fresh()
+            try:
+                self.store.path.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise WorkbenchError(f"cannot create run folder {self.store.path}: {err.strerror or err}") from None
+        lock = RunLock.acquire(self.store.path)
+        try:
+            if not resume:
+                self.store.check_fresh()
+            remove_stale_temps(self.store.path)
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+
+    def release(self) -> None:
+        """Give up the run folder's lock (the run ended, or the trainer is dropped without running)."""
+        if self._lock is not None:
+            self._lock.release()
 
     def _checkpoint_to_resume(self) -> Checkpoint:
         """The newest complete checkpoint of the store; a run without one cannot resume (never starts over)."""
@@ -231,8 +264,11 @@ class Trainer:
                     break
         except BaseException as err:
             self._fail(err)
+            self.release()
             raise
-        return self._finish(state, start)
+        summary = self._finish(state, start)
+        self.release()
+        return summary
 
     # -------------------------------------------------------------------------------- stages
     def _store(self, it: int, groups: list[TrajectoryGroup], scfg: SamplingConfig, adv: torch.Tensor,
