@@ -593,3 +593,31 @@ def test_a_killed_writer_leaves_no_temp_files_after_the_next_writer(capsys, trai
     code, _, err = cli(capsys, ["train", "--resume", run, "--iterations", "3"])
     assert code == 0, err
     assert not [p for p in run.rglob("*.tmp")]
+
+
+# --------------------------------------------------------------------------- no NaN shown as a figure (issue 22)
+@pytest.fixture(scope="module")
+def sampled(app):
+    """A session holding a G=3, T=4 group of the app's model, with its credit (K=2)."""
+    _, wb = app
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())[-2]
+    return h.attribute(wb, 2, session)[-2]
+
+
+@pytest.mark.parametrize("updates, lr", [(10, 1.0), (1, 1e308), (3, 1e30)])
+def test_diverged_inner_updates_are_refused_naming_the_learning_rate(app, sampled, updates, lr):
+    from workbench.ui import objectives as ob
+
+    _, wb = app
+    out = ob.objectives_compute(wb, updates, lr, 1e-4, "chunk_grpo", None, sampled)
+    status = out[-1].replace("\\", "")
+    assert status.startswith("⚠ the inner updates diverged") and f"learning rate {lr:g}" in status, status
+    assert "nan" not in status.lower().replace("nan or inf", "") and all(v == gr.skip() for v in out[:-1])
+
+
+def test_attribute_with_no_determined_cell_prints_no_nan(capsys, model_dir):
+    code, out, err = cli(capsys, [*ATTRIBUTE, "--z", "1e9", "--model", model_dir])
+    assert code == 0 and "nan" not in out.lower(), out
+    assert out.count("misattributed among determined not defined (no cell is determined") == 2
+    code, out, err = cli(capsys, [*ATTRIBUTE, "--z", "1e9", "--json", "--model", model_dir])
+    assert code == 0 and json.loads(out)["step_misattributed"] is None
