@@ -621,3 +621,34 @@ def test_attribute_with_no_determined_cell_prints_no_nan(capsys, model_dir):
     assert out.count("misattributed among determined not defined (no cell is determined") == 2
     code, out, err = cli(capsys, [*ATTRIBUTE, "--z", "1e9", "--json", "--model", model_dir])
     assert code == 0 and json.loads(out)["step_misattributed"] is None
+
+
+@pytest.mark.parametrize("lr, iterations", [("1", 3), ("0.3", 4)])
+def test_a_diverging_learning_rate_is_named_not_the_sampler(capsys, model_dir, tmp_path, lr, iterations):
+    argv = [*TRAIN, "--lr", lr, "--iterations", iterations, "--model", model_dir, "--out", tmp_path / "r"]
+    line = assert_refused(capsys, argv, f"learning rate {lr} made", "diverged", "lower --lr")
+    assert "sampler" not in line and RunStore(tmp_path / "r").info().state == "failed"
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--lr", "1e30"], ["lr must be in 0..1"]),
+    (["--lr", "1e300"], ["lr must be in 0..1"]),
+    (["--steps", 10**12], ["steps must be in 1..200"]),
+    (["--steps", "1e12"], ["--steps", "integer"]),
+    (["--iterations", 10**15], ["iterations must be in 1..1000000"]),
+    (["--inner-epochs", 10**12], ["inner_epochs must be in 1..100"]),
+    (["--lora-rank", 10**12], ["lora_rank must be in 0..1024"]),
+])
+def test_huge_training_values_are_refused_at_once(capsys, model_dir, tmp_path, argv, needles):
+    start = time.perf_counter()
+    assert_refused(capsys, [*TRAIN, *argv, "--model", model_dir, "--out", tmp_path / "r"], *needles)
+    assert time.perf_counter() - start < 5 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("field, value", [("steps", 10**12), ("iterations", 10**15), ("lr", 1e300),
+                                          ("group", 10**12), ("prompts_per_iteration", 10**12)])
+def test_huge_values_in_a_config_file_are_refused_at_once(capsys, tmp_path, field, value):
+    path = write_json(tmp_path / "config.json", {field: value})
+    start = time.perf_counter()
+    assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], str(path), f"{field} must be in")
+    assert time.perf_counter() - start < 5

@@ -24,7 +24,7 @@ from workbench.train.trackers import parse_report_to
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
     "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
     "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
-    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000)}
+    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000), "lr": (0, 1)}
 
 
 @dataclass
@@ -154,9 +154,9 @@ class TrainConfig:
         OBJECTIVES.get(self.objective)  # unknown names raise, listing the valid ones
         estimator = ADVANTAGES.get(self.advantage)
         self._check_counts()
+        self._check_ranges()  # sizes before anything is built from them (a 10^12-step schedule)
         self._check_prompts()
         self._check_options()
-        self._check_ranges()
         self.sampling_config(1)  # validates steps, window, noise level, sde
         flat = torch.zeros(1, self.group)  # a dummy group: the estimator itself refuses settings it does not use
         estimator(flat, self.advantage_settings(), flat)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from workbench.core.budget import check_fits, rollout_bytes
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import NonFiniteError, WorkbenchError
 from workbench.core.files import clean_json
 from workbench.core.imaging import grid
 from workbench.flow.dynamics import relative_change
@@ -234,7 +234,7 @@ class Trainer:
                 # 1-2. rollout and rewards: G SDE trajectories for this process's prompts (groups r::world),
                 #      scored and gathered, (N, G); DAPO and GPG sample more rounds to replace flat groups
                 scfg = cfg.sampling_config(it)
-                batch = self.sampler.collect(it, scfg)
+                batch = self._collect(it, scfg)
                 t1 = time.perf_counter()
                 # 3. group-relative advantages (N, G); with dynamic sampling flat groups do not train
                 adv = self.estimator(batch.rewards, self.advantage_settings, batch.metric)
@@ -377,7 +377,22 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
+            raise self._diverged(self.iteration + 1, "made the trained weights NaN or inf")
         return float(norm)
+
+    def _collect(self, it: int, scfg: SamplingConfig):
+        """The rollout of iteration `it`; NaN images after this run's updates are the learning rate's doing."""
+        try:
+            return self.sampler.collect(it, scfg)
+        except NonFiniteError as err:
+            if it <= (self.resumed_from or 0) + 1:
+                raise
+            raise self._diverged(it, "made the policy sample NaN or inf images") from err
+
+    def _diverged(self, it: int, what: str) -> WorkbenchError:
+        return WorkbenchError(f"iteration {it}: the updates at learning rate {self.config.lr:g} {what}; the run "
+                              f"diverged: lower --lr (default {TrainConfig.lr:g})")
 
     # -------------------------------------------------------------------------------- evaluation, store, events
     def _evaluate(self, it: int) -> dict[str, float]:
