@@ -652,3 +652,50 @@ def test_huge_values_in_a_config_file_are_refused_at_once(capsys, tmp_path, fiel
     start = time.perf_counter()
     assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], str(path), f"{field} must be in")
     assert time.perf_counter() - start < 5
+
+
+# --------------------------------------------------------------------------- bounded work (issue 22)
+@pytest.mark.parametrize("budget, needle", [(10**12, "at most 10000 per press"), (10_001, "at most 10000"),
+                                            (0, "whole number >= 1"), (float("nan"), "whole number >= 1")])
+def test_a_refine_budget_is_capped_before_any_work(app, sampled, budget, needle):
+    _, wb = app
+    start = time.perf_counter()
+    out = list(h.refine_credit(wb, budget, sampled, 2.0))
+    assert len(out) == 1 and needle in out[0][-1] and time.perf_counter() - start < 2, out[-1][-1]
+
+
+def test_a_refine_budget_over_the_cap_through_the_api_is_refused(app):
+    demo, wb = app
+    with pytest.raises(gr.Error, match="maximum"):
+        call_endpoint(demo, "refine", **{"Refinement budget": 10**12})
+
+
+class FakeQueue:
+    """What `guard.cancel_check` reads of gradio's queue (the events still being processed), and a progress sink."""
+
+    def __init__(self, event_id: str):
+        self.active_jobs = [[type("Event", (), {"_id": event_id})()]]
+
+    def set_progress(self, event_id, iterables) -> None:  # gr.Progress reports here
+        pass
+
+
+def test_a_cancelled_refine_stops_its_work_within_a_slice(app, sampled):
+    from gradio.context import LocalContext
+
+    _, wb = app
+    queue = FakeQueue("refine-1")
+    tokens = LocalContext.blocks.set(type("Blocks", (), {"_queue": queue})()), LocalContext.event_id.set("refine-1")
+    try:
+        rounds = h.refine_credit(wb, 9000, sampled, 2.0)
+        start, cancelled, last = time.perf_counter(), None, None
+        for last in rounds:  # noqa: B007 - the last output is the status checked below
+            if cancelled is None and time.perf_counter() - start > 0.5:
+                queue.active_jobs[0], cancelled = None, time.perf_counter()  # what gradio does on cancel
+            if time.perf_counter() - start > 20:
+                break
+    finally:
+        LocalContext.blocks.reset(tokens[0])
+        LocalContext.event_id.reset(tokens[1])
+    assert cancelled is not None and last[-1].startswith("⚠ the event was cancelled"), last[-1]
+    assert time.perf_counter() - cancelled < 2.5

@@ -33,8 +33,8 @@ def whole_number(value, name: str, minimum: int) -> int:
         number = float(value)
     except (TypeError, ValueError):
         raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {value!r}") from None
-    if number != int(number) or number < minimum:
-        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if not math.isfinite(number) or number != int(number) or number < minimum:
+        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {shorten(value)}")
     return int(number)
 
 
@@ -59,6 +59,29 @@ def parse_window(text) -> tuple[int, int] | None:
         raise WorkbenchError(f"SDE window must be START,END such as 0,12 (or empty for all steps), got {text!r}"
                              ) from None
     return start, end
+
+
+class Cancelled(WorkbenchError):
+    """The gradio event running a handler ended (Stop pressed, page closed): its work stops at the next report."""
+
+
+def cancel_check():
+    """A function that raises `Cancelled` once the gradio event calling this handler is no longer running.
+
+    Gradio cancels the event's task, but a handler's thread keeps computing until it returns; the library's
+    progress callbacks call this check, so cancelled work stops within one slice of it. Outside a gradio
+    event (a direct call, a test) the check never raises."""
+    from gradio.context import LocalContext
+
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return lambda: None
+
+    def check() -> None:
+        if not any(event._id == event_id for job in list(queue.active_jobs) if job for event in job):
+            raise Cancelled("the event was cancelled; the work stopped")
+    return check
 
 
 def ok(text: str) -> str:

@@ -103,7 +103,8 @@ def _attribution_tab(wb, session) -> dict:
         z = gr.Number(Z, label="z (errors a determined cell must clear)", minimum=0, elem_id="credit-z")
         run = gr.Button("Measure credit", variant="primary", elem_id="credit-btn")
     with gr.Row():
-        budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, label="Refinement budget (continuations)",
+        budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, maximum=h.REFINE_BUDGET_MAX,
+                           label="Refinement budget (continuations)",
                            elem_id="refine-budget", scale=3)
         refine = gr.Button("Refine", elem_id="refine-btn", scale=1)
     status = gr.Markdown(elem_id="credit-status")
