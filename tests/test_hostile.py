@@ -699,3 +699,35 @@ def test_a_cancelled_refine_stops_its_work_within_a_slice(app, sampled):
         LocalContext.event_id.reset(tokens[1])
     assert cancelled is not None and last[-1].startswith("⚠ the event was cancelled"), last[-1]
     assert time.perf_counter() - cancelled < 2.5
+
+
+# --------------------------------------------------------------------------- known causes named (issue 22)
+CLICKS = ["nan", float("nan"), '{"x": NaN}', '{"x": 1e999}', '{"x": -Infinity}', 1e308, '{"x": 1e300}', '{"x": true}',
+          '{"x": [1]}', '{"x": {"a": 1}}', 2**70]
+
+
+@pytest.mark.parametrize("point", CLICKS, ids=[str(p)[:20] for p in CLICKS])
+def test_a_hostile_click_on_the_curve_names_the_click(app, sampled, point):
+    _, wb = app
+    out = h.chunks_toggle(wb, point, sampled)
+    status = out[-1].replace("\\", "")
+    assert status.startswith("⚠") and "nexpected" not in status and len(status) < 300, status
+    assert ("clicked step" in status or "a click must be" in status) and all(v == gr.skip() for v in out[:-1])
+
+
+@pytest.fixture(scope="module")
+def explained(app, sampled):
+    from workbench.ui import objectives as ob
+
+    return ob.objectives_compute(app[1], 1, 1e-3, 1e-4, "chunk_grpo", None, sampled)[-2]
+
+
+@pytest.mark.parametrize("x, y, needle", [("NaN", "1", "step t"), ("1", "Infinity", "trajectory i"),
+                                          ("1e308", "1", "step t must be a whole number in 0..2^53"),
+                                          ("1", "-1e400", "trajectory i"), ("true", "1", "step t")])
+def test_a_hostile_click_on_an_objective_map_names_the_cell(app, sampled, explained, x, y, needle):
+    from workbench.ui import objectives as ob
+
+    out = ob.objectives_click(app[1], f'{{"trace": "moved|gspo", "x": {x}, "y": {y}}}', explained, sampled)
+    status = out[-1].replace("\\", "")
+    assert status.startswith("⚠") and needle in status and len(status) < 300, status

@@ -18,6 +18,7 @@ import gradio as gr
 from workbench.core.errors import WorkbenchError, one_line, shorten
 
 log = logging.getLogger("workbench.app")
+WHOLE_MAX = 2**53  # the largest whole number a form (a JSON double) carries exactly
 
 
 def escape(text: str) -> str:
@@ -30,11 +31,13 @@ def escape(text: str) -> str:
 def whole_number(value, name: str, minimum: int) -> int:
     """A form value (gradio numbers arrive as float or None) as an int >= minimum, else a WorkbenchError."""
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {value!r}") from None
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
     if not math.isfinite(number) or number != int(number) or number < minimum:
         raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {shorten(value)}")
+    if number > WHOLE_MAX:
+        raise WorkbenchError(f"{name} must be a whole number in {minimum}..2^53, got {number:g}")
     return int(number)
 
 
