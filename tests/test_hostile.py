@@ -467,7 +467,7 @@ def test_a_string_or_null_sent_to_a_numeric_control_names_it(app, endpoint, labe
     ("Learning rate", None, "learning rate must be a number"),
     ("Iterations", None, "iterations must be a whole number"),
     ("Iterations", 10**12, "greater than maximum"),
-    ("Learning rate", -1.0, "lr and max_grad_norm must be > 0"),
+    ("Learning rate", -1.0, "lr must be in (0, 1], got -1"),
 ])
 def test_empty_or_out_of_range_fine_tune_controls_are_messages(app, label, payload, needle):
     demo, wb = app
@@ -631,8 +631,9 @@ def test_a_diverging_learning_rate_is_named_not_the_sampler(capsys, model_dir, t
 
 
 @pytest.mark.parametrize("argv, needles", [
-    (["--lr", "1e30"], ["lr must be in 0..1"]),
-    (["--lr", "1e300"], ["lr must be in 0..1"]),
+    (["--lr", "1e30"], ["lr must be in (0, 1]"]),
+    (["--lr", "1e300"], ["lr must be in (0, 1]"]),
+    (["--lr", "0"], ["lr must be in (0, 1]"]),
     (["--steps", 10**12], ["steps must be in 1..200"]),
     (["--steps", "1e12"], ["--steps", "integer"]),
     (["--iterations", 10**15], ["iterations must be in 1..1000000"]),
@@ -650,7 +651,7 @@ def test_huge_training_values_are_refused_at_once(capsys, model_dir, tmp_path, a
 def test_huge_values_in_a_config_file_are_refused_at_once(capsys, tmp_path, field, value):
     path = write_json(tmp_path / "config.json", {field: value})
     start = time.perf_counter()
-    assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], str(path), f"{field} must be in")
+    assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], str(path), f"{field} must be in ")
     assert time.perf_counter() - start < 5
 
 
@@ -723,7 +724,7 @@ def explained(app, sampled):
 
 
 @pytest.mark.parametrize("x, y, needle", [("NaN", "1", "step t"), ("1", "Infinity", "trajectory i"),
-                                          ("1e308", "1", "step t must be a whole number in 0..2^53"),
+                                          ("1e308", "1", "step t must be an integer in 0..2^63 - 1, got 1e+308"),
                                           ("1", "-1e400", "trajectory i"), ("true", "1", "step t")])
 def test_a_hostile_click_on_an_objective_map_names_the_cell(app, sampled, explained, x, y, needle):
     from workbench.ui import objectives as ob
@@ -731,3 +732,77 @@ def test_a_hostile_click_on_an_objective_map_names_the_cell(app, sampled, explai
     out = ob.objectives_click(app[1], f'{{"trace": "moved|gspo", "x": {x}, "y": {y}}}', explained, sampled)
     status = out[-1].replace("\\", "")
     assert status.startswith("⚠") and needle in status and len(status) < 300, status
+
+
+def _optimizer(data: bytes | object):
+    def damage(run: Path):
+        path = run / "checkpoints" / "iter_0002" / "optimizer.pt"
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            torch.save(data, path)
+    return damage
+
+
+def _flip_optimizer_bytes(run: Path):
+    path = run / "checkpoints" / "iter_0002" / "optimizer.pt"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2: len(raw) // 2 + 64] = bytes(64)  # a zeroed stretch inside the zip
+    path.write_bytes(bytes(raw))
+
+
+CORRUPT_CHECKPOINTS = {  # damage -> words of the one resume error line
+    "optimizer.pt garbage": (_optimizer(b"\x00garbage"), "no complete checkpoint"),
+    "optimizer.pt a list": (_optimizer([1, 2]), "no complete checkpoint"),
+    "optimizer.pt torn": (lambda run: _optimizer((run / "checkpoints/iter_0002/optimizer.pt").read_bytes()[:300])(run),
+                          "no complete checkpoint"),
+    "optimizer.pt zeroed inside": (_flip_optimizer_bytes, "no complete checkpoint"),
+    "optimizer state of another model": (_optimizer({"state": {}, "param_groups": [{"params": [0, 1, 2]}]}),
+                                         "does not fit this model and optimizer"),
+    "STOP is a folder": (lambda run: (run / STOP).mkdir(), "STOP is a folder; remove it"),
+}
+
+
+@pytest.mark.parametrize("case", CORRUPT_CHECKPOINTS)
+def test_a_corrupt_checkpoint_or_stop_names_its_cause_on_resume(capsys, trained, tmp_path, case):
+    run = copy_run(trained, tmp_path)
+    damage, needle = CORRUPT_CHECKPOINTS[case]
+    damage(run)
+    rows = RunStore(run).metrics()
+    assert_refused(capsys, ["train", "--resume", run, "--iterations", "3"], str(run), needle)
+    assert RunStore(run).metrics() == rows and RunStore(run).info().state == "finished"
+
+
+@pytest.mark.parametrize("case", ["optimizer.pt garbage", "optimizer.pt a list", "optimizer.pt torn"])
+def test_download_of_a_run_with_a_corrupt_checkpoint_says_so(runs_wb, trained, case):
+    run = Path(shutil.copytree(trained, runs_wb.jobs.root / "bad"))
+    CORRUPT_CHECKPOINTS[case][0](run)
+    rh.refresh_runs(runs_wb)
+    files, status = rh.download(runs_wb, "bad")
+    status = status.replace("\\", "")
+    assert len(files) == 1 and "optimizer.pt cannot be read" in status and "no checkpoint saved yet" not in status
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"a":' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+    (None, "is not a regular file"),  # /dev/zero: endless zeros
+    ("folder", "is not a regular file"),
+    (" " * (17 * 2**20) + "{}", "larger than 16 MB"),
+])
+def test_a_config_file_that_cannot_be_a_config_names_why(capsys, tmp_path, content, needle):
+    path = Path("/dev/zero") if content is None else tmp_path / "config.json"
+    if content == "folder":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    start = time.perf_counter()
+    assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], f"--config {path}", needle)
+    assert time.perf_counter() - start < 5 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("spec, needle", [("none,tensorboard", "'none' stands alone"),
+                                          ("tensorboard,all", "'all' stands alone"), ("nope", "unknown tracker")])
+def test_report_to_says_what_is_wrong(capsys, tmp_path, spec, needle):
+    line = assert_refused(capsys, ["train", "--report-to", spec, "--out", tmp_path / "r"], needle)
+    assert "unknown tracker 'none'" not in line

@@ -21,10 +21,11 @@ from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mix
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
+LR_MAX = 1.0  # a larger AdamW step overflows float32 weights (1e30) or cannot be represented (1e300)
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
     "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
     "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
-    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000), "lr": (0, 1)}
+    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000)}
 
 
 @dataclass
@@ -164,6 +165,8 @@ class TrainConfig:
 
     def _check_ranges(self) -> None:
         check_seed(self.seed)  # the one seed rule of every command and control
+        if not 0 < self.lr <= LR_MAX:
+            raise WorkbenchError(f"lr must be in (0, {LR_MAX:g}], got {self.lr:g}; AdamW fine-tunes use 1e-6..1e-3")
         for name, (low, high) in RANGES.items():
             value = getattr(self, name)
             if value is not None and not low <= value <= high:

@@ -150,6 +150,7 @@ class Trainer:
             if not resume:
                 self.store.check_fresh()
             remove_stale_temps(self.store.path)
+            self.store.clear_stop()  # a request left from before this writer; a folder named STOP is refused
         except BaseException:
             lock.release()
             raise
@@ -210,7 +211,7 @@ class Trainer:
         try:
             copy_weights(self.policy.transformer, checkpoint.weights)
             self.optimizer.load_state_dict(checkpoint.optimizer_state)
-        except (ValueError, KeyError, RuntimeError) as err:
+        except (ValueError, KeyError, RuntimeError, TypeError, IndexError, AttributeError) as err:
             raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model and optimizer "
                                  f"({str(err).splitlines()[0][:160]})") from None
         self.iteration = self._saved = self.resumed_from = checkpoint.iteration

@@ -18,7 +18,7 @@ import gradio as gr
 from workbench.core.errors import WorkbenchError, one_line, shorten
 
 log = logging.getLogger("workbench.app")
-WHOLE_MAX = 2**53  # the largest whole number a form (a JSON double) carries exactly
+WHOLE_MAX = 2**63 - 1  # the largest whole number a form may carry (the seed range's top; counts are far smaller)
 
 
 def escape(text: str) -> str:
@@ -37,7 +37,7 @@ def whole_number(value, name: str, minimum: int) -> int:
     if not math.isfinite(number) or number != int(number) or number < minimum:
         raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {shorten(value)}")
     if number > WHOLE_MAX:
-        raise WorkbenchError(f"{name} must be a whole number in {minimum}..2^53, got {number:g}")
+        raise WorkbenchError(f"{name} must be an integer in {minimum}..2^63 - 1, got {number:g}")
     return int(number)
 
 

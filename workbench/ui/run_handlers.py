@@ -218,10 +218,11 @@ def download(wb: Workbench, name: str | None):
     run = RunStore.open(wb.jobs.root / name).info()
     out = _fresh_export_folder()
     files = [str(export_csv(run, out / f"{name}-metrics.csv"))]
-    checkpoint = RunStore(run.path).latest_checkpoint()
+    checkpoint, problem = RunStore(run.path).newest_checkpoint()
     if checkpoint is not None:
         files.append(shutil.make_archive(str(out / f"{name}-{checkpoint.folder.name}"), "zip", checkpoint.folder))
-    note = "" if checkpoint is not None else " (no checkpoint saved yet)"
+    note = f" ({problem}; not included)" if problem else ""
+    note = note if checkpoint is not None or problem else " (no checkpoint saved yet)"
     return files, ok(f"prepared {len(files)} file(s) for run {escape(name)}{note}")
 
 
