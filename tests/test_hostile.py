@@ -467,7 +467,7 @@ def test_a_string_or_null_sent_to_a_numeric_control_names_it(app, endpoint, labe
     ("Learning rate", None, "learning rate must be a number"),
     ("Iterations", None, "iterations must be a whole number"),
     ("Iterations", 10**12, "greater than maximum"),
-    ("Learning rate", -1.0, "lr must be in (0, 1], got -1"),
+    ("Learning rate", -1.0, "lr and max_grad_norm must be > 0"),
 ])
 def test_empty_or_out_of_range_fine_tune_controls_are_messages(app, label, payload, needle):
     demo, wb = app
@@ -633,7 +633,8 @@ def test_a_diverging_learning_rate_is_named_not_the_sampler(capsys, model_dir, t
 @pytest.mark.parametrize("argv, needles", [
     (["--lr", "1e30"], ["lr must be in (0, 1]"]),
     (["--lr", "1e300"], ["lr must be in (0, 1]"]),
-    (["--lr", "0"], ["lr must be in (0, 1]"]),
+    (["--lr", "0"], ["lr and max_grad_norm must be > 0"]),
+    (["--lr", "1.5"], ["lr must be in (0, 1]"]),
     (["--steps", 10**12], ["steps must be in 1..200"]),
     (["--steps", "1e12"], ["--steps", "integer"]),
     (["--iterations", 10**15], ["iterations must be in 1..1000000"]),
@@ -806,3 +807,45 @@ def test_a_config_file_that_cannot_be_a_config_names_why(capsys, tmp_path, conte
 def test_report_to_says_what_is_wrong(capsys, tmp_path, spec, needle):
     line = assert_refused(capsys, ["train", "--report-to", spec, "--out", tmp_path / "r"], needle)
     assert "unknown tracker 'none'" not in line
+
+
+# --------------------------------------------------------------------------- messages that name the cause (issue 22)
+FOLDER_DAMAGE = {  # a run part replaced by a folder -> the state the Runs table shows, with the reason
+    "config.json a folder": (CONFIG, "finished (damaged: ", "config.json is not a regular file"),
+    "metrics.jsonl a folder": (METRICS, "finished (damaged: ", "metrics.jsonl is not a file"),
+    "status.json a folder": (STATUS, "damaged: ", "status.json is not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", FOLDER_DAMAGE)
+def test_a_run_part_that_is_a_folder_is_listed_as_damaged(runs_wb, case):
+    part, state, reason = FOLDER_DAMAGE[case]
+    make_run(runs_wb.jobs.root, "good", [0.1, 0.2])
+    bad = make_run(runs_wb.jobs.root, "bad", [0.3, 0.4])
+    (bad / part).unlink()
+    (bad / part).mkdir()
+    table, *_, status = rh.refresh_runs(runs_wb)
+    rows = {row[0]: row for row in table.values.tolist()}
+    assert set(rows) == {"good", "bad"} and rows["bad"][1].startswith(state) and reason in rows["bad"][1]
+    files, status = rh.download(runs_wb, "good")
+    assert status.startswith("✓")
+
+
+def test_a_new_api_session_can_compare_and_download_before_refresh(runs_wb):
+    demo = build_app(runs_wb)
+    make_run(runs_wb.jobs.root, "good", [0.1, 0.2])
+    _, status = call_endpoint(demo, "compare_runs", **{"Runs to compare": ["good"], "Metric": "reward/mean"})
+    assert status.startswith("✓ reward/mean of 1 run(s)"), status
+    _, status = call_endpoint(demo, "download_run", **{"Run to download": "good"})
+    assert status.startswith("✓ prepared 1 file(s) for run good"), status
+    _, status = call_endpoint(demo, "download_run", **{"Run to download": "nope"})
+    assert "run nope not found" in status
+
+
+def test_stop_after_this_sessions_run_ended_stops_the_run_holding_the_device(runs_wb, monkeypatch):
+    old = make_run(runs_wb.jobs.root, "old", [0.1])
+    cli_run = make_run(runs_wb.jobs.root, "cli", [0.1])
+    write_json(cli_run / STATUS, {"state": "running", "iteration": 1, "pid": os.getpid(), "started": 1.0})
+    _, status = rh.stop_run(runs_wb, Session(run_id=old.name))
+    assert status == "✓ stop requested: run cli saves a checkpoint and stops within one iteration", status
+    assert (cli_run / STOP).exists() and not (old / STOP).exists()

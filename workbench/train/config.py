@@ -165,7 +165,7 @@ class TrainConfig:
 
     def _check_ranges(self) -> None:
         check_seed(self.seed)  # the one seed rule of every command and control
-        if not 0 < self.lr <= LR_MAX:
+        if self.lr > LR_MAX:
             raise WorkbenchError(f"lr must be in (0, {LR_MAX:g}], got {self.lr:g}; AdamW fine-tunes use 1e-6..1e-3")
         for name, (low, high) in RANGES.items():
             value = getattr(self, name)

@@ -178,12 +178,12 @@ class RunStore:
         path = Path(path)
         if not path.is_dir():
             raise WorkbenchError(f"run folder {path} does not exist; pass the folder given to --out")
-        if not (path / CONFIG).is_file():
+        if not (path / CONFIG).exists():
             raise WorkbenchError(f"{path} is not a run folder (no {CONFIG}); pass the folder given to --out")
         return cls(path)
 
     def holds_run(self) -> bool:
-        return (self.path / CONFIG).is_file()
+        return (self.path / CONFIG).exists()  # a damaged one (a folder named config.json) still marks a run
 
     def check_fresh(self) -> None:
         """A new run may start here: the folder is missing or empty (never appended to, never a file)."""
@@ -316,12 +316,14 @@ class RunStore:
         return read_json(self.path / CONFIG)
 
     def status(self) -> dict:
-        return read_json(self.path / STATUS) if (self.path / STATUS).is_file() else {}
+        return read_json(self.path / STATUS) if (self.path / STATUS).exists() else {}
 
     def metrics(self) -> list[dict]:
         """Every complete row of metrics.jsonl (objects with an integer iteration); torn or garbled lines skipped."""
         path = self.path / METRICS
         try:
+            if path.exists() and not path.is_file():
+                raise WorkbenchError(f"{path} is not a file; its rows cannot be read")
             text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
         except OSError as err:
             raise WorkbenchError(f"cannot read {path}: {err.strerror or err}") from None
@@ -415,7 +417,7 @@ def list_runs(root: str | Path = "runs") -> list[RunInfo]:
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise WorkbenchError(f"{root} is a file, not a folder of runs")
-    folders = [p for p in root.glob("*") if (p / CONFIG).is_file()] if root.is_dir() else []
+    folders = [p for p in root.glob("*") if RunStore(p).holds_run()] if root.is_dir() else []
 
     def started(info: RunInfo) -> float:
         value = info.status.get("started", 0)

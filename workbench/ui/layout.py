@@ -261,13 +261,14 @@ def _runs_tab(wb, tab) -> None:
     status = gr.Markdown(elem_id="runs-status")
     table = gr.Dataframe(headers=rh.RUN_COLUMNS, interactive=False, label="Runs on disk", elem_id="runs-table")
     with gr.Row():
-        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare", scale=3)
+        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare", scale=3,
+                             allow_custom_value=True)  # a new session's API call before Refresh: checked by name
         metric = gr.Dropdown([rh.DEFAULT_METRIC], value=rh.DEFAULT_METRIC, label="Metric", scale=2,
                              allow_custom_value=True)
         compare = gr.Button("Compare", scale=1, elem_id="compare-btn")
     overlay = gr.Plot(label="Comparison", elem_id="compare-plot")
     with gr.Row():
-        pick = gr.Dropdown([], label="Run to download", scale=3)
+        pick = gr.Dropdown([], label="Run to download", scale=3, allow_custom_value=True)
         prepare = gr.Button("Prepare download (metrics CSV + checkpoint)", scale=2, elem_id="download-btn")
     files = gr.File(file_count="multiple", label="Files", interactive=False, elem_id="run-files")
     listing = [table, chosen, pick, metric, status]
