@@ -425,9 +425,10 @@ def app(model_dir, tmp_path_factory):
     return build_app(wb), wb
 
 
-def call_endpoint(demo, api_name: str, **values):
+def call_endpoint(demo, api_name: str, state: SessionState | None = None, **values):
     """Run an endpoint through gradio's own preprocessing, as an API client would: the controls' defaults
-    except `values` (by label prefix). Returns the outputs, or raises what gradio would report."""
+    except `values` (by label prefix), in a fresh session unless `state` is given. Returns the outputs, or
+    raises what gradio would report."""
     fn = next(f for f in demo.fns.values() if f.api_name == api_name)
     inputs = []
     for block in fn.inputs:
@@ -435,7 +436,7 @@ def call_endpoint(demo, api_name: str, **values):
         inputs.append(match[0] if match else (None if isinstance(block, gr.State) else block.value))
     # a thread of its own: an earlier test (Playwright's sync API) may leave an event loop running in this one
     with ThreadPoolExecutor(1) as pool:
-        call = pool.submit(asyncio.run, demo.process_api(fn, inputs, state=SessionState(demo)))
+        call = pool.submit(asyncio.run, demo.process_api(fn, inputs, state=state or SessionState(demo)))
         return call.result()["data"]
 
 
@@ -849,3 +850,14 @@ def test_stop_after_this_sessions_run_ended_stops_the_run_holding_the_device(run
     _, status = rh.stop_run(runs_wb, Session(run_id=old.name))
     assert status == "✓ stop requested: run cli saves a checkpoint and stops within one iteration", status
     assert (cli_run / STOP).exists() and not (old / STOP).exists()
+
+
+def test_a_control_updated_by_a_refused_action_still_names_bad_input(app):
+    demo, _ = app
+    state = SessionState(demo)
+    status = call_endpoint(demo, "chunks_toggle", state, **{"Step t after": "x"})[-1]  # refused: Step slider skipped
+    assert status.startswith("⚠")
+    for payload in ("abc", float("nan"), [1]):
+        with pytest.raises(gr.Error) as err:
+            call_endpoint(demo, "chunks_split", state, Step=payload)
+        assert err.value.message.startswith("Step must be a finite number"), err.value.message

@@ -113,17 +113,31 @@ def checked_number(component: gr.Number | gr.Slider, payload):
 
 
 def guard_numbers(demo: gr.Blocks) -> int:
-    """Make every Number and Slider of `demo` check its payload (`checked_number`) first; returns how many."""
+    """Make every Number and Slider of `demo` check its payload (`checked_number`) first; returns how many.
+
+    The check lives in a subclass the block is switched to, not on the instance: gradio rebuilds a control from
+    its class for a session once a handler updated it (a `gr.skip()` too), and that copy must check as well."""
     count = 0
     for block in demo.blocks.values():
         if isinstance(block, (gr.Number, gr.Slider)):
-            block.preprocess = functools.partial(_preprocess_checked, block, block.preprocess)
+            block.__class__ = _checked_class(type(block))
             count += 1
     return count
 
 
-def _preprocess_checked(component, preprocess, payload):
-    return preprocess(checked_number(component, payload))
+_CHECKED: dict[type, type] = {}
+
+
+def _checked_class(cls: type) -> type:
+    """`cls` with a preprocess that runs `checked_number` first (one subclass per class, same block name)."""
+    if getattr(cls, "_checks_numbers", False):
+        return cls
+    if cls not in _CHECKED:
+        def preprocess(self, payload):
+            return cls.preprocess(self, checked_number(self, payload))
+        _CHECKED[cls] = type(cls.__name__, (cls,), {"preprocess": preprocess, "_checks_numbers": True,
+                                                     "__module__": cls.__module__})
+    return _CHECKED[cls]
 
 
 def guarded(n_outputs: int):
