@@ -63,6 +63,27 @@ class RunLock:
         self.release()
 
 
+def lock_run_folder(store, fresh: bool) -> RunLock:
+    """Lock a `RunStore`'s folder for a trainer, before anything in it is read or written: a fresh run's folder
+    is created and checked empty under the lock; the temporary files and STOP request a killed writer left go."""
+    if fresh:
+        store.check_fresh()
+        try:
+            store.path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise WorkbenchError(f"cannot create run folder {store.path}: {err.strerror or err}") from None
+    lock = RunLock.acquire(store.path)
+    try:
+        if fresh:
+            store.check_fresh()
+        remove_stale_temps(store.path)
+        store.clear_stop()  # a request left from before this writer; a folder named STOP is refused
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
 def lock_holder(fd: int) -> int | None:
     """The pid holding a flock on the file behind `fd` (from /proc/locks), None where it cannot be told."""
     stat = os.fstat(fd)

@@ -38,7 +38,7 @@ from workbench.train.config import TrainConfig
 from workbench.train.distributed import gather, init_distributed, sync_gradients
 from workbench.train.evaluation import evaluate
 from workbench.train.events import RunSummary, TrainerEvent
-from workbench.train.lock import RunLock, remove_stale_temps
+from workbench.train.lock import lock_run_folder
 from workbench.train.rollout import RolloutSampler
 from workbench.train.store import CONFIG, Checkpoint, RunStore
 from workbench.train.tasks import TASKS
@@ -94,7 +94,7 @@ class Trainer:
         self.store = run_dir if isinstance(run_dir, RunStore) or run_dir is None else RunStore(run_dir)
         self.dist = init_distributed()
         config.check_batches(self.dist.world)
-        self._lock = self._lock_store(resume)
+        self._lock = lock_run_folder(self.store, not resume) if self.dist.main and self.store is not None else None
         try:
             self._setup(config, policy, resume, subscribers)
         except BaseException:
@@ -133,28 +133,6 @@ class Trainer:
                                  f"({str(err).splitlines()[0][:200]})") from None
         return cls(replace(config, iterations=iterations or config.iterations), store, policy, resume=True,
                    subscribers=subscribers)
-
-    def _lock_store(self, resume: bool) -> RunLock | None:
-        """One writer per run folder (`train.lock`): locked before anything in it is read or written, held until
-        the run ends; a fresh run's folder is checked empty under the lock."""
-        if not self.dist.main or self.store is None:
-            return None
-        if not resume:
-            self.store.check_fresh()
-            try:
-                self.store.path.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise WorkbenchError(f"cannot create run folder {self.store.path}: {err.strerror or err}") from None
-        lock = RunLock.acquire(self.store.path)
-        try:
-            if not resume:
-                self.store.check_fresh()
-            remove_stale_temps(self.store.path)
-            self.store.clear_stop()  # a request left from before this writer; a folder named STOP is refused
-        except BaseException:
-            lock.release()
-            raise
-        return lock
 
     def release(self) -> None:
         """Give up the run folder's lock (the run ended, or the trainer is dropped without running)."""
