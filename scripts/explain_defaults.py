@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
+from workbench import load_policy
 from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig
-from workbench.models.adapters import load_policy
 from workbench.rewards import build_reward
 from workbench.rl.explain import explain, moved_log_probs, paired_advantages
 from workbench.rl.objectives import ObjectiveSettings

@@ -16,7 +16,7 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import initial_noise, rescore, sample_group, transition
 from workbench.flow.trajectory import SamplingConfig
-from workbench.models.adapters import FluxPolicy, SD3Policy, default_device, flux_pipeline_sigmas, load_policy
+from workbench.models.adapters import FluxPolicy, SD3Policy, default_device, flux_pipeline_sigmas, load_model
 from workbench.models.embedded import EmbeddedPolicy
 
 PX = 16  # image side; the tiny VAE has one block, so latents are 16 x 16 too
@@ -106,12 +106,12 @@ def flux_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sd3(sd3_folder, offline):
-    return load_policy(sd3_folder, device="cpu", resolution=PX, max_sequence_length=SEQ)
+    return load_model(sd3_folder, device="cpu", resolution=PX, max_sequence_length=SEQ)
 
 
 @pytest.fixture(scope="module")
 def flux(flux_folder, offline):
-    return load_policy(flux_folder, device="cpu", resolution=PX, max_sequence_length=SEQ)
+    return load_model(flux_folder, device="cpu", resolution=PX, max_sequence_length=SEQ)
 
 
 def check_sampling_and_training(policy):
@@ -231,50 +231,50 @@ def test_flux_schedule_matches_the_scheduler(flux):
     torch.testing.assert_close(schnell.schedule(4), torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
 
 
-def test_load_policy_embedded_folder_and_default(tmp_path, monkeypatch):
+def test_load_model_embedded_folder_and_default(tmp_path, monkeypatch):
     import workbench.models.embedded as embedded
 
     folder = embedded.save_embedded(embedded.build_embedded(), tmp_path / "embedded")
-    assert isinstance(load_policy(folder, device="cpu"), EmbeddedPolicy)
+    assert isinstance(load_model(folder, device="cpu"), EmbeddedPolicy)
     monkeypatch.setattr(embedded, "DEFAULT_WEIGHTS", folder)
-    assert isinstance(load_policy(None, device="cpu"), EmbeddedPolicy)
+    assert isinstance(load_model(None, device="cpu"), EmbeddedPolicy)
     with pytest.raises(WorkbenchError, match="resolution"):
-        load_policy(folder, device="cpu", resolution=64)
+        load_model(folder, device="cpu", resolution=64)
 
 
-def test_load_policy_errors(tmp_path):
+def test_load_model_errors(tmp_path):
     with pytest.raises(WorkbenchError, match="does not exist"):
-        load_policy(tmp_path / "nope")
+        load_model(tmp_path / "nope")
     with pytest.raises(WorkbenchError, match="not a model folder"):
-        load_policy(tmp_path)
+        load_model(tmp_path)
     with pytest.raises(WorkbenchError, match="valid dtypes: float32"):
-        load_policy(tmp_path, dtype="float8")
+        load_model(tmp_path, dtype="float8")
     index = {"_class_name": "StableDiffusion3Pipeline", "transformer": ["diffusers", "SD3Transformer2DModel"],
              "vae": ["diffusers", "AutoencoderKL"], "text_encoder_3": [None, None]}
     (tmp_path / "vae").mkdir()
     (tmp_path / "vae" / "config.json").write_text("{}")
     (tmp_path / "model_index.json").write_text(json.dumps(index))
     with pytest.raises(WorkbenchError, match=r"component folder\(s\) transformer named") as err:
-        load_policy(tmp_path)
+        load_model(tmp_path)
     assert "vae" not in str(err.value) and "text_encoder_3" not in str(err.value)
     with pytest.raises(WorkbenchError, match="valid options: resolution, max_sequence_length"):
-        load_policy(tmp_path, size=3)
+        load_model(tmp_path, size=3)
     (tmp_path / "model_index.json").write_text(json.dumps({**index, "_class_name": "StableDiffusionXLPipeline"}))
     with pytest.raises(WorkbenchError, match="supported pipelines: StableDiffusion3Pipeline, FluxPipeline"):
-        load_policy(tmp_path)
+        load_model(tmp_path)
 
 
-def test_load_policy_incomplete_download(sd3_folder, tmp_path, offline):
+def test_load_model_incomplete_download(sd3_folder, tmp_path, offline):
     folder = shutil.copytree(sd3_folder, tmp_path / "sd3")
     for file in (folder / "tokenizer").iterdir():
         file.unlink()
     with pytest.raises(WorkbenchError, match=r"component folder\(s\) tokenizer named"):
-        load_policy(folder, device="cpu")
+        load_model(folder, device="cpu")
     shutil.copytree(sd3_folder / "tokenizer", folder / "tokenizer", dirs_exist_ok=True)
     for file in (folder / "transformer").glob("*.safetensors"):
         file.unlink()
     with pytest.raises(WorkbenchError, match="cannot load StableDiffusion3Pipeline .*transformer"):
-        load_policy(folder, device="cpu")
+        load_model(folder, device="cpu")
 
 
 def test_default_device(monkeypatch):

@@ -155,7 +155,7 @@ def test_generate_bad_inputs_give_messages(wb, inputs, message):
 
 def test_unexpected_errors_are_a_short_message_and_logged(model_dir, tmp_path, caplog):
     broken = Workbench(model=str(model_dir), runs_root=str(tmp_path))
-    broken.policy = lambda: (_ for _ in ()).throw(RuntimeError("boom\nTraceback line"))
+    broken.policy = lambda key=None: (_ for _ in ()).throw(RuntimeError("boom\nTraceback line"))
     out = h.generate(broken, PROMPT, 2, 2, 0.7, 0, "adherence", Session())
     assert out[-1].startswith("⚠ Unexpected error (RuntimeError: boom)") and "Traceback" not in out[-1]
     assert "boom" in caplog.text  # the traceback goes to the log (stderr), not the page
@@ -422,7 +422,7 @@ def test_poll_shows_before_now_and_the_held_out_accuracies(tmp_path, model_dir):
     for it, (plain, cfg) in [(0, (0.0, 0.02)), (10, (0.2, 0.4))]:
         store.append_metrics({"iteration": it, "eval/cross_accuracy": plain, "eval_cfg/cross_accuracy": cfg})
         store.save_samples(it, Image.new("RGB", (8, 4), (it * 20, 0, 0)), prefix="eval")
-    live, sample, before, now, heldout, timer, text = rh.poll_run(wb, Session(run_id="lesson"))
+    live, sample, before, now, heldout, bar, timer, text = rh.poll_run(wb, Session(run_id="lesson"))
     assert "iteration 0" in before.label and "iteration 10" in now.label and "bottom row" in before.label
     assert before.value is not None and now.value is not None
     assert {t.name: list(t.y) for t in heldout.data} == {"eval/cross_accuracy (no CFG)": [0.0, 0.2],

@@ -837,9 +837,9 @@ def test_a_new_api_session_can_compare_and_download_before_refresh(runs_wb):
     make_run(runs_wb.jobs.root, "good", [0.1, 0.2])
     _, status = call_endpoint(demo, "compare_runs", **{"Runs to compare": ["good"], "Metric": "reward/mean"})
     assert status.startswith("✓ reward/mean of 1 run(s)"), status
-    _, status = call_endpoint(demo, "download_run", **{"Run to download": "good"})
+    _, status = call_endpoint(demo, "download_run", **{"Run (shown below": "good"})
     assert status.startswith("✓ prepared 1 file(s) for run good"), status
-    _, status = call_endpoint(demo, "download_run", **{"Run to download": "nope"})
+    _, status = call_endpoint(demo, "download_run", **{"Run (shown below": "nope"})
     assert "run nope not found" in status
 
 

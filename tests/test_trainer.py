@@ -11,7 +11,7 @@ import torch
 from workbench.cli.train import main as train_main
 from workbench.core.errors import WorkbenchError
 from workbench.models.embedded import EmbeddedPolicy, build_embedded, save_embedded
-from workbench.train import PRESETS, TrainConfig, Trainer, load_trained_policy, preset
+from workbench.train import PRESETS, TrainConfig, Trainer, load_policy, preset
 from workbench.train.store import RunStore
 
 # 2 prompts x 2 trajectories x 3 trained steps: each iteration takes well under a second on one core
@@ -122,7 +122,7 @@ def test_lora_trains_only_the_adapters(tmp_path):
     assert any(not torch.equal(lora[k], now[k]) for k in lora)
     saved = RunStore(tmp_path / "run").latest_checkpoint().weights
     assert set(saved) == set(lora)
-    reloaded = dict(load_trained_policy(tmp_path / "run", device="cpu").transformer.named_parameters())
+    reloaded = dict(load_policy(tmp_path / "run", device="cpu").transformer.named_parameters())
     assert all(torch.equal(reloaded[k], now[k]) for k in now)
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import importlib
 
-_EXPORTS = {"load_policy": "workbench.models.adapters", "sample_group": "workbench.flow.sampler",
+_EXPORTS = {"load_policy": "workbench.train.sources", "load_model": "workbench.models.adapters",
+            "sample_group": "workbench.flow.sampler",
             "SamplingConfig": "workbench.flow.trajectory", "build_reward": "workbench.rewards",
             "measure_credit": "workbench.rl.credit", "TrainConfig": "workbench.train",
             "Trainer": "workbench.train"}

@@ -106,9 +106,12 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="local model folder (diffusers SD3/FLUX or embedded format); "
-                   "default: the embedded model")
+def add_model_args(p: argparse.ArgumentParser, runs: bool = True) -> None:
+    """--model and --device; runs: --model may also name a fine-tuning run or one of its checkpoints."""
+    more = (", a run folder runs/<id> (its newest complete checkpoint) or one checkpoint "
+            "runs/<id>/checkpoints/iter_N") if runs else ""
+    p.add_argument("--model", default=None, help="local model folder (diffusers SD3/FLUX or embedded format)"
+                   f"{more}; default: the embedded model")
     p.add_argument("--device", type=device, default=None, help="cuda, mps or cpu (default: the best available)")
 
 

@@ -56,7 +56,8 @@ def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
 
 
 def load_model(args: argparse.Namespace):
-    from workbench.models.adapters import load_policy
+    """The policy --model names: a model folder, a run (its newest complete checkpoint) or one checkpoint."""
+    from workbench.train.sources import load_policy
 
     return load_policy(args.model, device=args.device)
 

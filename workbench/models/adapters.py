@@ -1,4 +1,4 @@
-"""Real diffusers models as `FlowPolicy`s, and `load_policy` for any local model folder.
+"""Real diffusers models as `FlowPolicy`s, and `load_model` for any local model folder (runs: `train.sources`).
 
 `SD3Policy` wraps `StableDiffusion3Pipeline`, `FluxPolicy` wraps `FluxPipeline`; both load offline
 (`local_files_only=True`) from a folder made by `save_pretrained` or a hub download. The sampler keeps
@@ -247,7 +247,7 @@ class FluxPolicy(FlowPolicy):
 PIPELINES: dict[str, type[FlowPolicy]] = {"StableDiffusion3Pipeline": SD3Policy, "FluxPipeline": FluxPolicy}
 
 
-def load_policy(path: str | Path | None = None, device: str | None = None, dtype: str = "float32",
+def load_model(path: str | Path | None = None, device: str | None = None, dtype: str = "float32",
                 **options) -> FlowPolicy:
     """A policy from a local folder, never the network.
 

@@ -8,7 +8,8 @@
     tasks.py        named tasks (crosses): training and held-out prompts, a measure of success
     store.py        the run folder on disk, a subscriber of the events
     trackers.py     TensorBoard and trackio, subscribers too
-    trainable.py    what trains (all weights or LoRA) and loading a trained policy
+    trainable.py    what trains (all weights or LoRA), copying checkpoint weights in
+    sources.py      load_policy: a model folder, a run or one of its checkpoints (the app's picker, --model)
     distributed.py  torchrun / accelerate helpers
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from workbench.train.config import TrainConfig
 from workbench.train.events import RunSummary, TrainerEvent
 from workbench.train.presets import PRESETS, preset
-from workbench.train.trainable import load_trained_policy
+from workbench.train.sources import load_policy
 from workbench.train.trainer import Trainer
 
-__all__ = ["PRESETS", "RunSummary", "TrainConfig", "Trainer", "TrainerEvent", "load_trained_policy", "preset"]
+__all__ = ["PRESETS", "RunSummary", "TrainConfig", "Trainer", "TrainerEvent", "load_policy", "preset"]

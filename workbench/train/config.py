@@ -25,7 +25,7 @@ LR_MAX = 1.0  # a larger AdamW step overflows float32 weights (1e30) or cannot b
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
     "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
     "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
-    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000)}
+    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000), "keep_checkpoints": (1, 1000)}
 
 
 @dataclass
@@ -147,6 +147,9 @@ class TrainConfig:
     """Save a grid of the rollout images every this many iterations (and at the first, the last and a stop)."""
     checkpoint_every: int = 10
     """Save weights + optimizer every this many iterations (always at the end and on stop)."""
+    keep_checkpoints: int = 1
+    """Checkpoints kept in the run folder, newest first: older iterations can be loaded and compared (the app's
+    model picker, --model runs/<id>/checkpoints/iter_N); each holds the trained weights and the optimizer state."""
 
     def __post_init__(self):
         check_types(self)  # wrong types and non-finite numbers, from any source, name their field
@@ -174,7 +177,7 @@ class TrainConfig:
 
     def _check_counts(self) -> None:
         for name in ("eval_every", "prompts_per_iteration", "steps", "iterations", "inner_epochs", "grad_accum",
-                     "sample_every", "checkpoint_every"):
+                     "sample_every", "checkpoint_every", "keep_checkpoints"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise WorkbenchError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.minibatch is not None and (not isinstance(self.minibatch, int) or self.minibatch < 0):
@@ -317,6 +320,13 @@ class TrainConfig:
         """The advantage estimator's settings (an estimator refuses settings it does not use)."""
         return AdvantageSettings(global_std=self.global_std, gpg_threshold=self.gpg_threshold,
                                  gfpo_keep=self.gfpo_keep)
+
+    def credit_chunks(self) -> list[int]:
+        """Chunk sizes over all sampled steps, for measuring a rollout's credit: the SDE window's chunks, with the
+        steps before and after the window as one untrained chunk each (crosses: [1,2,2,3] + [9] over 17 steps)."""
+        start, end = self.sde_window(1)
+        inner = parse_chunk_spec(self.chunks, end - start)
+        return [s for s in (start, *inner, self.sampling_steps - end) if s > 0]
 
     def objective_settings(self) -> ObjectiveSettings:
         chunks = parse_chunk_spec(self.chunks, len(self.trained_steps(1))) if self.objective == "chunk_grpo" else None

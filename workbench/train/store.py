@@ -212,7 +212,7 @@ class RunStore:
         elif kind == "eval_samples":
             self.save_samples(event.iteration, data["grid"], prefix="eval")
         elif kind == "checkpoint":
-            self.save_checkpoint(event.iteration, data["weights"], data["optimizer"])
+            self.save_checkpoint(event.iteration, data["weights"], data["optimizer"], keep=data.get("keep", 1))
         elif kind in ("finished", "stopped", "failed"):
             self.clear_stop()
             error = f"{data.get('type', 'Error')}: {data['error']}" if kind == "failed" else None

@@ -1,4 +1,5 @@
-"""What a fine-tune trains: the base policy, LoRA adapters or all weights, and checkpoint weights.
+"""What a fine-tune trains: the base policy, LoRA adapters or all weights, and checkpoint weights
+(`train.sources.load_policy` loads a run's checkpoint with them).
 
 Full fine-tuning for the embedded model; LoRA (peft, through diffusers' `add_adapter`) on the
 attention projections of real SD3 / FLUX transformers (Flow-GRPO r 32 / alpha 64).
@@ -6,7 +7,6 @@ attention projections of real SD3 / FLUX transformers (Flow-GRPO r 32 / alpha 64
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -15,7 +15,6 @@ from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
 from workbench.train.config import TrainConfig
 from workbench.train.distributed import DistInfo
-from workbench.train.store import RunStore
 
 # attention projections of diffusers' attention blocks (SD3 / FLUX MMDiT, UNet attn1 / attn2), matched by name suffix
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
@@ -23,14 +22,14 @@ LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", 
 
 def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
     """The policy named by config.model on config.device (per-process GPU under torchrun)."""
-    from workbench.models.adapters import default_device, load_policy
+    from workbench.models.adapters import default_device, load_model
 
     device = config.device or default_device()
     if device == "cuda" and info.world > 1:
         device = f"cuda:{info.local_rank}"
         torch.cuda.set_device(info.local_rank)
     pipeline = config.model is not None and (Path(config.model) / "model_index.json").is_file()
-    return load_policy(config.model, device=device, dtype=config.dtype if pipeline else "float32")
+    return load_model(config.model, device=device, dtype=config.dtype if pipeline else "float32")
 
 
 def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> None:
@@ -53,21 +52,6 @@ def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> No
 def trainable_weights(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
     """name -> parameter of everything that trains (all weights, or only the LoRA adapters)."""
     return {n: p for n, p in transformer.named_parameters() if p.requires_grad}
-
-
-def load_trained_policy(run_dir: str | Path, device: str | None = None) -> FlowPolicy:
-    """The policy of a run with its newest complete checkpoint applied (for sampling from a fine-tuned model)."""
-    store = RunStore.open(run_dir)
-    config = TrainConfig.from_dict(store.config())
-    policy = load_base_policy(replace(config, device=device or config.device), DistInfo())
-    if config.lora_rank:
-        add_lora(policy.transformer, config.lora_rank, config.lora_alpha)
-    else:
-        policy.transformer.requires_grad_(True)
-    checkpoint = store.latest_checkpoint()
-    if checkpoint is not None:
-        copy_weights(policy.transformer, checkpoint.weights)
-    return policy
 
 
 def copy_weights(transformer: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:

@@ -419,7 +419,8 @@ class Trainer:
         if self.dist.main and self._saved != self.iteration:
             self._saved = self.iteration
             self._emit("checkpoint", self.iteration, {"weights": self.params,
-                                                      "optimizer": self.optimizer.state_dict()})
+                                                      "optimizer": self.optimizer.state_dict(),
+                                                      "keep": self.config.keep_checkpoints})
 
     def _summary(self, state: str, start: float) -> RunSummary:
         def values(key: str) -> list[float]:

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.credit import Credit
+from workbench.rl.credit_compare import CreditComparison
 from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED, UNDETERMINED, Rates
 from workbench.ui.plots import LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
 
@@ -44,12 +45,12 @@ def _cover(mask: torch.Tensor, x, color: str, **where) -> go.Heatmap:
 
 def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor,
                       valid: torch.Tensor, edges: list[float], unit: str, colorbar: dict, row: int | None = None,
-                      col: int | None = None, legend: bool = True) -> None:
+                      col: int | None = None, legend: bool = True, scale: float | None = None) -> None:
     """Add a credit map (G, J) with its classes to fig (at row, col of a subplot grid if given).
-    edges (J + 1,): the cell borders along x."""
+    edges (J + 1,): the cell borders along x; scale: the colour scale's |credit| end (default: this map's)."""
     g, j = credit.shape
     centres = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
-    scale = float(credit.abs().max().clamp_min(1e-6))
+    scale = float(credit.abs().max().clamp_min(1e-6)) if scale is None else scale
     se_text = [[("no estimate" if s != s else f"{s:.4f}") for s in r] for r in se.tolist()]
     names = [f"{unit} {n}" + _span(edges[n], edges[n + 1], unit) for n in range(j)]
     custom = [[[s, c, name] for s, c, name in zip(rs, rc, names)] for rs, rc in zip(se_text, _labels(classes, valid))]
@@ -165,3 +166,47 @@ def agreement_line(credit: Credit, reference: Credit, z: float) -> str:
             f"{_pct(a['sign_agreement'], nan)} of the cells, on {_pct(a['sign_agreement_determined'], nan)} "
             f"of the {a['determined_cells']} cells it determines; correlation {a['correlation']:+.2f}; cost "
             f"{credit.cost.get('nfe', 0)} vs {reference.cost.get('nfe', 0)} evaluations.")
+
+
+def comparison_figure(comparison: CreditComparison, z: float) -> go.Figure:
+    """The two policies' classified step credit side by side on one colour scale (same prompt and noise)."""
+    first = comparison.credits[0]
+    g, t = first.step_credit.shape
+    titles = [f"{label}<br>mean reward {float(c.rewards.mean()):.3f}"
+              for label, c in zip(comparison.labels, comparison.credits)]
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06, subplot_titles=titles)
+    for n, credit in enumerate(comparison.credits):
+        classified_traces(fig, credit.step_credit, credit.step_se, credit.step_classes(z), credit.step_valid,
+                          [s - 0.5 for s in range(t + 1)], "step", dict(title="credit<br>(reward)", thickness=12),
+                          row=1, col=n + 1, legend=n == 0, scale=comparison.scale)
+        fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=n + 1)
+    shapes = _boundary_shapes(first.sizes) + _boundary_shapes(first.sizes, xref="x2")
+    fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
+    fig.update_layout(title=f"Step credit under two policies: the same prompt, x_T and noise (G={g}, T={t}, "
+                            f"{_k_text(first)}, classified at z = {z:g}, one colour scale)", shapes=shapes,
+                      height=480, **LAYOUT)
+    fig.update_annotations(font_size=12)
+    return fig
+
+
+def comparison_text(comparison: CreditComparison, z: float) -> str:
+    """Markdown table: each rate under both policies, their difference and its standard error."""
+    a, b = comparison.labels
+    lines = [f"| rate | {a} | {b} | difference ({b} minus {a}) |", "|---|---|---|---|"]
+    names = {"misattributed": "misattributed among determined", "determined": "determined share",
+             "mass_against": "credit mass against A"}
+    for d in comparison.differences(z):
+        diff = "not defined (no determined cell on one side)" if d.diff != d.diff else (
+            f"{100 * d.diff:+.1f} points" + ("" if d.se != d.se else f" ± {100 * d.se:.1f}"))
+        lines.append(f"| {d.unit}: {names[d.rate]} | {_pct(d.before, float('nan'))} | "
+                     f"{_pct(d.after, float('nan'))} | {diff} |")
+    rewards = [float(c.rewards.mean()) for c in comparison.credits]
+    lines.append(f"| mean reward of the group | {rewards[0]:.3f} | {rewards[1]:.3f} | "
+                 f"{rewards[1] - rewards[0]:+.3f} |")
+    first = comparison.credits[0]
+    lines.append("")
+    lines.append(f"Both groups: prompt *{first.prompt}*, the same x_T and SDE noise, {_k_text(first)} continuations "
+                 f"with seed {first.seed}, chunks {','.join(map(str, first.sizes))}. ± is the standard error of the "
+                 "difference, sqrt(se1² + se2²) over trajectories: the groups share their noise, so it overstates "
+                 "the error. A difference within about two of them is not established by one group.")
+    return "\n".join(lines)

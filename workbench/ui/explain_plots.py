@@ -34,22 +34,26 @@ def _cell_hover(ex: Explanation, o: int) -> list:
     return [[[r, "clipped: no gradient" if c else ""] for r, c in zip(rr, cc)] for rr, cc in zip(ratio, clipped)]
 
 
-def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]], credit: torch.Tensor | None,
+def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
+                          credit: torch.Tensor | Sequence[torch.Tensor] | None,
                           selected: tuple[str, str, int, int] | None = None) -> go.Figure:
     """Small multiples: one row per (key, title, Explanation), one column per objective, one colour scale.
 
     Column 0 holds the measured credit (G, T) in the first row (if given) and the log-ratio l of each
-    later row's policy. Clipped cells carry an x; Chunk-GRPO panels show their chunk boundaries; each
-    title gives the objective's correlation with the credit. selected = (row key, objective, i, t) is
-    outlined.
+    later row's policy; with one credit per row (a list: rows of different groups, e.g. two policies) each
+    row shows its own. Clipped cells carry an x; Chunk-GRPO panels show their chunk boundaries; each title
+    gives the objective's correlation with the row's credit. selected = (row key, objective, i, t) is outlined.
     """
     names = rows[0][2].names
     g, t = rows[0][2].log_ratio.shape
-    corr = {key: ex.correlation(credit).tolist() if credit is not None else None for key, _, ex in rows}
+    per_row = isinstance(credit, (list, tuple))
+    credits = list(credit) if per_row else [credit] * len(rows)  # what each row's correlations are taken against
+    shown = credits if per_row else [credit] + [None] * (len(rows) - 1)  # the credit map column 0 shows per row
+    corr = {key: ex.correlation(c).tolist() if c is not None else None for (key, _, ex), c in zip(rows, credits)}
     titles = []
     for r, (key, title, _) in enumerate(rows):
-        first = ("measured credit d(i,t)" if credit is not None else "credit: measure it in Attribution") if r == 0 \
-            else f"log-ratio l(i,t), {title}"
+        first = f"log-ratio l(i,t), {title}" if r > 0 and not per_row else (
+            f"measured credit d(i,t), {title}" if shown[r] is not None else "credit: measure it in Attribution")
         titles += [first] + [f"{n}, {title}" + (f"<br>corr {_corr(corr[key][o])}" if corr[key] is not None else "")
                              for o, n in enumerate(names)]
     fig = make_subplots(rows=len(rows), cols=len(names) + 1, subplot_titles=titles, horizontal_spacing=0.012,
@@ -57,7 +61,7 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]], credit: 
     scale = _scale(*[-ex.weight for _, _, ex in rows])
     shapes = []
     for r, (key, _, ex) in enumerate(rows):
-        _first_column(fig, r, ex, credit, t)
+        _first_column(fig, r, ex, shown[r], t, log_ratio=not per_row)
         for o in range(len(names)):
             _objective_panel(fig, r, o, key, ex, scale, shapes)
     if selected is not None:
@@ -86,11 +90,14 @@ def _corr(value: float) -> str:
     return "n/a (a constant map)" if value != value else f"{value:+.2f}"
 
 
-def _first_column(fig: go.Figure, r: int, ex: Explanation, credit: torch.Tensor | None, t: int) -> None:
-    if r == 0 and credit is not None:
+def _first_column(fig: go.Figure, r: int, ex: Explanation, credit: torch.Tensor | None, t: int,
+                  log_ratio: bool = True) -> None:
+    """Row r's first panel: its credit map when given, else (rows after the first) the log-ratio l."""
+    if credit is not None:
         fig.add_trace(go.Heatmap(z=credit.tolist(), coloraxis="coloraxis2", name="credit",
-                                 hovertemplate="traj %{y}, step %{x}: credit %{z:.4f}<extra></extra>"), row=1, col=1)
-    elif r > 0:
+                                 hovertemplate="traj %{y}, step %{x}: credit %{z:.4f}<extra></extra>"),
+                      row=r + 1, col=1)
+    elif r > 0 and log_ratio:
         fig.add_trace(go.Heatmap(z=ex.log_ratio.tolist(), coloraxis="coloraxis3", name="log-ratio",
                                  hovertemplate="traj %{y}, step %{x}: l = %{z:.3g}<extra></extra>"), row=r + 1, col=1)
     fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=1)

@@ -49,7 +49,7 @@ def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str
     if config.group < 2:
         raise WorkbenchError("group size must be at least 2: advantages compare images of the same prompt")
     reward_fn = build_reward(reward_spec)
-    policy = wb.policy()
+    policy = wb.policy(session.source)
     policy.check_prompt(prompt)
     group = sample_group(policy, prompt.strip(), config, progress=_tracker(progress, "sampling step"))
     rewards = reward_fn(group.images, [group.prompt] * group.group_size)  # (G,)
@@ -85,7 +85,7 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
     figure = plots.logprob_figure(group.log_probs, session.rewards)
     note = f"sampled G={group.group_size} trajectories of T={group.num_steps} steps for '{escape(group.prompt)}'"
     cleared = plots.empty_figure("Step credit", "measure credit for the new group")
-    strip = _filmstrip(wb.policy(), group)
+    strip = _filmstrip(wb.policy(session.source), group)
     return _gallery(session), strip, figure, cleared, rates_markdown(session), session, ok(note)
 
 
@@ -129,9 +129,9 @@ def attribute(wb: Workbench, branches: float, session: Session, estimator: str =
     k, z = whole_number(branches, "branches (K)", 1), _z(z)
     estimator = estimator or "mc"
     group = session.group
-    credit = measure_credit(wb.policy(), group, build_reward(session.reward_spec), branches=k, chunks=session.sizes,
-                            seed=group.config.seed, progress=_tracker(progress, "continuations from state"),
-                            estimator=estimator, crn=bool(crn))
+    credit = measure_credit(wb.policy(session.source), group, build_reward(session.reward_spec), branches=k,
+                            chunks=session.sizes, seed=group.config.seed, estimator=estimator, crn=bool(crn),
+                            progress=_tracker(progress, "continuations from state"))
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
     what = f"K={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
@@ -154,7 +154,8 @@ def refine_credit(wb: Workbench, budget: float, session: Session, z: float = Z, 
                              "press Refine again to spend more")
     before = credit.rates(z).step.determined
     track = _tracker(progress, "continuations")
-    rounds = refine_rounds(credit, wb.policy(), session.group, build_reward(session.reward_spec), n, z, track)
+    reward_fn = build_reward(session.reward_spec)
+    rounds = refine_rounds(credit, wb.policy(session.source), session.group, reward_fn, n, z, track)
     latest = session = replace(session, z=z)
     for refined in rounds:
         latest = replace(session, credit=refined, reference=refined)
@@ -188,7 +189,7 @@ def _chunk_outputs(wb: Workbench, session: Session, note: str, slider=None) -> t
     The Attribution heatmap is redrawn when that tab opens (`attribution_view`), keeping edits fast."""
     t = session.steps
     noise = session.group.config.noise_level if session.group is not None else 0.7
-    curve = wb.curve(t, noise)
+    curve = wb.curve(t, noise, session.source)
     low, high = curve.quantiles  # (T,) each
     figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0])
     slider = gr.skip() if slider is None else slider
@@ -235,7 +236,7 @@ def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Sessio
 
     def make(t: int) -> list[int]:
         noise = session.group.config.noise_level if session.group is not None else 0.7
-        return chunker(t, wb.curve(t, noise).mean, **options)
+        return chunker(t, wb.curve(t, noise, session.source).mean, **options)
     return _edit(wb, session, make, f"{name} chunker")
 
 

@@ -66,6 +66,8 @@ class RunView:
     sample: Path | None  # newest samples/iter_XXXX.png
     eval_samples: list[Path] = field(default_factory=list)  # samples/eval_XXXX.png, oldest (before) first
     eval_cfg: bool = False  # the evaluation grids have a second row at the model's CFG
+    started: float | None = None  # when the run started (time.time(), from status.json)
+    updated: float | None = None  # when its status was last written
 
     @property
     def done(self) -> bool:
@@ -155,9 +157,10 @@ class JobManager:
             state = "starting"
         total = info.config.get("iterations")
         samples = info.samples()
+        started, updated = (info.status.get(k) for k in ("started", "updated"))
         return RunView(run_id, state, info.iteration, total if isinstance(total, int) else None, message,
                        info.metrics, samples[-1] if samples else None, info.eval_samples(),
-                       info.config.get("eval_cfg") is True)
+                       info.config.get("eval_cfg") is True, _time(started), _time(updated))
 
     def shutdown(self) -> None:
         """When the app exits: ask live runs to stop (they save a checkpoint first); end those not yet started."""
@@ -168,6 +171,11 @@ class JobManager:
                 RunStore(job.run_dir).request_stop()
             else:
                 job.process.terminate()
+
+
+def _time(value) -> float | None:
+    """A status.json time stamp, or None when it is missing or not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _ended_without_status(job: Job) -> tuple[str, str]:

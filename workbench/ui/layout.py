@@ -22,14 +22,15 @@ from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZ
 from workbench.train.config import RANGES, TrainConfig
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
+from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
-from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_walk
+from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_after, learn_walk
 from workbench.ui.objectives import ROWS
 from workbench.ui.plots import empty_figure
-from workbench.ui.state import Session
+from workbench.ui.state import BASE, Session
 from workbench.ui.workbench import Workbench
 
 EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
@@ -111,11 +112,30 @@ def _attribution_tab(wb, session) -> dict:
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
                       elem_id="credit-plot")
+    gr.Markdown("### Before and after\nThe same prompt and noise under a second policy (default: the base model "
+                "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the K, "
+                "estimator and continuation seed above and drawn on one colour scale.")
+    with gr.Row():
+        other = gr.Dropdown([("the base model of this session's policy", pol.RUN_BASE), *wb.sources()],
+                            value=pol.RUN_BASE, allow_custom_value=True, filterable=True, label="Compare with",
+                            info="a run, one of its checkpoints, the base model, or a model folder path",
+                            elem_id="compare-policy", scale=3)
+        compare = gr.Button("Compare", elem_id="compare-credit-btn", scale=1)
+    compare_plot = gr.Plot(empty_figure("Two policies", "generate a group, then compare"), label="Before and after",
+                           elem_id="compare-credit-plot")
+    compare_text = gr.Markdown(pol.NO_COMPARISON, elem_id="compare-credit-text")
+    compare_images = gr.Image(label="Final images: top row the compared policy, bottom row this session's",
+                              type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
+    both = [compare_plot, compare_text, status]
     run.click(partial(h.attribute, wb), [branches, session, estimator, crn, z], outputs, api_name="attribute", **HEAVY)
     refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **HEAVY)
-    z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z")
-    return dict(heatmap=heatmap, rates=rates, status=status)
+    z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
+        partial(pol.comparison_view, wb), [session], both, api_visibility="private")
+    compare.click(partial(pol.compare, wb), [other, branches, session, estimator, crn, z],
+                  [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit", **HEAVY)
+    return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
+                compare_text=compare_text, both=both)
 
 
 def _chunks_tab(wb, session, tab) -> None:
@@ -184,6 +204,12 @@ def _objectives_tab(wb, session, tab) -> None:
         step = gr.Number(0, precision=0, label="Step t", elem_id="cell-step")
         show = gr.Button("Show the cell", elem_id="cell-btn")
     formula = gr.Markdown(latex_delimiters=LATEX, elem_id="cell-formula")
+    gr.Markdown("### Before and after\nThe push maps of the two groups compared in **Attribution** (the same prompt "
+                "and noise under two policies), each beside its own measured credit.")
+    versus = gr.Button("Compare push maps", elem_id="objectives-compare-btn")
+    versus_plot = gr.Plot(label="Push under two policies", elem_id="objectives-compare-plot")
+    versus.click(partial(ob.objectives_compare, wb), [clip, session], [versus_plot, status],
+                 api_name="objectives_compare")
     point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
@@ -234,7 +260,11 @@ def _finetune_tab(wb, session, tab) -> None:
         start = gr.Button("Start", variant="primary", elem_id="start-btn")
         stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
     status = gr.Markdown(elem_id="train-status")
-    state = gr.Markdown("No run started in this session.", elem_id="run-state")
+    with gr.Row():
+        shown = gr.Dropdown([], label="Show run", info="any run on disk, finished or not (listed when the tab opens)",
+                            elem_id="show-run", scale=1)
+        state = gr.Markdown("No run started in this session.", elem_id="run-state")
+    bar = gr.HTML(elem_id="run-progress")
     with gr.Row():
         live = gr.Plot(label="Training curves", elem_id="train-plot", scale=3)
         sample = gr.Image(label="Newest samples", type="pil", format="png", elem_id="train-sample", scale=1)
@@ -249,11 +279,13 @@ def _finetune_tab(wb, session, tab) -> None:
     start.click(partial(rh.start_run, wb), [*form, lesson, session], [live, sample, session, timer, status],
                 api_name="start_run", concurrency_id="train")
     stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")
-    poll = dict(fn=partial(rh.poll_run, wb), inputs=[session], outputs=[live, sample, before, now, heldout, timer,
-                                                                          state],
-                api_visibility="private", show_progress="hidden")
+    panel = [live, sample, before, now, heldout, bar, timer, state]
+    poll = dict(fn=partial(rh.poll_run, wb), inputs=[session], outputs=panel, api_visibility="private",
+                show_progress="hidden")
     timer.tick(**poll)
     tab.select(**poll)  # a session that opens the tab sees (and can stop) the run using the device
+    tab.select(partial(rh.run_choices, wb), [session], [shown], api_visibility="private", show_progress="hidden")
+    shown.input(partial(rh.show_run, wb), [shown, session], [*panel, session, status], api_name="show_run")
 
 
 def _runs_tab(wb, tab) -> None:
@@ -268,11 +300,22 @@ def _runs_tab(wb, tab) -> None:
         compare = gr.Button("Compare", scale=1, elem_id="compare-btn")
     overlay = gr.Plot(label="Comparison", elem_id="compare-plot")
     with gr.Row():
-        pick = gr.Dropdown([], label="Run to download", scale=3, allow_custom_value=True)
+        pick = gr.Dropdown([], label="Run (shown below; the button downloads it)", elem_id="runs-pick", scale=3,
+                           allow_custom_value=True)  # a new session's API call before Refresh: checked by name
         prepare = gr.Button("Prepare download (metrics CSV + checkpoint)", scale=2, elem_id="download-btn")
     files = gr.File(file_count="multiple", label="Files", interactive=False, elem_id="run-files")
+    bar = gr.HTML(elem_id="runs-progress")
+    line = gr.Markdown(elem_id="runs-line")
+    curves = gr.Plot(label="Training curves", elem_id="runs-curves")
+    with gr.Row():
+        before = gr.Image(label="Before", type="pil", format="png", elem_id="runs-before")
+        now = gr.Image(label="Now", type="pil", format="png", elem_id="runs-now")
+    heldout = gr.Plot(label="Held-out evaluation", elem_id="runs-heldout")
     listing = [table, chosen, pick, metric, status]
-    gr.on([refresh.click, tab.select], partial(rh.refresh_runs, wb), None, listing, api_visibility="private")
+    shown = [curves, before, now, heldout, bar, line, status]
+    gr.on([refresh.click, tab.select], partial(rh.refresh_runs, wb), None, listing, api_visibility="private").then(
+        partial(rh.runs_show, wb), [pick], shown, api_visibility="private")
+    pick.input(partial(rh.runs_show, wb), [pick], shown, api_name="show_run_files")
     compare.click(partial(rh.compare, wb), [chosen, metric], [overlay, status], api_name="compare_runs")
     prepare.click(partial(rh.download, wb), [pick], [files, status], api_name="download_run")
 
@@ -289,8 +332,38 @@ def _learn_tab(wb, session) -> None:
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
     last = gr.Markdown(elem_id="learn-text-5")
     gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
+    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn")
+    after_status = gr.Markdown(elem_id="learn-after-status")
+    after_text = gr.Markdown(elem_id="learn-after-text")
+    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot")
+    after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
+                            format="png", elem_id="learn-after-images")
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
               api_name="learn_example", **HEAVY)
+    after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
+                api_name="learn_after", **HEAVY)
+
+
+def _picker(wb, session) -> dict:
+    """The model picker under the title: the header line and the menu; its Load is wired once the tabs exist."""
+    header = gr.Markdown(pol.header(wb, Session()), elem_id="model-header")
+    with gr.Row():
+        menu = gr.Dropdown(wb.sources(), value=BASE, allow_custom_value=True, filterable=True, scale=4,
+                           label="Policy of every tab", elem_id="model-picker",
+                           info="the base model, a run's newest checkpoint or one iteration, or a model folder path "
+                                "(SD3 / FLUX diffusers or embedded format)")
+        load = gr.Button("Load", elem_id="model-load-btn", scale=1)
+        refresh = gr.Button("Refresh the list", elem_id="model-refresh-btn", scale=1)
+    status = gr.Markdown(elem_id="model-status")
+
+    def wire(gallery, attribution: dict) -> None:
+        outputs = [menu, header, session, gallery, attribution["heatmap"], attribution["rates"],
+                   attribution["compare_plot"], attribution["compare_text"], status]
+        gr.on([load.click, menu.select], partial(pol.pick_policy, wb), [menu, session], outputs,
+              api_name="pick_policy", **HEAVY)
+        refresh.click(partial(pol.refresh_choices, wb), [menu], [menu, attribution["other"]],
+                      api_visibility="private")
+    return dict(load=wire, menu=menu)
 
 
 def build_app(wb: Workbench) -> gr.Blocks:
@@ -298,9 +371,8 @@ def build_app(wb: Workbench) -> gr.Blocks:
     parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
     with gr.Blocks(title="Chunk-GRPO Workbench", delete_cache=rh.EXPORT_CACHE) as demo:
         session = gr.State(Session())
-        model = wb.model_path or "the embedded model"
-        gr.Markdown(f"# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks "
-                    f"change. Model: **{model}** on **{wb.device}**.")
+        gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
+        picker = _picker(wb, session)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
                 gen = _generate_tab(wb, session)
@@ -308,6 +380,8 @@ def build_app(wb: Workbench) -> gr.Blocks:
                 attribution = _attribution_tab(wb, session)
             attribution_tab.select(partial(h.attribution_view, wb), [session],
                                    [attribution["heatmap"], attribution["rates"], attribution["status"]],
+                                   api_visibility="private")
+            attribution_tab.select(partial(pol.comparison_view, wb), [session], attribution["both"],
                                    api_visibility="private")
             gen["run"].click(partial(h.generate, wb), gen["inputs"],
                              [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
@@ -322,6 +396,9 @@ def build_app(wb: Workbench) -> gr.Blocks:
                 _runs_tab(wb, runs_tab)
             with gr.Tab("Learn", id="learn"):
                 _learn_tab(wb, session)
+        picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
+        demo.load(partial(pol.refresh_choices, wb), [picker["menu"]], [picker["menu"], attribution["other"]],
+                  api_visibility="private", show_progress="hidden")
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it
     return demo

@@ -20,8 +20,8 @@ from workbench.rl.credit import Credit, Z
 from workbench.rl.credit_stats import MISATTRIBUTED
 from workbench.rl.explain import Explanation, explain
 from workbench.rl.objectives import ObjectiveSettings
-from workbench.ui import explain_plots, handlers
-from workbench.ui.guard import guarded, ok
+from workbench.ui import explain_plots, handlers, policies
+from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
 
@@ -175,8 +175,9 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
            step_grpo_text(ex, session.advantages), explain_plots.push_figure(ex, "step_grpo", "Step GRPO's push "
                                                                              "−w at ratio 1: one value per image"),
            waiting, skip, skip, skip, skip, session, "… measuring credit")
-    credit = measure_credit(wb.policy(), session.group, build_reward("adherence"), branches=LEARN["branches"],
-                            chunks=session.sizes, progress=handlers._tracker(progress, "continuations from state"))
+    credit = measure_credit(wb.policy(session.source), session.group, build_reward("adherence"),
+                            branches=LEARN["branches"], chunks=session.sizes,
+                            progress=handlers._tracker(progress, "continuations from state"))
     session = replace(session, credit=credit)
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
                          explain_plots.chunk_push_figure(ex, credit, Z),
@@ -184,13 +185,52 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
 
 
 LESSON_POINTER = """
-### Then: a fine-tune you can see
+### Then: a fine-tune you can see, and its credit before and after
 
 The embedded model draws a cross as a blob or a ring. In **Fine-tune**, choose the lesson **crosses** and
 press **Start**: every 10 iterations the same held-out cross prompts are drawn again with the same noise, so
 **Before** and **Now** show what the fine-tune changed, and the plot below them follows the share of held-out
-crosses drawn right, without and with the model's CFG (docs/crosses.md has the measured curve). Then look at
-the credit of a cross group before and after: in **Generate**, sample *a large yellow cross in the bottom
-right on a gray background* with the reward `shape_match` and measure its credit in **Attribution**;
-notebook 03 measures the same on the fine-tuned checkpoint, beside the base model's.
+crosses drawn right, without and with the model's CFG (docs/crosses.md has the measured curve). When it has
+finished, the button below samples a held-out cross prompt under the base model and under the lesson's newest
+checkpoint, with the same noise, and measures both groups' credit the same way: the **Before and after** view
+of **Attribution** (load a run with the picker at the top to explore it in every tab).
 """
+LESSON_CROSS = "a large yellow cross in the bottom right on a gray background"  # held out: never trained on
+
+
+def lesson_run(wb: Workbench) -> str | None:
+    """The newest crosses-lesson run on disk with a complete checkpoint (its folder), or None."""
+    from workbench.train.store import list_runs
+
+    for info in list_runs(wb.jobs.root):
+        if info.config.get("task") != "crosses":
+            continue
+        try:
+            wb.source(str(info.path))
+        except WorkbenchError:  # no complete checkpoint yet
+            continue
+        return str(info.path)
+    return None
+
+
+@guarded(5)
+def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
+    """Closing stage -> (comparison figure, images, text, session, status): a held-out cross group under the base
+    model and under the newest crosses lesson's checkpoint, the same noise and measurement (`policies`)."""
+    from workbench.train import preset
+
+    run = lesson_run(wb)
+    if run is None:
+        raise WorkbenchError("no crosses lesson with a checkpoint on disk yet: in Fine-tune choose the lesson "
+                             "crosses and press Start (about 5 minutes on a 2-core laptop), then come back")
+    lesson = preset("crosses")
+    config = replace(lesson.sampling_config(1), group=LEARN["group"], seed=0)  # the lesson's window and steps
+    comparison = policies.measure_both(wb, (wb.base_key(run), run), LESSON_CROSS, config, lesson.reward,
+                                       LEARN["branches"], lesson.credit_chunks(), progress=progress)
+    session = replace(session, comparison=comparison)
+    figure, images, text = policies.comparison_panel(comparison, Z)
+    rewards = [float(c.rewards.mean()) for c in comparison.credits]
+    lead = (f"**{LESSON_CROSS}**, {LEARN['group']} images with the same noise: mean `{lesson.reward}` reward "
+            f"{rewards[0]:.2f} under {comparison.labels[0]}, {rewards[1]:.2f} under {comparison.labels[1]}. Only the "
+            f"lesson's trained steps (its SDE window, chunks {lesson.chunks}) count in the rates.\n\n")
+    return figure, images, lead + text, session, ok(f"compared the base model and {escape(comparison.labels[1])}")

@@ -121,12 +121,39 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     if inner not in names:
         raise WorkbenchError(f"unknown objective '{inner}'; valid objectives: {', '.join(names)}")
     advantages = paired_advantages(session.rewards, names, metric=_gfpo_metric(group))
-    moved = moved_log_probs(wb.policy(), group, advantages[inner], inner, settings, n, lr,
+    moved = moved_log_probs(wb.policy(session.source), group, advantages[inner], inner, settings, n, lr,
                             progress=_tracker(progress, "inner update"))
     selected = view.selected if view is not None and view.group is group else ObjectivesView.selected
     view = ObjectivesView(group, advantages, moved, n, lr, settings.clip_low, inner, list(session.sizes), selected)
     return _render(view, session, f"explained {len(names)} objectives on G={group.group_size}, "
                                   f"T={group.num_steps} after {n} updates of {inner}")
+
+
+def _ratio_one(group: TrajectoryGroup, rewards: torch.Tensor, sizes: list[int], clip: float) -> Explanation:
+    """Every objective's push on a group at ratio 1 (the first update of an iteration), paired advantages."""
+    names = objective_names()
+    advantages = paired_advantages(rewards, names, metric=_gfpo_metric(group))
+    old = group.log_probs  # (G, T)
+    return explain(old, old, advantages, ObjectiveSettings(clip_low=clip, chunks=list(sizes)), names,
+                   group.config.sde_mask().expand_as(old))
+
+
+@guarded(2)
+def objectives_compare(wb: Workbench, clip: float, session: Session):
+    """Compare push maps -> (figure, status): each objective's push at ratio 1 on the two groups of the
+    Attribution tab's comparison (same prompt and noise, two policies), one colour scale, each row beside its
+    own measured credit."""
+    comparison = session.comparison
+    if comparison is None:
+        raise WorkbenchError("no comparison yet: press Compare in the Attribution tab first")
+    clip = number(clip, "clip range")
+    rows = [(f"policy{n}", f"under {label}", _ratio_one(group, credit.rewards, session.sizes, clip))
+            for n, (label, group, credit) in enumerate(zip(comparison.labels, comparison.groups, comparison.credits))]
+    figure = objective_maps_figure(rows, [c.step_credit for c in comparison.credits])
+    figure.update_layout(title="What each objective pushes at ratio 1 on the same prompt and noise under two "
+                               "policies (one colour scale; rows: policies, first column: each group's credit)")
+    return figure, ok(f"push maps of {len(rows[0][2].names)} objectives under {comparison.labels[0]} and "
+                      f"{comparison.labels[1]}, chunks {format_sizes(session.sizes)}")
 
 
 @guarded(5)

@@ -29,12 +29,15 @@ from workbench.ui.jobs import RunView
 from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
 
-RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "started"]
+RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "held-out accuracy (no CFG)",
+               "held-out accuracy (CFG)", "started"]
 DEFAULT_METRIC = "reward/mean"
 APP_LIMITS = {"iterations": 2000, "group": 32, "steps": 64}  # a fine-tune started from the app is capped here
 FORM_FIELDS = ("objective", "reward", "chunks", "lr", "iterations", "group", "steps", "lora_rank", "sde", "window",
                "lesson")
 NO_LESSON = "none"  # the lesson menu's "no task": the world's training scenes, held-out adherence
+LESSON_TIME = {"crosses": "about 5 minutes on a 2-core laptop (270 CPU-s of training and 30 of evaluations on one "
+                          "thread, docs/crosses.md)"}  # measured by scripts/experiment_crosses.py
 GRID_ZOOM = 4  # the 32-pixel before/after pictures are shown 4x larger, nearest-neighbour (pixels stay pixels)
 
 
@@ -86,6 +89,22 @@ def lesson_form(config: TrainConfig) -> tuple:
             config.lora_rank, config.sde, window)
 
 
+def lesson_time(wb: Workbench, lesson: str, iterations: int) -> str:
+    """How long the lesson takes: the measured figure, and the last finished run of it on this machine."""
+    text = f" **It takes {LESSON_TIME[lesson]}**" if lesson in LESSON_TIME else ""
+    try:
+        runs = list_runs(wb.jobs.root)
+    except WorkbenchError:
+        runs = []
+    for run in runs:
+        started, updated = run.status.get("started"), run.status.get("updated")
+        if (run.state == "finished" and run.config.get("task") == lesson and run.iteration == iterations
+                and all(isinstance(v, (int, float)) for v in (started, updated))):
+            text += f"; its last run here, {escape(run.name)}, took {_duration(updated - started)}"
+            break
+    return text + "." if text else ""
+
+
 @guarded(12)
 def load_lesson(wb: Workbench, lesson: str):
     """Lesson menu -> (the form's 10 values from the lesson's preset, the lesson's description, status)."""
@@ -96,7 +115,8 @@ def load_lesson(wb: Workbench, lesson: str):
     held_out = len(config.held_out_prompts())
     text = (f"**Lesson: {escape(lesson)}.** {escape(doc)} Training on {len(config.prompt_pool())} prompts of the "
             f"task; every {config.eval_every} iterations the {held_out} held-out prompts are drawn with fixed noise, "
-            "without and with the model's CFG: watch **Before / Now** change and the held-out accuracy rise.")
+            "without and with the model's CFG: watch **Before / Now** change and the held-out accuracy rise."
+            f"{lesson_time(wb, lesson, config.iterations)}")
     return (*lesson_form(config), text, ok(f"loaded the lesson '{escape(lesson)}' (settings from its preset)"))
 
 
@@ -136,6 +156,37 @@ def describe(view: RunView) -> str:
     return line + (f"  \n⚠ {escape(view.message)}" if view.message else "")
 
 
+def _duration(seconds: float) -> str:
+    """12 s, 3 min 05 s, 1 h 02 min."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def progress_html(view: RunView, now: float | None = None) -> str:
+    """A progress bar: iteration of total, elapsed time and, while running, the time left at the pace so far."""
+    if not view.total:
+        return ""
+    done = min(view.iteration, view.total)
+    share = done / view.total
+    parts = [f"iteration {done}/{view.total}"]
+    end = (now or time.time()) if view.state in ("starting", "running") else view.updated
+    if view.started is not None and end is not None:
+        elapsed = max(0.0, end - view.started)
+        parts.append(f"{_duration(elapsed)} elapsed")
+        if view.state == "running" and 0 < done < view.total:
+            parts.append(f"about {_duration(elapsed / done * (view.total - done))} left")
+    if view.state not in ("starting", "running"):
+        parts.append(view.state)
+    return (f'<div class="run-progress" style="border:1px solid #ccc;border-radius:4px;height:1.4em;position:relative">'
+            f'<div style="width:{100 * share:.1f}%;height:100%;background:#f59e0b66"></div>'
+            f'<span style="position:absolute;left:0.5em;top:0.1em;font-size:0.9em">{escape(" · ".join(parts))}</span>'
+            '</div>')
+
+
 def _zoomed(path: Path) -> Image.Image:
     image = Image.open(path)
     return image.resize((image.width * GRID_ZOOM, image.height * GRID_ZOOM), Image.NEAREST)
@@ -151,21 +202,69 @@ def before_now(view: RunView) -> tuple:
             gr.Image(_zoomed(last), label=f"Now: the same prompts and noise at iteration {int(last.stem[5:])}"))
 
 
-@guarded(7)
-def poll_run(wb: Workbench, session: Session):
-    """Timer tick -> (live figure, newest sample image, Before grid, Now grid, held-out figure, timer update, run
-    Markdown); stops when the run ends. A session that started no run follows the run using the device, so every
-    session sees it (and can stop it)."""
-    run_id = session.run_id if session.run_id is not None else wb.jobs.busy()
-    if run_id is None:
-        return (*[gr.skip()] * 5, gr.Timer(active=False), "No run is using the device.")
-    view = wb.jobs.view(run_id)
+def run_panel(view: RunView) -> tuple:
+    """(training curves, newest sample, Before grid, Now grid, held-out figure, progress bar) of a run."""
     figure = plots.training_figure(view.metrics, f"Run {view.run_id} ({view.state})")
-    sample = Image.open(view.sample).copy() if view.sample is not None else gr.skip()
+    sample = Image.open(view.sample).copy() if view.sample is not None else None
     held_out = plots.heldout_figure(view.metrics, f"Held-out evaluation of run {view.run_id}")
-    started_here = "" if session.run_id is not None else " (started elsewhere; Stop stops it)"
-    return (figure, sample, *before_now(view), held_out, gr.Timer(active=not view.done),
-            describe(view) + started_here)
+    before, now = before_now(view)
+    if not view.eval_samples:
+        before, now = gr.Image(None, label="Before"), gr.Image(None, label="Now")
+    return figure, sample, before, now, held_out, progress_html(view)
+
+
+@guarded(8)
+def poll_run(wb: Workbench, session: Session):
+    """Timer tick -> (live figure, newest sample image, Before grid, Now grid, held-out figure, progress bar, timer
+    update, run Markdown); stops when the run ends. A session that started or chose no run follows the run using
+    the device, so every session sees it (and can stop it), else shows the newest run on disk."""
+    run_id, why = session.run_id, ""
+    if run_id is None:
+        run_id, why = wb.jobs.busy(), " (started elsewhere; Stop stops it)"
+    if run_id is None:
+        names = _run_names(wb)
+        if not names:
+            return (*[gr.skip()] * 6, gr.Timer(active=False), "No run yet: choose a lesson or settings and press "
+                                                              "**Start**.")
+        run_id, why = names[0], " (the newest run on disk; choose another under **Show run**)"
+    view = wb.jobs.view(run_id)
+    return (*run_panel(view), gr.Timer(active=not view.done), describe(view) + why)
+
+
+@guarded(10)
+def show_run(wb: Workbench, name: str | None, session: Session):
+    """Show run (Fine-tune) -> (the chosen run's panel, timer update, run Markdown, session, status), whatever its
+    state; the session follows it (Stop stops it while it runs)."""
+    if not name:
+        raise WorkbenchError("choose a run to show (its list is read when the tab opens)")
+    if name not in _run_names(wb):
+        raise WorkbenchError(f"run {name} not found in {wb.jobs.root}; reopen the tab to refresh the list")
+    session = replace(session, run_id=name)
+    *panel, timer, line = poll_run.__wrapped__(wb, session)
+    return (*panel, timer, line, session, ok(f"showing run {escape(name)}"))
+
+
+@guarded(7)
+def runs_show(wb: Workbench, name: str | None):
+    """Run chosen in the Runs tab -> (curves, Before grid, Now grid, held-out figure, progress bar, run line,
+    status), read from its folder: any run, finished or not, in any session."""
+    if not name:
+        return (*[gr.skip()] * 6, "")
+    if name not in _run_names(wb):
+        raise WorkbenchError(f"run {name} not found in {wb.jobs.root}; press Refresh")
+    view = wb.jobs.view(name)
+    figure, _, before, now, held_out, bar = run_panel(view)
+    return figure, before, now, held_out, bar, describe(view), ok(f"showing run {escape(name)}")
+
+
+def run_choices(wb: Workbench, session: Session):
+    """Fine-tune opened -> the Show run menu with the runs on disk now (the session's run selected)."""
+    try:
+        names = _run_names(wb)
+    except WorkbenchError:  # the runs root is unreadable: the poll says why
+        return gr.skip()
+    shown = session.run_id or wb.jobs.busy() or (names[0] if names else None)  # what poll_run shows
+    return gr.Dropdown(choices=names, value=shown if shown in names else None)
 
 
 def _run_names(wb: Workbench) -> list[str]:
@@ -182,8 +281,10 @@ def refresh_runs(wb: Workbench):
         started = r.status.get("started")
         state = r.state if not r.damaged else (f"damaged: {r.damaged}" if r.state == "damaged"
                                                 else f"{r.state} (damaged: {r.damaged})")
+        held_out = {key.split("/")[0]: values[-1] for key, (_, values) in plots.heldout_series(r.metrics).items()
+                    if plots.TASK_METRIC.match(key)}
         rows.append([r.name, state, r.iteration, str(r.config.get("objective", "")),
-                     round(last[-1], 4) if last else None,
+                     round(last[-1], 4) if last else None, held_out.get("eval"), held_out.get("eval_cfg"),
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
                      if isinstance(started, (int, float)) and not isinstance(started, bool) else ""])
     names = [r.name for r in listed]

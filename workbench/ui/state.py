@@ -14,7 +14,10 @@ from workbench.core.errors import WorkbenchError
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import CHUNKERS, check_sizes, chunk_boundaries
 from workbench.rl.credit import Credit, Z
+from workbench.rl.credit_compare import CreditComparison
 
+BASE = "base"  # the model picker's key of the model the app was started with
+EMBEDDED = "embedded"  # the model picker's key of the embedded model, whatever the app was started with
 DEFAULT_STEPS = 16  # T of the chunk editor before any group exists (the papers' 16 trained steps)
 
 
@@ -31,6 +34,8 @@ class Session:
     z: float = Z  # errors a cell's credit must clear to count as determined (Attribution tab)
     sizes: list[int] = field(default_factory=lambda: CHUNKERS.get("temporal")(DEFAULT_STEPS))  # last valid
     run_id: str | None = None  # the fine-tuning run this session started
+    source: str = BASE  # the policy every tab uses: a picker key (BASE, a run or checkpoint folder, a model folder)
+    comparison: CreditComparison | None = None  # the group's credit under this policy and a second one
 
     @property
     def steps(self) -> int:
@@ -42,13 +47,19 @@ class Session:
         """A new group replaces the old one and its credit; the schedule is kept when it still fits T."""
         sizes = self.sizes if sum(self.sizes) == group.num_steps else CHUNKERS.get("temporal")(group.num_steps)
         return replace(self, group=group, reward_spec=reward_spec, rewards=rewards, advantages=advantages,
-                       credit=None, reference=None, sizes=sizes)
+                       credit=None, reference=None, comparison=None, sizes=sizes)
+
+    def with_source(self, source: str) -> Session:
+        """Another policy: the group and everything measured on it belonged to the old one and are dropped."""
+        return replace(self, source=source, group=None, rewards=None, advantages=None, credit=None, reference=None,
+                       comparison=None)
 
     def with_sizes(self, sizes: list[int]) -> Session:
         """The session under a new (already valid) schedule; the stored credit is re-chunked, not re-sampled."""
         credit = self.credit.rechunk(sizes) if self.credit is not None else None
         reference = self.reference.rechunk(sizes) if self.reference is not None else None
-        return replace(self, sizes=list(sizes), credit=credit, reference=reference)
+        comparison = self.comparison.rechunk(sizes) if self.comparison is not None else None
+        return replace(self, sizes=list(sizes), credit=credit, reference=reference, comparison=comparison)
 
 
 def format_sizes(sizes: list[int]) -> str:

@@ -1,15 +1,22 @@
-"""What every session of the app shares: the model (loaded once, lazily), cached L1_rel curves and the
-training jobs. The tab handlers (`handlers`, `run_handlers`) receive it as their first argument."""
+"""What every session of the app shares: the policies sessions picked (loaded once, lazily, a few kept),
+cached L1_rel curves and the training jobs. The tab handlers (`handlers`, `run_handlers`) receive it as
+their first argument.
+
+A session names its policy by a picker key (`train.sources`): BASE for the model the app was started
+with, a run folder (its newest complete checkpoint) or a checkpoint folder, or another model folder.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 from workbench.flow.trajectory import SamplingConfig
 from workbench.ui.jobs import TRAIN_COMMAND, JobManager
-from workbench.ui.state import DEFAULT_STEPS
+from workbench.ui.state import BASE, DEFAULT_STEPS, EMBEDDED
 
 CURVE_PROMPTS = 8  # default number of prompts the L1_rel curve averages over (2 trajectories each)
+KEEP_POLICIES = 3  # loaded policies kept in memory (the least recently used one is dropped first)
 
 
 class Workbench:
@@ -22,18 +29,64 @@ class Workbench:
         self.model_path, self.explicit_device, self.curve_prompts = model, device, curve_prompts
         self.device = device or default_device()
         self.jobs = JobManager(runs_root, self.device, train_command)
-        self._policy = None
-        self._curves: dict[tuple[int, float], object] = {}
+        self._policies: OrderedDict[str, object] = OrderedDict()  # source key -> FlowPolicy, most recent last
+        self._curves: dict[tuple[str, int, float], object] = {}
+        self._resolved: dict[str | None, object] = {}  # path -> PolicySource of models and checkpoint folders
         self._lock, self._curve_lock = threading.Lock(), threading.Lock()
 
-    def policy(self):
-        """The FlowPolicy, loaded on first use (WorkbenchError if the model folder is bad)."""
-        with self._lock:
-            if self._policy is None:
-                from workbench.models.adapters import load_policy
+    def source(self, key: str | None = BASE):
+        """The PolicySource a picker key names (checked on disk, nothing loaded); BASE or empty: the app's model."""
+        from workbench.train.sources import resolve_source
 
-                self._policy = load_policy(self.model_path, device=self.device)
-            return self._policy
+        key = (key or "").strip()
+        path = self.model_path if key in ("", BASE) else None if key == EMBEDDED else key
+        if path in self._resolved:
+            return self._resolved[path]
+        source = resolve_source(path)
+        if source.run is None or source.checkpoint == path:  # a model or one checkpoint: it never changes
+            self._resolved[path] = source
+        return source
+
+    def base_key(self, key: str | None) -> str:
+        """The picker key of the base model of the policy `key` names (a run's model; a model itself)."""
+        source = self.source(key)
+        if source.model is None:
+            return EMBEDDED if self.model_path is not None else BASE
+        return BASE if source.model == self.model_path else source.model
+
+    def policy(self, key: str | None = BASE):
+        """The FlowPolicy a picker key names, loaded on first use and kept among the last KEEP_POLICIES
+        (WorkbenchError naming the path if it is bad)."""
+        from workbench.train.sources import load_policy
+
+        source = self.source(key)
+        with self._lock:
+            if source not in self._policies:
+                self._policies[source] = load_policy(source, device=self.device)
+                while len(self._policies) > KEEP_POLICIES:
+                    self._policies.popitem(last=False)
+            self._policies.move_to_end(source)
+            return self._policies[source]
+
+    def sources(self) -> list[tuple[str, str]]:
+        """The picker's choices, (label, key): the base model, then every run on disk (newest first) with its
+        newest checkpoint and each saved iteration. Nothing is loaded; a damaged run is left out."""
+        from workbench.core.errors import WorkbenchError
+        from workbench.train.store import RunStore, list_runs
+
+        base = self.model_path or "the embedded model"
+        choices = [(f"base model: {base}", BASE)]
+        try:
+            runs = list_runs(self.jobs.root)
+        except WorkbenchError:  # the runs root is a file: no run to offer
+            runs = []
+        for info in runs:
+            folders = sorted(RunStore(info.path).checkpoints(), key=lambda p: int(p.name.split("_")[1]), reverse=True)
+            if info.state == "damaged" or not folders:
+                continue
+            choices.append((f"run {info.name} · newest checkpoint", str(info.path)))
+            choices += [(f"run {info.name} · iteration {int(f.name.split('_')[1])}", str(f)) for f in folders]
+        return choices
 
     def warm_up(self) -> threading.Thread:
         """In the background: load the model and compute the default L1_rel curve (the first forward passes
@@ -47,17 +100,18 @@ class Workbench:
         thread.start()
         return thread
 
-    def curve(self, steps: int, noise_level: float):
-        """The L1_rel DynamicsCurve over `curve_prompts` prompts at T = steps (computed once per (T, noise))."""
-        key = (steps, round(noise_level, 4))
+    def curve(self, steps: int, noise_level: float, source: str | None = BASE):
+        """The L1_rel DynamicsCurve of a policy over `curve_prompts` prompts at T = steps (computed once per
+        (policy, T, noise))."""
+        key = (self.source(source).key, steps, round(noise_level, 4))
         with self._curve_lock:
             if key not in self._curves:
-                self._curves[key] = self._measure_curve(steps, noise_level)
+                self._curves[key] = self._measure_curve(steps, noise_level, source)
             return self._curves[key]
 
-    def _measure_curve(self, steps: int, noise_level: float):
+    def _measure_curve(self, steps: int, noise_level: float, source: str | None):
         from workbench.flow.dynamics import dynamics_curve
         from workbench.toyworld.world import spread_prompts
 
         config = SamplingConfig(group=2, steps=steps, noise_level=noise_level)
-        return dynamics_curve(self.policy(), spread_prompts(self.curve_prompts), config)
+        return dynamics_curve(self.policy(source), spread_prompts(self.curve_prompts), config)

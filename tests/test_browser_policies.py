@@ -1,0 +1,81 @@
+"""In headless chromium: load a run's checkpoint with the model picker, measure a group's credit under it and
+under its base model (Attribution's Compare), and come back to the run in Runs. Screenshots: test-artifacts/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+LONG = 120_000  # ms; the CPU may be shared
+
+pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is missing: "
+                                 "apt-get update && apt-get install -y chromium")]
+
+from playwright.sync_api import expect  # noqa: E402
+
+from tests.test_app_client import free_port  # noqa: E402
+from tests.test_browser import browser_type_launch_args, generate, set_number  # noqa: E402, F401
+from tests.test_sources import make_run  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """The app on a random-init tiny model with one run of it on disk (checkpoints at iterations 10 and 20)."""
+    from workbench.models.embedded import build_embedded, save_embedded
+    from workbench.ui.layout import build_app
+    from workbench.ui.workbench import Workbench
+
+    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+    wb = Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")), curve_prompts=2)
+    run = make_run(wb.jobs.root, model, iterations=(10, 20), name="lesson")
+    demo = build_app(wb)
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield f"http://127.0.0.1:{port}/", run
+    demo.close()
+
+
+def test_load_a_checkpoint_and_compare_credit_before_and_after(page, app):
+    url, run = app
+    page.goto(url)
+    expect(page.locator("#model-header")).to_contain_text("Policy of every tab", timeout=LONG)
+    picker = page.locator("#model-picker input")
+    picker.fill(str(run / "checkpoints" / "iter_0010"))
+    picker.press("Enter")
+    page.click("#model-load-btn")
+    expect(page.locator("#model-header")).to_contain_text("run lesson, iteration 10", timeout=LONG)
+    expect(page.locator("#model-status")).to_contain_text("loaded run lesson, iteration 10")
+    generate(page, group=4, steps=6)
+    page.get_by_role("tab", name="Attribution").click()
+    set_number(page, "credit-k", 2)
+    page.click("#compare-credit-btn")
+    expect(page.locator("#credit-status")).to_contain_text("compared two policies", timeout=LONG)
+    expect(page.locator("#compare-credit-plot .js-plotly-plot")).to_be_visible()
+    text = page.locator("#compare-credit-text")
+    expect(text).to_contain_text("misattributed among determined")
+    expect(text).to_contain_text("run lesson @ 10")
+    expect(page.locator("#model-picker input")).to_have_value("run lesson · iteration 10")  # the choice's label
+    expect(page.locator("#compare-images img")).to_be_visible()
+    page.locator("#compare-credit-plot").screenshot(path=str(ARTIFACTS / "browser_compare_maps.png"))
+    page.screenshot(path=str(ARTIFACTS / "browser_compare.png"), full_page=True)
+    picker.fill("/no/such/model")
+    picker.press("Enter")
+    page.click("#model-load-btn")
+    expect(page.locator("#model-status")).to_contain_text("/no/such/model does not exist", timeout=LONG)
+    expect(page.locator("#model-header")).to_contain_text("iteration 10")  # the loaded policy stays
+
+
+def test_a_run_is_shown_again_in_a_fresh_page(page, app):
+    url, _ = app
+    page.goto(url)
+    page.get_by_role("tab", name="Runs").click()
+    expect(page.locator("#runs-table")).to_contain_text("lesson", timeout=LONG)
+    expect(page.locator("#runs-line")).to_contain_text("finished", timeout=LONG)
+    expect(page.locator("#runs-progress")).to_contain_text("iteration 20/20")
+    page.screenshot(path=str(ARTIFACTS / "browser_runs_shown.png"), full_page=True)

@@ -1,0 +1,52 @@
+"""Credit of one prompt under two policies: same noise, same measurement; rate differences with their errors."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from workbench.flow.trajectory import SamplingConfig
+from workbench.models.embedded import EmbeddedPolicy
+from workbench.rl.credit_compare import compare_credit, rate_difference
+from workbench.rl.credit_stats import Rates
+
+PROMPT = "a small blue ring in the center"
+CONFIG = SamplingConfig(group=4, steps=4, seed=3)
+
+
+def reward(images, prompts):
+    return images.mean(dim=(1, 2, 3))  # (B,) brightness: cheap, and it varies with every step
+
+
+def test_the_same_policy_on_both_sides_gives_identical_maps(random_policy):
+    c = compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, CONFIG, reward, branches=2, chunks="1,3")
+    (ga, gb), (ca, cb) = c.groups, c.credits
+    assert torch.equal(ga.images, gb.images) and torch.equal(ga.states, gb.states)
+    assert torch.equal(ca.step_credit, cb.step_credit) and torch.equal(ca.step_classes(), cb.step_classes())
+    assert all(d.diff == 0 or math.isnan(d.diff) for d in c.differences())
+    assert c.rechunk("2,2").credits[0].sizes == [2, 2]
+
+
+def test_another_policy_changes_the_group_from_the_same_noise(random_policy):
+    moved = EmbeddedPolicy(copy.deepcopy(random_policy.model))
+    with torch.no_grad():
+        for p in moved.transformer.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    c = compare_credit((random_policy, moved), ("base", "moved"), PROMPT, CONFIG, reward, branches=2, chunks="4")
+    (ga, gb), (ca, cb) = c.groups, c.credits
+    assert torch.equal(ga.states[:, 0], gb.states[:, 0])  # the same x_T
+    assert not torch.equal(ga.images, gb.images) and not torch.equal(ca.step_credit, cb.step_credit)
+    assert c.scale == max(float(ca.step_credit.abs().max()), float(cb.step_credit.abs().max()))
+    assert [(d.unit, d.rate) for d in c.differences()][:3] == [("step", "misattributed"), ("step", "determined"),
+                                                                ("step", "mass_against")]
+
+
+def test_rate_difference_by_hand():
+    before = Rates(misattributed=0.4, misattributed_se=0.03, determined=0.5, determined_se=0.1, mass_against=0.3,
+                   mass_against_se=0.05, plain=0.45, plain_se=0.02, cells=32, determined_cells=16)
+    after = Rates(misattributed=0.25, misattributed_se=0.04, determined=0.6, determined_se=0.1, mass_against=0.2,
+                  mass_against_se=0.05, plain=0.4, plain_se=0.02, cells=32, determined_cells=19)
+    d = rate_difference("step", "misattributed", before, after)
+    assert (d.before, d.after) == (0.4, 0.25) and math.isclose(d.diff, -0.15) and math.isclose(d.se, 0.05)

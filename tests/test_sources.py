@@ -1,0 +1,141 @@
+"""One loader for every policy source: a model folder, a run (its newest complete checkpoint), one checkpoint."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.files import write_json
+from workbench.models.embedded import EmbeddedPolicy, build_embedded, save_embedded
+from workbench.train import TrainConfig
+from workbench.train.sources import PolicySource, load_policy, resolve_source
+from workbench.train.store import CONFIG, RunStore
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+
+
+def base_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in load_policy(model_dir, device="cpu").transformer.named_parameters()}
+
+
+def make_run(root: Path, model_dir: Path, iterations=(10, 20), name: str = "demo", keep: int = 5, **config) -> Path:
+    """A run folder of the model in model_dir with a checkpoint per iteration: every weight + iteration / 1000."""
+    store = RunStore.create(root, name)
+    write_json(store.path / CONFIG, TrainConfig(model=str(model_dir), iterations=max(iterations), **config).to_dict())
+    store.write_status("finished", max(iterations))
+    weights = base_weights(model_dir)
+    for it in iterations:
+        store.save_checkpoint(it, {k: v + it / 1000 for k, v in weights.items()}, {"state": {}, "param_groups": []},
+                              keep=keep)
+    return store.path
+
+
+def shift_of(policy, model_dir: Path) -> float:
+    """The constant every weight of policy was moved by from the base model."""
+    base = base_weights(model_dir)
+    moved = {k: v.detach() for k, v in policy.transformer.named_parameters()}
+    shifts = {round(float((moved[k] - base[k]).mean()), 4) for k in base}
+    assert len(shifts) == 1, shifts
+    return shifts.pop()
+
+
+def test_each_kind_of_source_loads(model_dir, tmp_path):
+    run = make_run(tmp_path, model_dir)
+    assert isinstance(load_policy(None, device="cpu"), EmbeddedPolicy)  # the shipped model
+    assert shift_of(load_policy(model_dir, device="cpu"), model_dir) == 0.0
+    assert shift_of(load_policy(run, device="cpu"), model_dir) == 0.02  # the newest checkpoint
+    assert shift_of(load_policy(run / "checkpoints" / "iter_0010", device="cpu"), model_dir) == 0.01
+    assert shift_of(load_policy(resolve_source(str(run)), device="cpu"), model_dir) == 0.02
+
+
+def test_sources_say_what_they_name(model_dir, tmp_path):
+    run = make_run(tmp_path, model_dir)
+    assert resolve_source(None) == PolicySource() and resolve_source("  ").label == "the embedded model"
+    assert resolve_source(model_dir) == PolicySource(model=str(model_dir))
+    newest = resolve_source(run)
+    assert (newest.run, newest.iteration, newest.checkpoint) == (str(run), 20, str(run / "checkpoints" / "iter_0020"))
+    assert newest.label == f"run demo, iteration 20 (fine-tuned from {model_dir})"
+    assert newest.key == newest.checkpoint  # the picker pins a run to the checkpoint it resolved to
+    assert resolve_source(run / "checkpoints" / "iter_0010").iteration == 10
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_an_older_complete_one(model_dir, tmp_path):
+    run = make_run(tmp_path, model_dir)
+    (run / "checkpoints" / "iter_0020" / "weights.safetensors").write_bytes(b"not safetensors")
+    assert resolve_source(run).iteration == 10
+    assert shift_of(load_policy(run, device="cpu"), model_dir) == 0.01
+    with pytest.raises(WorkbenchError, match="iter_0020 is incomplete or corrupted"):
+        resolve_source(run / "checkpoints" / "iter_0020")  # chosen by name: refused, never replaced
+
+
+@pytest.mark.parametrize("case, message", [
+    ("missing", "does not exist; give a model folder"),
+    ("empty", "is neither a model folder nor a run"),
+    ("no_checkpoint", "has no complete checkpoint yet"),
+    ("bad_config", "has an unreadable config"),
+])
+def test_bad_paths_are_refused_naming_them(model_dir, tmp_path, case, message):
+    path = tmp_path / case
+    if case == "empty":
+        path.mkdir()
+    if case in ("no_checkpoint", "bad_config"):
+        path = make_run(tmp_path, model_dir, name=case)
+        shutil.rmtree(path / "checkpoints")
+        if case == "bad_config":
+            write_json(path / CONFIG, {"group": "eight"})
+            (path / "checkpoints").mkdir()
+    with pytest.raises(WorkbenchError, match=message) as err:
+        load_policy(path, device="cpu")
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("path", ["bad\0path", "x" * 5000])
+def test_unusable_paths_are_a_message(path):
+    with pytest.raises(WorkbenchError, match="is not a usable path|does not exist"):
+        resolve_source(path)
+
+
+def test_a_model_folder_without_weights_is_named_by_the_model_loader(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    with pytest.raises(WorkbenchError, match="model.safetensors"):
+        load_policy(tmp_path / "m", device="cpu")
+
+
+def test_the_trainer_keeps_as_many_checkpoints_as_asked(tmp_path):
+    from workbench.train import Trainer
+
+    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=1, eval_prompts=0, iterations=3,
+                         checkpoint_every=1, keep_checkpoints=2, sample_every=10)
+    model = build_embedded(seed=0)
+    model.text_encoder.eval().requires_grad_(False)
+    Trainer(config, tmp_path / "run", EmbeddedPolicy(model)).run()
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("iter_*")) == ["iter_0002", "iter_0003"]
+    with pytest.raises(WorkbenchError, match="keep_checkpoints must be a positive integer"):
+        TrainConfig(keep_checkpoints=0)
+    with pytest.raises(WorkbenchError, match="keep_checkpoints must be in 1..1000"):
+        TrainConfig(keep_checkpoints=10**6)
+
+
+def test_the_command_line_takes_a_run_or_a_checkpoint_as_model(model_dir, tmp_path, capsys):
+    from workbench.cli.main import main
+
+    run = make_run(tmp_path, model_dir)
+    prompt = "a large red circle in the top left on a white background"
+    assert main(["sample", "--prompt", prompt, "--num", "2", "--steps", "3", "--out", str(tmp_path / "g.png"),
+                 "--model", str(run)]) == 0
+    assert (tmp_path / "g.png").is_file()
+    assert main(["attribute", "--prompt", prompt, "--group", "2", "--steps", "3", "--branches", "2", "--chunks", "3",
+                 "--json", "--model", str(run / "checkpoints" / "iter_0010")]) == 0
+    assert '"chunks": [3]' in capsys.readouterr().out
+    shutil.rmtree(run / "checkpoints")
+    assert main(["sample", "--prompt", prompt, "--out", str(tmp_path / "h.png"), "--model", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: run {run} has no complete checkpoint yet") and "Traceback" not in err

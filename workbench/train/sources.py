@@ -1,0 +1,135 @@
+"""Where a policy comes from, and the one function that loads it: a model folder, or a fine-tuning run's checkpoint.
+
+    load_policy()                                        the embedded model shipped with the package
+    load_policy("models/sd3")                            a diffusers SD3 / FLUX folder, or an embedded-format folder
+    load_policy("runs/crosses-1")                        a run: its base model with its newest complete checkpoint
+    load_policy("runs/crosses-1/checkpoints/iter_0080")  a run at one checkpoint
+
+The app's model picker, every command's --model and the notebooks all go through `load_policy`;
+`resolve_source` checks a path and says what it names (`PolicySource.label` is what the app's header shows)
+without loading any weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from workbench.core.errors import WorkbenchError
+from workbench.flow.policy import FlowPolicy
+from workbench.train.config import TrainConfig
+from workbench.train.store import CHECKPOINT_NAME, CONFIG, RunStore, load_checkpoint
+
+VALID = ("a model folder (model_index.json for SD3/FLUX, or config.json + model.safetensors), a run folder "
+         "(runs/<id>: its newest complete checkpoint) or one of its checkpoints (runs/<id>/checkpoints/iter_0080)")
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """A policy's origin: a base model folder (None = the embedded model), optionally a run and its checkpoint."""
+
+    model: str | None = None  # the base model folder; None = the embedded model
+    run: str | None = None  # the run folder whose checkpoint is applied; None = the base model itself
+    checkpoint: str | None = None  # the checkpoint folder (resolved: the newest complete one when not chosen)
+    iteration: int | None = None  # the checkpoint's iteration
+
+    @property
+    def key(self) -> str:
+        """The path that names this source again (the picker's value): '' for the embedded model."""
+        return self.checkpoint or self.model or ""
+
+    @property
+    def label(self) -> str:
+        """What the app's header shows: 'the embedded model', or 'run crosses-1, iteration 80 (on ...)'."""
+        base = self.model or "the embedded model"
+        if self.run is None:
+            return base
+        return f"run {Path(self.run).name}, iteration {self.iteration} (fine-tuned from {base})"
+
+    @property
+    def short(self) -> str:
+        """A few words for table columns and plot titles: 'embedded model', 'sd3-medium', 'run crosses-1 @ 80'."""
+        if self.run is not None:
+            return f"run {Path(self.run).name} @ {self.iteration}"
+        return Path(self.model).name if self.model else "embedded model"
+
+
+def resolve_source(path: str | Path | None) -> PolicySource:
+    """What `path` names, checked on disk without loading weights (a bad path is a WorkbenchError naming it)."""
+    if path is None or str(path).strip() == "":
+        return PolicySource()
+    folder = Path(str(path).strip()).expanduser()
+    try:
+        exists = folder.exists()
+    except (OSError, ValueError) as err:  # a NUL byte, a name too long for the file system
+        raise WorkbenchError(f"{str(path)[:200]!r} is not a usable path ({err}); give {VALID}") from None
+    if not exists:
+        raise WorkbenchError(f"{folder} does not exist; give {VALID}, or nothing for the embedded model")
+    if folder.is_dir() and CHECKPOINT_NAME.match(folder.name) and folder.parent.name == "checkpoints":
+        return _checkpoint_source(folder)
+    if folder.is_dir() and _is_run(folder):
+        return _run_source(folder)
+    if folder.is_dir() and ((folder / "model_index.json").is_file() or (folder / CONFIG).is_file()):
+        return PolicySource(model=str(folder))  # load_model names what such a folder lacks
+    raise WorkbenchError(f"{folder} is neither a model folder nor a run; give {VALID}")
+
+
+def _is_run(folder: Path) -> bool:
+    """A run folder: config.json beside what a run writes (status, metrics, checkpoints), and no model weights."""
+    marks = ("status.json", "metrics.jsonl", "checkpoints")
+    return ((folder / CONFIG).is_file() and any((folder / m).exists() for m in marks)
+            and not (folder / "model.safetensors").exists() and not (folder / "model_index.json").exists())
+
+
+def _run_config(run: Path) -> TrainConfig:
+    store = RunStore.open(run)
+    try:
+        return TrainConfig.from_dict(store.config())
+    except WorkbenchError as err:
+        raise WorkbenchError(f"run {run} has an unreadable config ({err})") from None
+
+
+def _run_source(run: Path) -> PolicySource:
+    config = _run_config(run)
+    for folder in RunStore(run).checkpoints():
+        try:
+            iteration = load_checkpoint(folder).iteration
+        except WorkbenchError:
+            continue
+        return PolicySource(config.model, str(run), str(folder), iteration)
+    raise WorkbenchError(f"run {run} has no complete checkpoint yet (one is saved every {config.checkpoint_every} "
+                         "iterations and at the end); wait for one, or load the base model")
+
+
+def _checkpoint_source(folder: Path) -> PolicySource:
+    run = folder.parent.parent
+    config = _run_config(run)
+    iteration = load_checkpoint(folder).iteration  # an incomplete checkpoint is a WorkbenchError naming it
+    return PolicySource(config.model, str(run), str(folder), iteration)
+
+
+def load_policy(source: str | Path | PolicySource | None = None, device: str | None = None, dtype: str = "float32",
+                **options) -> FlowPolicy:
+    """The policy `source` names (a path, a PolicySource, or None for the embedded model), never the network.
+
+    A model folder loads as `models.adapters.load_model` does (options such as resolution go to SD3 / FLUX);
+    a run loads its base model (the run's config.model and lora_rank) and copies the checkpoint's trained
+    weights into it. Every failure is a one-line WorkbenchError that names the path.
+    """
+    from workbench.models.adapters import load_model
+
+    src = source if isinstance(source, PolicySource) else resolve_source(source)
+    if src.run is None:
+        return load_model(src.model, device=device, dtype=dtype, **options)
+    from workbench.train.distributed import DistInfo
+    from workbench.train.trainable import add_lora, copy_weights, load_base_policy
+
+    config = _run_config(Path(src.run))
+    policy = load_base_policy(replace(config, device=device or config.device), DistInfo())
+    if config.lora_rank:
+        add_lora(policy.transformer, config.lora_rank, config.lora_alpha)
+    else:
+        policy.transformer.requires_grad_(True)
+    copy_weights(policy.transformer, load_checkpoint(src.checkpoint).weights)
+    policy.name = f"{policy.name}@{Path(src.run).name}:{src.iteration}"
+    return policy

@@ -1,0 +1,127 @@
+"""Handlers of the model picker (the app's header) and of the before/after comparison in Attribution.
+
+The picker names the policy every tab of a session uses: the model the app was started with, a run's
+newest checkpoint or a chosen iteration, or another model folder typed as a path (`train.sources`).
+Sessions pick independently; the shared `Workbench` keeps the last few loaded policies. A running
+fine-tune is a separate process and is never touched by a switch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import gradio as gr
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.imaging import grid
+from workbench.rl.credit import Z
+from workbench.ui import credit_view, plots
+from workbench.ui.guard import escape, guarded, ok, whole_number
+from workbench.ui.handlers import _tracker, _z, rates_markdown
+from workbench.ui.state import BASE, Session
+from workbench.ui.workbench import Workbench
+
+RUN_BASE = "run base"  # the comparison's default key: the base model of the session's policy
+NO_COMPARISON = ("Pick a second policy and press **Compare** to sample this group's prompt with the same noise "
+                 "under it and measure both groups' credit the same way.")
+
+
+def header(wb: Workbench, session: Session) -> str:
+    """The header line: which policy this session's tabs use, on which device."""
+    try:
+        label = wb.source(session.source).label
+    except WorkbenchError as err:
+        label = f"{session.source} (no longer loadable: {err})"
+    return f"Policy of every tab: **{escape(label)}** on **{wb.device}**."
+
+
+def refresh_choices(wb: Workbench, current: str | None):
+    """Refresh button / page load -> the picker and the comparison menu with the runs on disk now."""
+    listed = wb.sources()
+    compare = [("the base model of this session's policy", RUN_BASE), *listed]
+    return gr.Dropdown(choices=listed, value=current or BASE), gr.Dropdown(choices=compare)
+
+
+@guarded(9)
+def pick_policy(wb: Workbench, key: str | None, session: Session, progress=gr.Progress()):
+    """Load -> (picker, header, session, gallery, credit map, rates, comparison map, comparison text, status).
+
+    A run folder is pinned to the checkpoint it names now (its newest complete one). Another policy drops the
+    session's group and what was measured on it: they belong to the old policy."""
+    key = (key or BASE).strip()
+    start = time.perf_counter()
+    progress(0.1, desc="loading the policy")
+    source = wb.source(key)
+    stored = source.checkpoint or key
+    wb.policy(stored)
+    seconds = time.perf_counter() - start
+    menu = gr.Dropdown(choices=wb.sources(), value=stored)  # a typed path or a run shows as what was loaded
+    if stored == session.source:
+        return menu, header(wb, session), session, *(gr.skip(),) * 5, ok(f"{escape(source.label)} is already loaded")
+    dropped = session.group is not None
+    session = session.with_source(stored)
+    note = f"loaded {escape(source.label)} in {seconds:.1f} s"
+    if dropped:
+        note += "; the group made under the previous policy was dropped: generate one under this policy"
+    cleared = plots.empty_figure("Step credit", "generate a group, then measure credit")
+    return (menu, header(wb, session), session, [], cleared, rates_markdown(session),
+            plots.empty_figure("Two policies", "generate a group, then compare"), NO_COMPARISON, ok(note))
+
+
+def comparison_outputs(session: Session) -> tuple:
+    """(comparison figure, its text) of the session's stored comparison, or skips when there is none."""
+    if session.comparison is None:
+        return gr.skip(), gr.skip()
+    return credit_view.comparison_figure(session.comparison, session.z), credit_view.comparison_text(
+        session.comparison, session.z)
+
+
+@guarded(3)
+def comparison_view(wb: Workbench, session: Session):
+    """Attribution opened or z changed -> (comparison figure, text, status) re-classified under the session's
+    z and chunks (nothing is sampled)."""
+    return (*comparison_outputs(session), gr.skip())
+
+
+def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, reward_spec: str, branches: int,
+                 sizes: list[int], estimator: str = "mc", crn: bool = True, progress=None):
+    """The CreditComparison of two picker keys (first: before, second: after) on one prompt and noise."""
+    from workbench.rewards import build_reward
+    from workbench.rl.credit_compare import compare_credit
+
+    labels = tuple(wb.source(k).short for k in keys)
+    policies = tuple(wb.policy(k) for k in keys)
+    return compare_credit(policies, labels, prompt, config, build_reward(reward_spec), branches=branches,
+                          chunks=sizes, seed=config.seed, estimator=estimator or "mc", crn=bool(crn),
+                          progress=None if progress is None else _tracker(progress, "continuation batches"))
+
+
+def comparison_panel(comparison, z: float) -> tuple:
+    """(figure, images of both groups: top row before, bottom row after, text) of a CreditComparison."""
+    images = grid(torch.cat([g.images for g in comparison.groups]), ncol=comparison.groups[0].group_size)
+    return (credit_view.comparison_figure(comparison, z), images, credit_view.comparison_text(comparison, z))
+
+
+@guarded(5)
+def compare(wb: Workbench, other: str | None, branches: float, session: Session, estimator: str = "mc",
+            crn: bool = True, z: float = Z, progress=gr.Progress()):
+    """Compare button -> (comparison figure, images of both groups, text, session, status).
+
+    The session's prompt is sampled with its group's SamplingConfig (same x_T, same SDE noise) under the
+    chosen policy (default: the base model of the session's) and under the session's own, and both groups'
+    credit is measured with the same estimator, K and continuation seed (`rl.credit_compare`)."""
+    if session.group is None:
+        raise WorkbenchError("no group yet: generate one in the Generate tab first")
+    k, z = whole_number(branches, "branches (K)", 1), _z(z)
+    other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
+    group = session.group
+    comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,
+                              session.sizes, estimator, crn, progress)
+    session = replace(session, comparison=comparison, z=z)
+    same = (" (both sides are the same policy: pick a run to compare with)"
+            if wb.source(other) == wb.source(session.source) else "")
+    seconds = sum(c.cost.get("seconds", 0.0) for c in comparison.credits)
+    return (*comparison_panel(comparison, z), session,
+            ok(f"compared two policies on '{escape(group.prompt)}' ({seconds:.1f} s){same}"))
