@@ -1,5 +1,6 @@
-"""A catalogue of hostile input and damaged runs (issue 13): every refusal is one clear line naming the flag,
-field or file, with a non-zero exit, before any work, and nothing already on disk is lost.
+"""A catalogue of hostile input and damaged runs (issues 13 and 22): every refusal is one clear line naming the
+flag, field or file, with a non-zero exit, before any work, and nothing already on disk is lost. Issue 22 added
+one writer per run folder, no NaN shown as a figure, bounded work, and messages that name the known cause.
 
 The command line runs in-process (`main(argv)`, stderr through capsys); the app's numeric controls go through
 gradio's own `process_api`; the handlers are called directly. The model is the random-init tiny one.
