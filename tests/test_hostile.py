@@ -1,5 +1,6 @@
-"""A catalogue of hostile input and damaged runs (issue 13): every refusal is one clear line naming the flag,
-field or file, with a non-zero exit, before any work, and nothing already on disk is lost.
+"""A catalogue of hostile input and damaged runs (issues 13 and 22): every refusal is one clear line naming the
+flag, field or file, with a non-zero exit, before any work, and nothing already on disk is lost. Issue 22 added
+one writer per run folder, no NaN shown as a figure, bounded work, and messages that name the known cause.
 
 The command line runs in-process (`main(argv)`, stderr through capsys); the app's numeric controls go through
 gradio's own `process_api`; the handlers are called directly. The model is the random-init tiny one.
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -428,9 +431,10 @@ def app(model_dir, tmp_path_factory):
     return build_app(wb), wb
 
 
-def call_endpoint(demo, api_name: str, **values):
+def call_endpoint(demo, api_name: str, state: SessionState | None = None, **values):
     """Run an endpoint through gradio's own preprocessing, as an API client would: the controls' defaults
-    except `values` (by label prefix). Returns the outputs, or raises what gradio would report."""
+    except `values` (by label prefix), in a fresh session unless `state` is given. Returns the outputs, or
+    raises what gradio would report."""
     fn = next(f for f in demo.fns.values() if f.api_name == api_name)
     inputs = []
     for block in fn.inputs:
@@ -438,7 +442,7 @@ def call_endpoint(demo, api_name: str, **values):
         inputs.append(match[0] if match else (None if isinstance(block, gr.State) else block.value))
     # a thread of its own: an earlier test (Playwright's sync API) may leave an event loop running in this one
     with ThreadPoolExecutor(1) as pool:
-        call = pool.submit(asyncio.run, demo.process_api(fn, inputs, state=SessionState(demo)))
+        call = pool.submit(asyncio.run, demo.process_api(fn, inputs, state=state or SessionState(demo)))
         return call.result()["data"]
 
 
@@ -542,3 +546,324 @@ def test_long_messages_are_cut_in_the_middle():
     line = one_line(text)
     assert len(line) <= 400 and line.startswith("chunk sizes [1, 1") and line.endswith("they sum to 16")
     assert one_line("short\nmessage") == "short message"
+
+
+# --------------------------------------------------------------------------- one writer per run folder (issue 22)
+HOLD = ("import sys, time; from workbench.train.lock import RunLock; lock = RunLock.acquire(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(60)")
+
+
+def hold_lock(folder: Path) -> subprocess.Popen:
+    """Another process that holds `folder`'s run lock (as a training process does) until killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@pytest.mark.parametrize("how", ["--resume", "--out"])
+def test_a_second_writer_is_refused_naming_the_run_and_holder(capsys, model_dir, trained, tmp_path, how):
+    run = copy_run(trained, tmp_path)
+    if how == "--out":
+        shutil.rmtree(run)
+        run.mkdir()  # empty: a first `train --out` has locked it and not written yet
+    holder = hold_lock(run)
+    try:
+        before = snapshot(run)
+        argv = ["train", "--resume", run] if how == "--resume" else [*TRAIN, "--model", model_dir, "--out", run]
+        assert_refused(capsys, argv, f"run {run} is being written by process {holder.pid}", "--stop")
+        assert snapshot(run) == before  # no row deleted, no config rewritten
+    finally:
+        holder.kill()
+        holder.wait()
+    if how == "--resume":  # kill -9 freed the lock: the resume goes ahead
+        code, out, err = cli(capsys, ["train", "--resume", run, "--iterations", "3"])
+        assert code == 0 and [r["iteration"] for r in RunStore(run).metrics()] == [1, 2, 3], err
+
+
+def test_a_writer_in_this_process_holds_the_lock_until_its_run_ends(model_dir, tmp_path):
+    from workbench.train import Trainer
+    from workbench.train.lock import RunLock
+
+    config = TrainConfig(model=str(model_dir), iterations=1, group=2, steps=2, chunks="1,1", eval_prompts=0,
+                         prompts_per_iteration=1, report_to="none", sample_every=100)
+    trainer = Trainer(config, tmp_path / "r")
+    with pytest.raises(WorkbenchError, match=f"being written by process {os.getpid()}"):
+        RunLock.acquire(tmp_path / "r")
+    trainer.run()
+    RunLock.acquire(tmp_path / "r").release()  # free once the run ended
+
+
+def test_a_killed_writer_leaves_no_temp_files_after_the_next_writer(capsys, trained, tmp_path):
+    run = copy_run(trained, tmp_path)
+    for stale in (run / ".status.json.abc123.tmp", run / "checkpoints" / ".latest.json.x.tmp"):
+        stale.write_text("{torn")
+    code, _, err = cli(capsys, ["train", "--resume", run, "--iterations", "3"])
+    assert code == 0, err
+    assert not [p for p in run.rglob("*.tmp")]
+
+
+# --------------------------------------------------------------------------- no NaN shown as a figure (issue 22)
+@pytest.fixture(scope="module")
+def sampled(app):
+    """A session holding a G=3, T=4 group of the app's model, with its credit (K=2)."""
+    _, wb = app
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())[-2]
+    return h.attribute(wb, 2, session)[-2]
+
+
+@pytest.mark.parametrize("updates, lr", [(10, 1.0), (1, 1e308), (3, 1e30)])
+def test_diverged_inner_updates_are_refused_naming_the_learning_rate(app, sampled, updates, lr):
+    from workbench.ui import objectives as ob
+
+    _, wb = app
+    out = ob.objectives_compute(wb, updates, lr, 1e-4, "chunk_grpo", None, sampled)
+    status = out[-1].replace("\\", "")
+    assert status.startswith("⚠ the inner updates diverged") and f"learning rate {lr:g}" in status, status
+    assert "nan" not in status.lower().replace("nan or inf", "") and all(v == gr.skip() for v in out[:-1])
+
+
+def test_attribute_with_no_determined_cell_prints_no_nan(capsys, model_dir):
+    code, out, err = cli(capsys, [*ATTRIBUTE, "--z", "1e9", "--model", model_dir])
+    assert code == 0 and "nan" not in out.lower(), out
+    assert out.count("misattributed among determined not defined (no cell is determined") == 2
+    code, out, err = cli(capsys, [*ATTRIBUTE, "--z", "1e9", "--json", "--model", model_dir])
+    assert code == 0 and json.loads(out)["step_misattributed"] is None
+
+
+@pytest.mark.parametrize("lr, iterations", [("1", 3), ("0.3", 4)])
+def test_a_diverging_learning_rate_is_named_not_the_sampler(capsys, model_dir, tmp_path, lr, iterations):
+    argv = [*TRAIN, "--lr", lr, "--iterations", iterations, "--model", model_dir, "--out", tmp_path / "r"]
+    line = assert_refused(capsys, argv, f"learning rate {lr} made", "diverged", "lower --lr")
+    assert "sampler" not in line and RunStore(tmp_path / "r").info().state == "failed"
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--lr", "1e30"], ["lr must be in (0, 1]"]),
+    (["--lr", "1e300"], ["lr must be in (0, 1]"]),
+    (["--lr", "0"], ["lr and max_grad_norm must be > 0"]),
+    (["--lr", "1.5"], ["lr must be in (0, 1]"]),
+    (["--steps", 10**12], ["steps must be in 1..200"]),
+    (["--steps", "1e12"], ["--steps", "integer"]),
+    (["--iterations", 10**15], ["iterations must be in 1..1000000"]),
+    (["--inner-epochs", 10**12], ["inner_epochs must be in 1..100"]),
+    (["--lora-rank", 10**12], ["lora_rank must be in 0..1024"]),
+])
+def test_huge_training_values_are_refused_at_once(capsys, model_dir, tmp_path, argv, needles):
+    start = time.perf_counter()
+    assert_refused(capsys, [*TRAIN, *argv, "--model", model_dir, "--out", tmp_path / "r"], *needles)
+    assert time.perf_counter() - start < 5 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("field, value", [("steps", 10**12), ("iterations", 10**15), ("lr", 1e300),
+                                          ("group", 10**12), ("prompts_per_iteration", 10**12)])
+def test_huge_values_in_a_config_file_are_refused_at_once(capsys, tmp_path, field, value):
+    path = write_json(tmp_path / "config.json", {field: value})
+    start = time.perf_counter()
+    assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], str(path), f"{field} must be in ")
+    assert time.perf_counter() - start < 5
+
+
+# --------------------------------------------------------------------------- bounded work (issue 22)
+@pytest.mark.parametrize("budget, needle", [(10**12, "at most 10000 per press"), (10_001, "at most 10000"),
+                                            (0, "whole number >= 1"), (float("nan"), "whole number >= 1")])
+def test_a_refine_budget_is_capped_before_any_work(app, sampled, budget, needle):
+    _, wb = app
+    start = time.perf_counter()
+    out = list(h.refine_credit(wb, budget, sampled, 2.0))
+    assert len(out) == 1 and needle in out[0][-1] and time.perf_counter() - start < 2, out[-1][-1]
+
+
+def test_a_refine_budget_over_the_cap_through_the_api_is_refused(app):
+    demo, wb = app
+    with pytest.raises(gr.Error, match="maximum"):
+        call_endpoint(demo, "refine", **{"Refinement budget": 10**12})
+
+
+class FakeQueue:
+    """What `guard.cancel_check` reads of gradio's queue (the events still being processed), and a progress sink."""
+
+    def __init__(self, event_id: str):
+        self.active_jobs = [[type("Event", (), {"_id": event_id})()]]
+
+    def set_progress(self, event_id, iterables) -> None:  # gr.Progress reports here
+        pass
+
+
+def test_a_cancelled_refine_stops_its_work_within_a_slice(app, sampled):
+    from gradio.context import LocalContext
+
+    _, wb = app
+    queue = FakeQueue("refine-1")
+    tokens = LocalContext.blocks.set(type("Blocks", (), {"_queue": queue})()), LocalContext.event_id.set("refine-1")
+    try:
+        rounds = h.refine_credit(wb, 9000, sampled, 2.0)
+        start, cancelled, last = time.perf_counter(), None, None
+        for last in rounds:  # noqa: B007 - the last output is the status checked below
+            if cancelled is None and time.perf_counter() - start > 0.5:
+                queue.active_jobs[0], cancelled = None, time.perf_counter()  # what gradio does on cancel
+            if time.perf_counter() - start > 20:
+                break
+    finally:
+        LocalContext.blocks.reset(tokens[0])
+        LocalContext.event_id.reset(tokens[1])
+    assert cancelled is not None and last[-1].startswith("⚠ the event was cancelled"), last[-1]
+    assert time.perf_counter() - cancelled < 2.5
+
+
+# --------------------------------------------------------------------------- known causes named (issue 22)
+CLICKS = ["nan", float("nan"), '{"x": NaN}', '{"x": 1e999}', '{"x": -Infinity}', 1e308, '{"x": 1e300}', '{"x": true}',
+          '{"x": [1]}', '{"x": {"a": 1}}', 2**70]
+
+
+@pytest.mark.parametrize("point", CLICKS, ids=[str(p)[:20] for p in CLICKS])
+def test_a_hostile_click_on_the_curve_names_the_click(app, sampled, point):
+    _, wb = app
+    out = h.chunks_toggle(wb, point, sampled)
+    status = out[-1].replace("\\", "")
+    assert status.startswith("⚠") and "nexpected" not in status and len(status) < 300, status
+    assert ("clicked step" in status or "a click must be" in status) and all(v == gr.skip() for v in out[:-1])
+
+
+@pytest.fixture(scope="module")
+def explained(app, sampled):
+    from workbench.ui import objectives as ob
+
+    return ob.objectives_compute(app[1], 1, 1e-3, 1e-4, "chunk_grpo", None, sampled)[-2]
+
+
+@pytest.mark.parametrize("x, y, needle", [("NaN", "1", "step t"), ("1", "Infinity", "trajectory i"),
+                                          ("1e308", "1", "step t must be an integer in 0..2^63 - 1, got 1e+308"),
+                                          ("1", "-1e400", "trajectory i"), ("true", "1", "step t")])
+def test_a_hostile_click_on_an_objective_map_names_the_cell(app, sampled, explained, x, y, needle):
+    from workbench.ui import objectives as ob
+
+    out = ob.objectives_click(app[1], f'{{"trace": "moved|gspo", "x": {x}, "y": {y}}}', explained, sampled)
+    status = out[-1].replace("\\", "")
+    assert status.startswith("⚠") and needle in status and len(status) < 300, status
+
+
+def _optimizer(data: bytes | object):
+    def damage(run: Path):
+        path = run / "checkpoints" / "iter_0002" / "optimizer.pt"
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            torch.save(data, path)
+    return damage
+
+
+def _flip_optimizer_bytes(run: Path):
+    path = run / "checkpoints" / "iter_0002" / "optimizer.pt"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2: len(raw) // 2 + 64] = bytes(64)  # a zeroed stretch inside the zip
+    path.write_bytes(bytes(raw))
+
+
+CORRUPT_CHECKPOINTS = {  # damage -> words of the one resume error line
+    "optimizer.pt garbage": (_optimizer(b"\x00garbage"), "no complete checkpoint"),
+    "optimizer.pt a list": (_optimizer([1, 2]), "no complete checkpoint"),
+    "optimizer.pt torn": (lambda run: _optimizer((run / "checkpoints/iter_0002/optimizer.pt").read_bytes()[:300])(run),
+                          "no complete checkpoint"),
+    "optimizer.pt zeroed inside": (_flip_optimizer_bytes, "no complete checkpoint"),
+    "optimizer state of another model": (_optimizer({"state": {}, "param_groups": [{"params": [0, 1, 2]}]}),
+                                         "does not fit this model and optimizer"),
+    "STOP is a folder": (lambda run: (run / STOP).mkdir(), "STOP is a folder; remove it"),
+}
+
+
+@pytest.mark.parametrize("case", CORRUPT_CHECKPOINTS)
+def test_a_corrupt_checkpoint_or_stop_names_its_cause_on_resume(capsys, trained, tmp_path, case):
+    run = copy_run(trained, tmp_path)
+    damage, needle = CORRUPT_CHECKPOINTS[case]
+    damage(run)
+    rows = RunStore(run).metrics()
+    assert_refused(capsys, ["train", "--resume", run, "--iterations", "3"], str(run), needle)
+    assert RunStore(run).metrics() == rows and RunStore(run).info().state == "finished"
+
+
+@pytest.mark.parametrize("case", ["optimizer.pt garbage", "optimizer.pt a list", "optimizer.pt torn"])
+def test_download_of_a_run_with_a_corrupt_checkpoint_says_so(runs_wb, trained, case):
+    run = Path(shutil.copytree(trained, runs_wb.jobs.root / "bad"))
+    CORRUPT_CHECKPOINTS[case][0](run)
+    rh.refresh_runs(runs_wb)
+    files, status = rh.download(runs_wb, "bad")
+    status = status.replace("\\", "")
+    assert len(files) == 1 and "optimizer.pt cannot be read" in status and "no checkpoint saved yet" not in status
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"a":' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+    (None, "is not a regular file"),  # /dev/zero: endless zeros
+    ("folder", "is not a regular file"),
+    (" " * (17 * 2**20) + "{}", "larger than 16 MB"),
+])
+def test_a_config_file_that_cannot_be_a_config_names_why(capsys, tmp_path, content, needle):
+    path = Path("/dev/zero") if content is None else tmp_path / "config.json"
+    if content == "folder":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    start = time.perf_counter()
+    assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], f"--config {path}", needle)
+    assert time.perf_counter() - start < 5 and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("spec, needle", [("none,tensorboard", "'none' stands alone"),
+                                          ("tensorboard,all", "'all' stands alone"), ("nope", "unknown tracker")])
+def test_report_to_says_what_is_wrong(capsys, tmp_path, spec, needle):
+    line = assert_refused(capsys, ["train", "--report-to", spec, "--out", tmp_path / "r"], needle)
+    assert "unknown tracker 'none'" not in line
+
+
+# --------------------------------------------------------------------------- messages that name the cause (issue 22)
+FOLDER_DAMAGE = {  # a run part replaced by a folder -> the state the Runs table shows, with the reason
+    "config.json a folder": (CONFIG, "finished (damaged: ", "config.json is not a regular file"),
+    "metrics.jsonl a folder": (METRICS, "finished (damaged: ", "metrics.jsonl is not a file"),
+    "status.json a folder": (STATUS, "damaged: ", "status.json is not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", FOLDER_DAMAGE)
+def test_a_run_part_that_is_a_folder_is_listed_as_damaged(runs_wb, case):
+    part, state, reason = FOLDER_DAMAGE[case]
+    make_run(runs_wb.jobs.root, "good", [0.1, 0.2])
+    bad = make_run(runs_wb.jobs.root, "bad", [0.3, 0.4])
+    (bad / part).unlink()
+    (bad / part).mkdir()
+    table, *_, status = rh.refresh_runs(runs_wb)
+    rows = {row[0]: row for row in table.values.tolist()}
+    assert set(rows) == {"good", "bad"} and rows["bad"][1].startswith(state) and reason in rows["bad"][1]
+    files, status = rh.download(runs_wb, "good")
+    assert status.startswith("✓")
+
+
+def test_a_new_api_session_can_compare_and_download_before_refresh(runs_wb):
+    demo = build_app(runs_wb)
+    make_run(runs_wb.jobs.root, "good", [0.1, 0.2])
+    _, status = call_endpoint(demo, "compare_runs", **{"Runs to compare": ["good"], "Metric": "reward/mean"})
+    assert status.startswith("✓ reward/mean of 1 run(s)"), status
+    _, status = call_endpoint(demo, "download_run", **{"Run (shown below": "good"})
+    assert status.startswith("✓ prepared 1 file(s) for run good"), status
+    _, status = call_endpoint(demo, "download_run", **{"Run (shown below": "nope"})
+    assert "run nope not found" in status
+
+
+def test_stop_after_this_sessions_run_ended_stops_the_run_holding_the_device(runs_wb, monkeypatch):
+    old = make_run(runs_wb.jobs.root, "old", [0.1])
+    cli_run = make_run(runs_wb.jobs.root, "cli", [0.1])
+    write_json(cli_run / STATUS, {"state": "running", "iteration": 1, "pid": os.getpid(), "started": 1.0})
+    _, status = rh.stop_run(runs_wb, Session(run_id=old.name))
+    assert status == "✓ stop requested: run cli saves a checkpoint and stops within one iteration", status
+    assert (cli_run / STOP).exists() and not (old / STOP).exists()
+
+
+def test_a_control_updated_by_a_refused_action_still_names_bad_input(app):
+    demo, _ = app
+    state = SessionState(demo)
+    status = call_endpoint(demo, "chunks_toggle", state, **{"Step t after": "x"})[-1]  # refused: Step slider skipped
+    assert status.startswith("⚠")
+    for payload in ("abc", float("nan"), [1]):
+        with pytest.raises(gr.Error) as err:
+            call_endpoint(demo, "chunks_split", state, Step=payload)
+        assert err.value.message.startswith("Step must be a finite number"), err.value.message

@@ -307,7 +307,7 @@ def test_failure_is_recorded(tmp_path):
     ({"reward": "nope"}, "valid rewards"),
     ({"window": (2, 9)}, "SDE window"),
     ({"max_sample_rounds": 3}, "dynamic_sampling or advantage 'gpg'"),
-    ({"dynamic_sampling": True, "max_sample_rounds": 0}, "positive integer"),
+    ({"dynamic_sampling": True, "max_sample_rounds": 0}, "max_sample_rounds must be in 1..1000"),
     ({"gpg_threshold": 1.5}, "gpg_threshold"),
     ({"reward": "adherence,clip_score"}, "needs a local CLIP model folder; pass clip_path="),
     ({"pickscore_path": "/tmp"}, "neither reward nor gfpo_metric uses 'pickscore'"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -169,16 +170,23 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         print(f"  traj {i}: reward {credit.rewards[i]:.3f}  A {a:+.2f}  steps {marks}")
     for unit in ("step", "chunk"):
         s = {key[len(unit) + 1:]: v for key, v in summary.items() if key.startswith(unit + "_")}
-        print(f"{unit:5s} misattributed among determined {s['misattributed']:.3f} +- {s['misattributed_se']:.3f}  "
-              f"determined {s['determined']:.3f} +- {s['determined_se']:.3f}  mass against A "
-              f"{s['mass_against']:.3f} +- {s['mass_against_se']:.3f}  plain sign rate "
-              f"{s['misattribution']:.3f} +- {s['misattribution_se']:.3f}")
+        print(f"{unit:5s} misattributed among determined {_figure(s, 'misattributed')}  determined "
+              f"{_figure(s, 'determined')}  mass against A {_figure(s, 'mass_against')}  plain sign rate "
+              f"{_figure(s, 'misattribution')}")
     if credit.rates(args.z).chunk.by_construction:
         print("chunk rates are fixed by construction: a chunk from the shared x_T to the image has credit r - mean r, "
               "the raw advantage, so it never disagrees with A")
     print("+- is over trajectories; measuring the same group with other continuation noise moves the rates by "
           "several points more (docs/misattribution.md)")
     return 0
+
+
+def _figure(summary: dict, key: str) -> str:
+    """'0.250 +- 0.031', or why the figure is not defined (a rate among determined cells when none is)."""
+    value, se = summary[key], summary[key + "_se"]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "not defined (no cell is determined: raise --branches or lower --z)"
+    return f"{value:.3f} +- {se:.3f}" if isinstance(se, float) and math.isfinite(se) else f"{value:.3f}"
 
 
 def cmd_chunks(args: argparse.Namespace) -> int:

@@ -148,9 +148,12 @@ def new_config(args: argparse.Namespace, overrides: dict):
 def new_store(out: str | None):
     """The run folder of a fresh run, checked and created before the model loads: a file, a run, a non-empty
     folder or an unwritable path is refused before any work."""
+    from workbench.train.lock import RunLock
     from workbench.train.store import RunStore
 
     store = RunStore.create() if out is None else RunStore(out)
+    if store.path.is_dir():
+        RunLock.acquire(store.path).release()  # a folder another process writes names its holder
     store.check_fresh()
     try:
         store.path.mkdir(parents=True, exist_ok=True)

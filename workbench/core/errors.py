@@ -14,6 +14,10 @@ class WorkbenchError(ValueError):
     """Bad input or a missing file, explained in one line for the person who caused it."""
 
 
+class NonFiniteError(WorkbenchError):
+    """A computation produced NaN or inf (images, log-probs): the caller may know the cause (a learning rate)."""
+
+
 def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
     """`text` on one line (whitespace runs collapsed), at most `limit` characters: a long middle (a 5,000-value
     list) is cut with a note, keeping the start (what is wrong) and the end (what to change)."""

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from workbench.core.errors import WorkbenchError
 
+JSON_LIMIT = 16 * 2**20  # bytes of a JSON file read_json reads at most (configs and status files are a few KB)
+
 
 def atomic_write(path: str | Path, data: bytes | str) -> Path:
     """Write `data` to `path` through a temporary file in the same folder, fsync and `os.replace`: a crash
@@ -53,9 +55,17 @@ def read_json(path: str | Path) -> dict:
     """A JSON object from a file; missing, unreadable, malformed or not an object is a WorkbenchError."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if path.exists() and not path.is_file():
+            raise WorkbenchError(f"{path} is not a regular file (a folder or a device); give a JSON file")
+        with open(path, "rb") as f:
+            raw = f.read(JSON_LIMIT + 1)
+        if len(raw) > JSON_LIMIT:
+            raise WorkbenchError(f"{path} is larger than {JSON_LIMIT // 2**20} MB; a settings file is a few KB")
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise WorkbenchError(f"{path} does not exist") from None
+    except RecursionError:
+        raise WorkbenchError(f"cannot read {path}: its JSON is nested too deeply") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise WorkbenchError(f"cannot read {path}: {str(err).splitlines()[0][:200]}") from None
     if not isinstance(data, dict):

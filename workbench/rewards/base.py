@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import NonFiniteError, WorkbenchError
 from workbench.core.registry import Registry
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
@@ -110,7 +110,7 @@ class RewardFunction:
         bad = (~torch.isfinite(images.flatten(1))).any(dim=1).nonzero()
         if bad.numel():
             i = int(bad[0])
-            raise WorkbenchError(f"image {i} (prompt {prompts[i]!r}) contains NaN or inf values; "
+            raise NonFiniteError(f"image {i} (prompt {prompts[i]!r}) contains NaN or inf values; "
                                  "check the sampler or policy that produced it")
         out = {}
         for name in self.names:

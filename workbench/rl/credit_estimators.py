@@ -67,7 +67,9 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
 
     All rows run in one loop over steps: the rows that start at state s join the batch at step s, so each
     step is one forward pass over every active row, in slices of at most `max_rows` rows. `noise_level`
-    replaces the group's (0 = the deterministic ODE completion).
+    replaces the group's (0 = the deterministic ODE completion). `progress(done_steps, steps)` is called
+    after every step and before every further slice: an exception raised from it (a cancelled event) stops
+    the work there.
     """
     from workbench.flow.sampler import transition
 
@@ -85,8 +87,12 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
         active = rows[: x.shape[0]]  # (A, 3)
         noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
         parts = noise.split(max_rows) if noise is not None else [None] * len(x.split(max_rows))
-        x = torch.cat([transition(policy, xb, sigmas, u, cond.repeat(xb.shape[0]), cfg, noise=nb).x_next
-                       for xb, nb in zip(x.split(max_rows), parts)])
+        moved = []
+        for j, (xb, nb) in enumerate(zip(x.split(max_rows), parts)):
+            if progress is not None and j:  # also between slices, so a caller can stop the work within one slice
+                progress(u - first, t_steps - first)
+            moved.append(transition(policy, xb, sigmas, u, cond.repeat(xb.shape[0]), cfg, noise=nb).x_next)
+        x = torch.cat(moved)
         if progress is not None:
             progress(u - first + 1, t_steps - first)
     rewards = torch.cat([torch.as_tensor(reward_fn(policy.decode(xb), [group.prompt] * xb.shape[0]),

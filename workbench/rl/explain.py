@@ -195,6 +195,7 @@ def moved_log_probs(policy: FlowPolicy, group: TrajectoryGroup, advantages: torc
     moved.transformer.train()
     for done in range(1, updates + 1):
         log_prob = transition(moved, x, sigmas, step, cond, cfg, x_next=x_next).log_prob.view(g, t)  # (G, T)
+        _check_finite(log_prob, done - 1, lr)
         OBJECTIVES.get(objective)(PolicyInputs(log_prob, **inputs), settings).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -202,4 +203,14 @@ def moved_log_probs(policy: FlowPolicy, group: TrajectoryGroup, advantages: torc
             progress(done, updates)
     moved.transformer.eval()
     with torch.no_grad():  # re-score all G * T transitions in one batch (what `sampler.rescore` does step by step)
-        return transition(moved, x, sigmas, step, cond, cfg, x_next=x_next).log_prob.view(g, t).cpu()  # (G, T)
+        out = transition(moved, x, sigmas, step, cond, cfg, x_next=x_next).log_prob.view(g, t).cpu()  # (G, T)
+    return _check_finite(out, updates, lr)
+
+
+def _check_finite(log_prob: torch.Tensor, done: int, lr: float) -> torch.Tensor:
+    """The log-probs, or a WorkbenchError when the updates diverged (a ratio of NaN or inf explains nothing)."""
+    if not bool(torch.isfinite(log_prob).all()):
+        raise WorkbenchError(f"the inner updates diverged: after {done} update(s) at learning rate {lr:g} the "
+                             f"log-probs are NaN or inf; lower the learning rate (the trainer's default is "
+                             f"{INNER_LR:g}) or the number of updates")
+    return log_prob

@@ -21,6 +21,7 @@ from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mix
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
+LR_MAX = 1.0  # a larger AdamW step overflows float32 weights (1e30) or cannot be represented (1e300)
 RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
     "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
     "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
@@ -170,9 +171,9 @@ class TrainConfig:
         OBJECTIVES.get(self.objective)  # unknown names raise, listing the valid ones
         estimator = ADVANTAGES.get(self.advantage)
         self._check_counts()
+        self._check_ranges()  # sizes before anything is built from them (a 10^12-step schedule)
         self._check_prompts()
         self._check_options()
-        self._check_ranges()
         self.sampling_config(1)  # validates steps, window, noise level, sde
         flat = torch.zeros(1, self.group)  # a dummy group: the estimator itself refuses settings it does not use
         estimator(flat, self.advantage_settings(), flat)
@@ -180,6 +181,8 @@ class TrainConfig:
 
     def _check_ranges(self) -> None:
         check_seed(self.seed)  # the one seed rule of every command and control
+        if self.lr > LR_MAX:
+            raise WorkbenchError(f"lr must be in (0, {LR_MAX:g}], got {self.lr:g}; AdamW fine-tunes use 1e-6..1e-3")
         for name, (low, high) in RANGES.items():
             value = getattr(self, name)
             if value is not None and not low <= value <= high:

@@ -30,6 +30,7 @@ import pickle
 import re
 import shutil
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,12 +178,12 @@ class RunStore:
         path = Path(path)
         if not path.is_dir():
             raise WorkbenchError(f"run folder {path} does not exist; pass the folder given to --out")
-        if not (path / CONFIG).is_file():
+        if not (path / CONFIG).exists():
             raise WorkbenchError(f"{path} is not a run folder (no {CONFIG}); pass the folder given to --out")
         return cls(path)
 
     def holds_run(self) -> bool:
-        return (self.path / CONFIG).is_file()
+        return (self.path / CONFIG).exists()  # a damaged one (a folder named config.json) still marks a run
 
     def check_fresh(self) -> None:
         """A new run may start here: the folder is missing or empty (never appended to, never a file)."""
@@ -305,19 +306,24 @@ class RunStore:
         return (self.path / STOP).exists()
 
     def clear_stop(self) -> None:
-        (self.path / STOP).unlink(missing_ok=True)
+        path = self.path / STOP
+        if path.is_dir():
+            raise WorkbenchError(f"{path} is a folder; remove it (a STOP file asks the run to stop) and try again")
+        path.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------------------------ reads
     def config(self) -> dict:
         return read_json(self.path / CONFIG)
 
     def status(self) -> dict:
-        return read_json(self.path / STATUS) if (self.path / STATUS).is_file() else {}
+        return read_json(self.path / STATUS) if (self.path / STATUS).exists() else {}
 
     def metrics(self) -> list[dict]:
         """Every complete row of metrics.jsonl (objects with an integer iteration); torn or garbled lines skipped."""
         path = self.path / METRICS
         try:
+            if path.exists() and not path.is_file():
+                raise WorkbenchError(f"{path} is not a file; its rows cannot be read")
             text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
         except OSError as err:
             raise WorkbenchError(f"cannot read {path}: {err.strerror or err}") from None
@@ -352,12 +358,17 @@ class RunStore:
 
     def latest_checkpoint(self) -> Checkpoint | None:
         """The newest complete checkpoint (latest.json's first, then older complete ones), or None if none is."""
+        return self.newest_checkpoint()[0]
+
+    def newest_checkpoint(self) -> tuple[Checkpoint | None, str]:
+        """(the newest complete checkpoint or None, why the first checkpoint folder tried could not be read: '')."""
+        problem = ""
         for folder in self.checkpoints():
             try:
-                return load_checkpoint(folder)
-            except WorkbenchError:
-                continue
-        return None
+                return load_checkpoint(folder), problem
+            except WorkbenchError as err:
+                problem = problem or str(err)
+        return None, problem
 
 
 def _is_row(line: str | bytes) -> bool:
@@ -372,16 +383,25 @@ def _is_row(line: str | bytes) -> bool:
 
 def load_checkpoint(folder: str | Path) -> Checkpoint:
     """A checkpoint folder's iteration, weights and optimizer state; an incomplete one is a WorkbenchError."""
-    folder = Path(folder)
+    folder, part = Path(folder), "state.json"
     try:
         iteration = json.loads((folder / "state.json").read_text())["iteration"]
         if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
             raise ValueError(f"iteration {iteration!r} is not a count")
+        part = "weights.safetensors"
         weights = load_file(str(folder / "weights.safetensors"))
+        part = "optimizer.pt"
+        with zipfile.ZipFile(folder / "optimizer.pt") as archive:  # torch.save's zip: its CRCs catch damaged bytes
+            damaged = archive.testzip()
+        if damaged is not None:
+            raise ValueError(f"{damaged} fails its CRC check")
         optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
-    except (OSError, KeyError, EOFError, ValueError, TypeError, pickle.UnpicklingError, SafetensorError,
-            RuntimeError) as err:
-        raise WorkbenchError(f"checkpoint {folder} is incomplete or corrupted ({str(err).splitlines()[0][:160]})"
+        if not isinstance(optimizer_state, dict):
+            raise ValueError(f"it holds a {type(optimizer_state).__name__}, not an optimizer state")
+    except (OSError, KeyError, EOFError, ValueError, TypeError, IndexError, pickle.UnpicklingError, SafetensorError,
+            RuntimeError, AttributeError, zipfile.BadZipFile) as err:  # a damaged zip or pickle fails in many ways
+        why = (str(err).splitlines() or [type(err).__name__])[0][:100]
+        raise WorkbenchError(f"checkpoint {folder} is incomplete or corrupted: {part} cannot be read ({why})"
                              ) from None
     bad = [name for name, t in weights.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
     if bad:
@@ -397,7 +417,7 @@ def list_runs(root: str | Path = "runs") -> list[RunInfo]:
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise WorkbenchError(f"{root} is a file, not a folder of runs")
-    folders = [p for p in root.glob("*") if (p / CONFIG).is_file()] if root.is_dir() else []
+    folders = [p for p in root.glob("*") if RunStore(p).holds_run()] if root.is_dir() else []
 
     def started(info: RunInfo) -> float:
         value = info.status.get("started", 0)

@@ -25,6 +25,9 @@ def parse_report_to(spec: str) -> list[str]:
     if names == ["all"]:
         return [n for n in TRACKERS if _installed(n)]
     for name in names:
+        if name in ("none", "all"):
+            raise WorkbenchError(f"report_to '{name}' stands alone; give '{name}' or a list of trackers "
+                                 f"({', '.join(TRACKERS)}), not both (got {spec!r})")
         if name not in TRACKERS:
             raise WorkbenchError(f"unknown tracker '{name}' in report_to; valid: {', '.join(TRACKERS)}, all, none")
         if not _installed(name):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from workbench.core.budget import check_fits, rollout_bytes
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import NonFiniteError, WorkbenchError
 from workbench.core.files import clean_json
 from workbench.core.imaging import grid
 from workbench.flow.dynamics import relative_change
@@ -38,6 +38,7 @@ from workbench.train.config import TrainConfig
 from workbench.train.distributed import gather, init_distributed, sync_gradients
 from workbench.train.evaluation import evaluate
 from workbench.train.events import RunSummary, TrainerEvent
+from workbench.train.lock import lock_run_folder
 from workbench.train.rollout import RolloutSampler
 from workbench.train.store import CONFIG, Checkpoint, RunStore
 from workbench.train.tasks import TASKS
@@ -93,8 +94,14 @@ class Trainer:
         self.store = run_dir if isinstance(run_dir, RunStore) or run_dir is None else RunStore(run_dir)
         self.dist = init_distributed()
         config.check_batches(self.dist.world)
-        if not resume and self.dist.main and self.store is not None:
-            self.store.check_fresh()
+        self._lock = lock_run_folder(self.store, not resume) if self.dist.main and self.store is not None else None
+        try:
+            self._setup(config, policy, resume, subscribers)
+        except BaseException:
+            self.release()
+            raise
+
+    def _setup(self, config: TrainConfig, policy: FlowPolicy | None, resume: bool, subscribers) -> None:
         checkpoint = self._checkpoint_to_resume() if resume else None
         self.policy = policy or load_base_policy(config, self.dist)
         self._check_memory()
@@ -126,6 +133,11 @@ class Trainer:
                                  f"({str(err).splitlines()[0][:200]})") from None
         return cls(replace(config, iterations=iterations or config.iterations), store, policy, resume=True,
                    subscribers=subscribers)
+
+    def release(self) -> None:
+        """Give up the run folder's lock (the run ended, or the trainer is dropped without running)."""
+        if self._lock is not None:
+            self._lock.release()
 
     def _checkpoint_to_resume(self) -> Checkpoint:
         """The newest complete checkpoint of the store; a run without one cannot resume (never starts over)."""
@@ -177,7 +189,7 @@ class Trainer:
         try:
             copy_weights(self.policy.transformer, checkpoint.weights)
             self.optimizer.load_state_dict(checkpoint.optimizer_state)
-        except (ValueError, KeyError, RuntimeError) as err:
+        except (ValueError, KeyError, RuntimeError, TypeError, IndexError, AttributeError) as err:
             raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model and optimizer "
                                  f"({str(err).splitlines()[0][:160]})") from None
         self.iteration = self._saved = self.resumed_from = checkpoint.iteration
@@ -201,7 +213,7 @@ class Trainer:
                 # 1-2. rollout and rewards: G SDE trajectories for this process's prompts (groups r::world),
                 #      scored and gathered, (N, G); DAPO and GPG sample more rounds to replace flat groups
                 scfg = cfg.sampling_config(it)
-                batch = self.sampler.collect(it, scfg)
+                batch = self._collect(it, scfg)
                 t1 = time.perf_counter()
                 # 3. group-relative advantages (N, G); with dynamic sampling flat groups do not train
                 adv = self.estimator(batch.rewards, self.advantage_settings, batch.metric)
@@ -231,8 +243,11 @@ class Trainer:
                     break
         except BaseException as err:
             self._fail(err)
+            self.release()
             raise
-        return self._finish(state, start)
+        summary = self._finish(state, start)
+        self.release()
+        return summary
 
     # -------------------------------------------------------------------------------- stages
     def _store(self, it: int, groups: list[TrajectoryGroup], scfg: SamplingConfig, adv: torch.Tensor,
@@ -343,7 +358,22 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
+            raise self._diverged(self.iteration + 1, "made the trained weights NaN or inf")
         return float(norm)
+
+    def _collect(self, it: int, scfg: SamplingConfig):
+        """The rollout of iteration `it`; NaN images after this run's updates are the learning rate's doing."""
+        try:
+            return self.sampler.collect(it, scfg)
+        except NonFiniteError as err:
+            if it <= (self.resumed_from or 0) + 1:
+                raise
+            raise self._diverged(it, "made the policy sample NaN or inf images") from err
+
+    def _diverged(self, it: int, what: str) -> WorkbenchError:
+        return WorkbenchError(f"iteration {it}: the updates at learning rate {self.config.lr:g} {what}; the run "
+                              f"diverged: lower --lr (default {TrainConfig.lr:g})")
 
     # -------------------------------------------------------------------------------- evaluation, store, events
     def _evaluate(self, it: int) -> dict[str, float]:

@@ -18,6 +18,7 @@ import gradio as gr
 from workbench.core.errors import WorkbenchError, one_line, shorten
 
 log = logging.getLogger("workbench.app")
+WHOLE_MAX = 2**63 - 1  # the largest whole number a form may carry (the seed range's top; counts are far smaller)
 
 
 def escape(text: str) -> str:
@@ -30,11 +31,13 @@ def escape(text: str) -> str:
 def whole_number(value, name: str, minimum: int) -> int:
     """A form value (gradio numbers arrive as float or None) as an int >= minimum, else a WorkbenchError."""
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {value!r}") from None
-    if number != int(number) or number < minimum:
-        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not math.isfinite(number) or number != int(number) or number < minimum:
+        raise WorkbenchError(f"{name} must be a whole number >= {minimum}, got {shorten(value)}")
+    if number > WHOLE_MAX:
+        raise WorkbenchError(f"{name} must be an integer in {minimum}..2^63 - 1, got {number:g}")
     return int(number)
 
 
@@ -59,6 +62,29 @@ def parse_window(text) -> tuple[int, int] | None:
         raise WorkbenchError(f"SDE window must be START,END such as 0,12 (or empty for all steps), got {text!r}"
                              ) from None
     return start, end
+
+
+class Cancelled(WorkbenchError):
+    """The gradio event running a handler ended (Stop pressed, page closed): its work stops at the next report."""
+
+
+def cancel_check():
+    """A function that raises `Cancelled` once the gradio event calling this handler is no longer running.
+
+    Gradio cancels the event's task, but a handler's thread keeps computing until it returns; the library's
+    progress callbacks call this check, so cancelled work stops within one slice of it. Outside a gradio
+    event (a direct call, a test) the check never raises."""
+    from gradio.context import LocalContext
+
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    if queue is None or event_id is None:
+        return lambda: None
+
+    def check() -> None:
+        if not any(event._id == event_id for job in list(queue.active_jobs) if job for event in job):
+            raise Cancelled("the event was cancelled; the work stopped")
+    return check
 
 
 def ok(text: str) -> str:
@@ -87,17 +113,31 @@ def checked_number(component: gr.Number | gr.Slider, payload):
 
 
 def guard_numbers(demo: gr.Blocks) -> int:
-    """Make every Number and Slider of `demo` check its payload (`checked_number`) first; returns how many."""
+    """Make every Number and Slider of `demo` check its payload (`checked_number`) first; returns how many.
+
+    The check lives in a subclass the block is switched to, not on the instance: gradio rebuilds a control from
+    its class for a session once a handler updated it (a `gr.skip()` too), and that copy must check as well."""
     count = 0
     for block in demo.blocks.values():
         if isinstance(block, (gr.Number, gr.Slider)):
-            block.preprocess = functools.partial(_preprocess_checked, block, block.preprocess)
+            block.__class__ = _checked_class(type(block))
             count += 1
     return count
 
 
-def _preprocess_checked(component, preprocess, payload):
-    return preprocess(checked_number(component, payload))
+_CHECKED: dict[type, type] = {}
+
+
+def _checked_class(cls: type) -> type:
+    """`cls` with a preprocess that runs `checked_number` first (one subclass per class, same block name)."""
+    if getattr(cls, "_checks_numbers", False):
+        return cls
+    if cls not in _CHECKED:
+        def preprocess(self, payload):
+            return cls.preprocess(self, checked_number(self, payload))
+        _CHECKED[cls] = type(cls.__name__, (cls,), {"preprocess": preprocess, "_checks_numbers": True,
+                                                     "__module__": cls.__module__})
+    return _CHECKED[cls]
 
 
 def guarded(n_outputs: int):

@@ -19,18 +19,23 @@ from workbench.rl.chunking import CHUNKERS, chunk_boundaries, parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.ui import credit_view, plots
 from workbench.ui.clicks import clicked_point
-from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
+from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
 from workbench.ui.state import Session, format_sizes, merge_at, split_at, toggle_boundary
 from workbench.ui.workbench import Workbench
 
 CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
+REFINE_BUDGET_MAX = 10_000  # continuations one Refine press may spend (~20 default measurements; README)
 THUMB = 64  # filmstrip cells larger than this (real models decode 512-1024 px) are shrunk to it
 
 
 def _tracker(progress, label: str):
-    """A library progress callback (done, total) that drives a gr.Progress bar."""
+    """A library progress callback (done, total) that drives a gr.Progress bar and stops the work (raises
+    `Cancelled`) once the event was cancelled."""
+    check = cancel_check()
+
     def report(done: int, total: int) -> None:
+        check()
         progress(done / max(total, 1), desc=f"{label} {done}/{total}")
     return report
 
@@ -144,6 +149,9 @@ def refine_credit(wb: Workbench, budget: float, session: Session, z: float = Z, 
     if credit is None:
         raise WorkbenchError("no credit yet: press Measure credit first")
     n, z = whole_number(budget, "budget (continuations)", 1), _z(z)
+    if n > REFINE_BUDGET_MAX:
+        raise WorkbenchError(f"budget (continuations) is at most {REFINE_BUDGET_MAX} per press (got {n}); "
+                             "press Refine again to spend more")
     before = credit.rates(z).step.determined
     track = _tracker(progress, "continuations")
     reward_fn = build_reward(session.reward_spec)

@@ -107,7 +107,8 @@ def _attribution_tab(wb, session) -> dict:
         z = gr.Number(Z, label=credit_view.Z_LABEL, minimum=0, elem_id="credit-z")
         run = gr.Button("Measure credit", variant="primary", elem_id="credit-btn")
     with gr.Row():
-        budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, label="Refinement budget (continuations)",
+        budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, maximum=h.REFINE_BUDGET_MAX,
+                           label="Refinement budget (continuations)",
                            elem_id="refine-budget", scale=3)
         refine = gr.Button("Refine", elem_id="refine-btn", scale=1)
     status = gr.Markdown(elem_id="credit-status")
@@ -295,13 +296,15 @@ def _runs_tab(wb, tab) -> None:
     status = gr.Markdown(elem_id="runs-status")
     table = gr.Dataframe(headers=rh.RUN_COLUMNS, interactive=False, label="Runs on disk", elem_id="runs-table")
     with gr.Row():
-        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare", scale=3)
+        chosen = gr.Dropdown([], multiselect=True, label="Runs to compare", scale=3,
+                             allow_custom_value=True)  # a new session's API call before Refresh: checked by name
         metric = gr.Dropdown([rh.DEFAULT_METRIC], value=rh.DEFAULT_METRIC, label="Metric", scale=2,
                              allow_custom_value=True)
         compare = gr.Button("Compare", scale=1, elem_id="compare-btn")
     overlay = gr.Plot(label="Comparison", elem_id="compare-plot")
     with gr.Row():
-        pick = gr.Dropdown([], label="Run (shown below; the button downloads it)", elem_id="runs-pick", scale=3)
+        pick = gr.Dropdown([], label="Run (shown below; the button downloads it)", elem_id="runs-pick", scale=3,
+                           allow_custom_value=True)  # a new session's API call before Refresh: checked by name
         prepare = gr.Button("Prepare download (metrics CSV + checkpoint)", scale=2, elem_id="download-btn")
     files = gr.File(file_count="multiple", label="Files", interactive=False, elem_id="run-files")
     bar = gr.HTML(elem_id="runs-progress")

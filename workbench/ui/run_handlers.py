@@ -137,7 +137,9 @@ def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float
 def stop_run(wb: Workbench, session: Session):
     """Stop -> (timer update, status): this session's run, or else the run using the device (any session's).
     A second Stop ends a run that does not stop by itself."""
-    run_id = session.run_id if session.run_id is not None else wb.jobs.busy()
+    run_id = session.run_id
+    if run_id is None or wb.jobs.view(run_id).done:  # this session's run ended: stop the one using the device
+        run_id = wb.jobs.busy() or run_id
     if run_id is None:
         raise WorkbenchError("this session has not started a run and no run is using the device")
     return gr.Timer(active=True), ok(escape(wb.jobs.stop(run_id)))
@@ -319,10 +321,11 @@ def download(wb: Workbench, name: str | None):
     run = RunStore.open(wb.jobs.root / name).info()
     out = _fresh_export_folder()
     files = [str(export_csv(run, out / f"{name}-metrics.csv"))]
-    checkpoint = RunStore(run.path).latest_checkpoint()
+    checkpoint, problem = RunStore(run.path).newest_checkpoint()
     if checkpoint is not None:
         files.append(shutil.make_archive(str(out / f"{name}-{checkpoint.folder.name}"), "zip", checkpoint.folder))
-    note = "" if checkpoint is not None else " (no checkpoint saved yet)"
+    note = f" ({problem}; not included)" if problem else ""
+    note = note if checkpoint is not None or problem else " (no checkpoint saved yet)"
     return files, ok(f"prepared {len(files)} file(s) for run {escape(name)}{note}")
 
 
