@@ -364,7 +364,7 @@ def _picker(wb, session) -> dict:
                    attribution["compare_plot"], attribution["compare_text"], status]
         gr.on([load.click, menu.select], partial(pol.pick_policy, wb), [menu, session], outputs,
               api_name="pick_policy", **HEAVY)
-        refresh.click(partial(pol.refresh_choices, wb), [menu], [menu, attribution["other"]],
+        refresh.click(partial(pol.refresh_choices, wb), None, [menu, attribution["other"]],
                       api_visibility="private")
     return dict(load=wire, menu=menu)
 
@@ -401,7 +401,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                 _learn_tab(wb, session)
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
-        demo.load(partial(pol.refresh_choices, wb), [picker["menu"]], [picker["menu"], attribution["other"]],
+        demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
                   api_visibility="private", show_progress="hidden")
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it
     return demo

@@ -37,12 +37,12 @@ def header(wb: Workbench, session: Session) -> str:
     return f"Policy of every tab: **{escape(label)}** on **{wb.device}**."
 
 
-def refresh_choices(wb: Workbench, current: str | None):
-    """Refresh button / page load -> the picker and the comparison menu with the runs on disk now."""
+def refresh_choices(wb: Workbench):
+    """Refresh button / page load -> the picker and the comparison menu with the runs on disk now. Their values
+    are left alone: a path being typed while the page loads is not overwritten."""
     listed = wb.sources()
     compare = [("the base model of this session's policy", RUN_BASE), *listed]
-    return (gr.Dropdown(choices=listed, value=current or BASE, allow_custom_value=True),
-            gr.Dropdown(choices=compare, allow_custom_value=True))
+    return gr.Dropdown(choices=listed, allow_custom_value=True), gr.Dropdown(choices=compare, allow_custom_value=True)
 
 
 @guarded(9)
