@@ -3,24 +3,22 @@ under its base model (Attribution's Compare), and come back to the run in Runs. 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-LONG = 120_000  # ms; the CPU may be shared
-
 pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is missing: "
-                                 "apt-get update && apt-get install -y chromium")]
 
-from playwright.sync_api import expect  # noqa: E402
+from playwright.sync_api import expect
 
-from tests.test_app_client import free_port  # noqa: E402
-from tests.test_browser import browser_type_launch_args, generate, set_number  # noqa: E402, F401
-from tests.test_sources import make_run  # noqa: E402
+from tests.test_app_client import free_port
+from tests.test_browser import (  # noqa: F401 - its chromium launch fixture, skip marks and helpers
+    ARTIFACTS,
+    LONG,
+    browser_type_launch_args,
+    generate,
+    pytestmark,
+    set_number,
+)
+from tests.test_sources import make_run
 
 
 @pytest.fixture(scope="module")
