@@ -95,7 +95,7 @@ ATTRIBUTION_INTRO = (
     "Monte-Carlo measurement of the same group.")
 
 
-def _attribution_tab(wb, session) -> dict:
+def _attribution_tab(wb, session, choices: list) -> dict:
     gr.Markdown(ATTRIBUTION_INTRO)
     with gr.Row():
         branches = gr.Slider(1, 16, 4, step=1, label="Continuations per state K", elem_id="credit-k")
@@ -119,7 +119,7 @@ def _attribution_tab(wb, session) -> dict:
                 "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the K, "
                 "estimator and continuation seed above and drawn on one colour scale.")
     with gr.Row():
-        other = gr.Dropdown([("the base model of this session's policy", pol.RUN_BASE), *wb.sources()],
+        other = gr.Dropdown([("the base model of this session's policy", pol.RUN_BASE), *choices],
                             value=pol.RUN_BASE, allow_custom_value=True, filterable=True, label="Compare with",
                             info="a run, one of its checkpoints, the base model, or a model folder path",
                             elem_id="compare-policy", scale=3)
@@ -347,11 +347,11 @@ def _learn_tab(wb, session) -> None:
                 api_name="learn_after", **HEAVY)
 
 
-def _picker(wb, session) -> dict:
+def _picker(wb, session, choices: list) -> dict:
     """The model picker under the title: the header line and the menu; its Load is wired once the tabs exist."""
     header = gr.Markdown(pol.header(wb, Session()), elem_id="model-header")
     with gr.Row():
-        menu = gr.Dropdown(wb.sources(), value=BASE, allow_custom_value=True, filterable=True, scale=4,
+        menu = gr.Dropdown(choices, value=BASE, allow_custom_value=True, filterable=True, scale=4,
                            label="Policy of every tab", elem_id="model-picker",
                            info="the base model, a run's newest checkpoint or one iteration, or a model folder path "
                                 "(SD3 / FLUX diffusers or embedded format)")
@@ -375,12 +375,13 @@ def build_app(wb: Workbench) -> gr.Blocks:
     with gr.Blocks(title="Chunk-GRPO Workbench", delete_cache=rh.EXPORT_CACHE) as demo:
         session = gr.State(Session())
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
-        picker = _picker(wb, session)
+        choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
+        picker = _picker(wb, session, choices)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
                 gen = _generate_tab(wb, session)
             with gr.Tab("Attribution", id="attribution") as attribution_tab:
-                attribution = _attribution_tab(wb, session)
+                attribution = _attribution_tab(wb, session, choices)
             attribution_tab.select(partial(h.attribution_view, wb), [session],
                                    [attribution["heatmap"], attribution["rates"], attribution["status"]],
                                    api_visibility="private")
