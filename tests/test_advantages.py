@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.rl.advantages import ADVANTAGES, AdvantageSettings, dynamic_sampling_mask, gfpo_keep_mask, refill_batch
+from workbench.rl.advantages import (
+    ADVANTAGES,
+    AdvantageSettings,
+    dynamic_sampling_mask,
+    gfpo_keep_mask,
+    grpo,
+    refill_batch,
+)
 
 EPS = 1e-4
 
@@ -26,6 +33,14 @@ def test_grpo_population_std_and_zero_variance_group():
     assert adv.zero_std.tolist() == [False, True]
     assert adv.kept.all() and adv.alpha == 1.0 and not adv.needs_resample
     assert adv.valid_fraction == pytest.approx(0.5)
+
+
+def test_grpo_without_eps_gives_a_flat_group_zero_not_nan():
+    for settings in (AdvantageSettings(eps=0.0), AdvantageSettings(eps=0.0, global_std=True)):
+        adv = grpo(torch.tensor([[1.0, 3.0], [5.0, 5.0]]), settings)
+        assert adv.values[1].eq(0).all() and torch.isfinite(adv.values).all()
+    flat = grpo(torch.full((2, 3), 4.0), AdvantageSettings(eps=0.0, global_std=True))  # whole batch std 0
+    assert flat.values.eq(0).all()
 
 
 def test_grpo_clip_engages_at_five():
