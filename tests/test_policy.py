@@ -17,6 +17,7 @@ class Affine(FlowPolicy):
         self.transformer = torch.nn.Linear(1, 1)
 
     def denoise(self, x, sigma, embeds, pooled):
+        assert sigma.shape == (x.shape[0],), "denoise takes one sigma per row (its docstring)"
         return x + sigma.view(-1, 1, 1, 1) + embeds.sum(dim=(1, 2)).view(-1, 1, 1, 1)
 
 
@@ -34,6 +35,13 @@ def test_guided_velocity_is_uncond_plus_scale_times_the_difference():
     assert torch.allclose(policy.velocity(x, sigma, cond), torch.full((1, 1, 1, 2), 2.5))  # scale 1: cond only
     # v_cond = 2.5, v_uncond = 0.5: 0.5 + 4 (2.5 - 0.5) = 8.5
     assert torch.allclose(policy.velocity(x, sigma, cond, guidance_scale=4.0), torch.full((1, 1, 1, 2), 8.5))
+
+
+def test_one_sigma_is_spread_over_the_batch():
+    policy, x = Affine(), torch.zeros(2, 1, 1, 2)
+    cond = Conditioning(torch.zeros(2, 1, 1), None)
+    for sigma in (torch.tensor(0.25), torch.tensor([0.25]), torch.tensor([0.25, 0.25])):
+        assert torch.allclose(policy.velocity(x, sigma, cond), torch.full((2, 1, 1, 2), 0.25))
 
 
 def test_repeat_and_index_keep_missing_parts_missing():
