@@ -14,7 +14,7 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import Conditioning, FlowPolicy
-from workbench.flow.sampler import ode_sample, sample_group
+from workbench.flow.sampler import ode_sample, sample_group, sample_groups
 from workbench.flow.schedule import linspace_sigmas, shift_sigmas
 from workbench.flow.sde import step_noise_scale
 from workbench.flow.trajectory import SEED_RANGE, SamplingConfig, check_seed, offset_seed
@@ -95,3 +95,11 @@ def test_the_sde_window_and_noise_level_zero_in_the_mask():
     assert SamplingConfig(sde="cps", noise_level=1.0).noise_level == 1.0  # an angle fraction may be 1
     assert SamplingConfig(sde="dance_grpo", noise_level=2.0).noise_level == 2.0  # eta is not an angle
     assert SamplingConfig().noise_level == 0.7  # Flow-GRPO's default
+
+
+def test_each_group_of_a_batch_gets_its_own_rows():
+    groups = sample_groups(PointMass(), ["a", "b", "c"], SamplingConfig(group=2, steps=3), seeds=[4, 5, 6])
+    for seed, group in zip([4, 5, 6], groups):
+        alone = sample_group(PointMass(), "a", SamplingConfig(group=2, steps=3, seed=seed))
+        assert torch.equal(group.images, group.states[:, -1]) and group.images.shape == (2, 1, 1, 2)
+        assert torch.allclose(group.states, alone.states) and torch.allclose(group.log_probs, alone.log_probs)
