@@ -23,6 +23,7 @@ import argparse
 import ast
 import importlib
 import json
+import math
 import os
 import random
 import shutil
@@ -375,7 +376,7 @@ def check_module(module: str, fraction: float | None, seed: int, again: dict | N
     os.environ["PYTHONPATH"] = str(scratch)
     os.chdir(scratch)
     try:
-        coverage = baseline(module, scratch, source)
+        coverage = None
         print(f"{module}: {len(found)} mutants", flush=True)
         results = []
         for mutant, position, how in found:
@@ -385,6 +386,7 @@ def check_module(module: str, fraction: float | None, seed: int, again: dict | N
             elif earlier is not None and earlier["outcome"] != "survived":
                 mutant.outcome, mutant.tests, mutant.seconds = earlier["outcome"], earlier["tests"], 0.0
             else:
+                coverage = coverage or baseline(module, scratch, source)  # only once a mutant has to run
                 run_mutant(mutant, module, scratch, coverage, mutated_source(source, position, how))
             results.append(mutant)
             print(f"  {mutant.outcome:10s} {module}:{mutant.line} {mutant.mutation:14s} {mutant.source_line[:60]}"
@@ -419,13 +421,31 @@ def score(results: list[Mutant]) -> tuple[int, int, float]:
     return killed, len(counted), 100.0 * killed / max(len(counted), 1)
 
 
-def report(results: list[Mutant], command: str, minutes: float) -> str:
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson interval of a proportion k / n (the score of a random sample of mutants)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p, d = k / n, 1 + z * z / n
+    mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return 100 * (mid - half), 100 * (mid + half)
+
+
+def report(results: list[Mutant], command: str, minutes: float, fraction: float | None) -> str:
     """docs/mutation.md: the score per module, every survivor and every excluded equivalent mutant."""
     killed, counted, percent = score(results)
+    low, high = wilson(killed, counted)
+    sample = ("every mutant of every module" if fraction is None else
+              f"a random {100 * fraction:.0f} % of each module's mutants, so the score is an estimate: "
+              f"95 % interval {low:.1f} to {high:.1f} % (Wilson)")
     out = ["# Mutation pass", "",
-           f"Last run: `{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {minutes:.0f} min).",
-           "Each mutant changes one operator or constant of one module and runs the test files of that module",
-           "(`MODULE_TESTS` in scripts/mutation_check.py); killed = a test fails, errors or times out.", "",
+           f"Last run: `{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {minutes:.0f} min); "
+           f"{sample}.", "",
+           "Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,",
+           "`<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped `-` or `not`, `True` <-> `False`, n -> n + 1) and",
+           "runs the tests of that module (`MODULE_TESTS` in scripts/mutation_check.py) that execute the mutated",
+           "statement in an unmutated, traced run; killed = a test fails, errors or times out. Messages of raised",
+           "errors, annotations, docstrings and the arguments of tensor-shape calls (`view`, `reshape`, ...) are",
+           "not mutated; of train/trainer.py only the resume path is (`ONLY_FUNCTIONS`).", "",
            f"**Score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %).**", "",
            "| module | tests | mutants | equivalent | killed | survived | score |", "|---|---|---|---|---|---|---|"]
     for module in dict.fromkeys(m.module for m in results):
@@ -486,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
     if not args.no_doc:
         command = "python scripts/mutation_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        (ROOT / args.doc).write_text(report(results, command.strip(), (time.monotonic() - start) / 60))
+        (ROOT / args.doc).write_text(report(results, command.strip(), (time.monotonic() - start) / 60, args.fraction))
     return 0
 
 

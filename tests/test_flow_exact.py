@@ -103,3 +103,13 @@ def test_each_group_of_a_batch_gets_its_own_rows():
         alone = sample_group(PointMass(), "a", SamplingConfig(group=2, steps=3, seed=seed))
         assert torch.equal(group.images, group.states[:, -1]) and group.images.shape == (2, 1, 1, 2)
         assert torch.allclose(group.states, alone.states) and torch.allclose(group.log_probs, alone.log_probs)
+
+
+def test_the_samplers_defaults_are_the_trainers():
+    """A group sampled in the app with the defaults is the group a default fine-tune trains on."""
+    from workbench.train.config import TrainConfig
+
+    sampling, training = SamplingConfig(), TrainConfig()
+    for name in ("group", "steps", "noise_level", "sde", "shift", "window", "guidance_scale", "shared_noise",
+                 "schedule", "seed"):
+        assert getattr(sampling, name) == getattr(training, name), name
