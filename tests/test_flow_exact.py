@@ -113,3 +113,10 @@ def test_the_samplers_defaults_are_the_trainers():
     for name in ("group", "steps", "noise_level", "sde", "shift", "window", "guidance_scale", "shared_noise",
                  "schedule", "seed"):
         assert getattr(sampling, name) == getattr(training, name), name
+
+
+@pytest.mark.parametrize("field", ["group", "steps", "seed"])
+@pytest.mark.parametrize("value", [2.0, True, "3"])
+def test_counts_and_seeds_must_be_integers(field, value):
+    with pytest.raises(WorkbenchError, match=f"{field} must be an integer"):
+        SamplingConfig(**{field: value})
