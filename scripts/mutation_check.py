@@ -49,7 +49,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "flow/trajectory.py": ["test_flow_exact.py", "test_sampler.py", "test_credit.py", "test_credit_compare.py"],
     "rl/advantages.py": ["test_advantages.py", "test_properties.py", "test_presets.py"],
     "rl/chunking.py": ["test_chunking.py", "test_properties.py", "test_objectives.py"],
-    "rl/credit.py": ["test_credit.py", "test_properties.py", "test_credit_calibration.py"],
+    "rl/credit.py": ["test_credit_by_hand.py", "test_credit.py", "test_properties.py", "test_credit_calibration.py"],
     "rl/credit_compare.py": ["test_credit_compare.py"],
     "rl/credit_estimators.py": ["test_credit.py"],
     "rl/credit_stats.py": ["test_credit_stats.py", "test_significance.py", "test_credit_compare.py",
