@@ -200,6 +200,15 @@ def test_tolerance_option_marks_near_flat_groups():
     rewards = torch.tensor([[1.0, 1.001], [0.0, 1.0]])
     assert ADVANTAGES.get("grpo")(rewards, AdvantageSettings(tol=0.01)).zero_std.tolist() == [True, False]
     assert ADVANTAGES.get("grpo")(rewards).zero_std.tolist() == [False, False]
+    # "below tol" is strict: [0, 1] has population std 0.5 exactly, so tol = 0.5 leaves it varied
+    assert ADVANTAGES.get("grpo")(rewards, AdvantageSettings(tol=0.5)).zero_std.tolist() == [True, False]
+
+
+def test_grpo_unbiased_std_of_two_samples():
+    # GCPO's torch std() on G = 2: [0, 1] has sample std sqrt(1 / 2); A = -+0.5 / (0.7071 + 1e-4)
+    adv = grpo(torch.tensor([[0.0, 1.0]]), AdvantageSettings(unbiased_std=True))
+    half = 0.5 / (math.sqrt(0.5) + EPS)
+    assert close(adv.values, [[-half, half]]) and close(adv.group_std, [math.sqrt(0.5)])
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "gpg"])
