@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.rl.advantages import ADVANTAGES, AdvantageSettings, dynamic_sampling_mask, gfpo_keep_mask, refill_batch
+from workbench.rl.advantages import (
+    ADVANTAGES,
+    AdvantageSettings,
+    dynamic_sampling_mask,
+    gfpo_keep_mask,
+    grpo,
+    refill_batch,
+)
 
 EPS = 1e-4
 
@@ -26,6 +33,14 @@ def test_grpo_population_std_and_zero_variance_group():
     assert adv.zero_std.tolist() == [False, True]
     assert adv.kept.all() and adv.alpha == 1.0 and not adv.needs_resample
     assert adv.valid_fraction == pytest.approx(0.5)
+
+
+def test_grpo_without_eps_gives_a_flat_group_zero_not_nan():
+    for settings in (AdvantageSettings(eps=0.0), AdvantageSettings(eps=0.0, global_std=True)):
+        adv = grpo(torch.tensor([[1.0, 3.0], [5.0, 5.0]]), settings)
+        assert adv.values[1].eq(0).all() and torch.isfinite(adv.values).all()
+    flat = grpo(torch.full((2, 3), 4.0), AdvantageSettings(eps=0.0, global_std=True))  # whole batch std 0
+    assert flat.values.eq(0).all()
 
 
 def test_grpo_clip_engages_at_five():
@@ -185,6 +200,15 @@ def test_tolerance_option_marks_near_flat_groups():
     rewards = torch.tensor([[1.0, 1.001], [0.0, 1.0]])
     assert ADVANTAGES.get("grpo")(rewards, AdvantageSettings(tol=0.01)).zero_std.tolist() == [True, False]
     assert ADVANTAGES.get("grpo")(rewards).zero_std.tolist() == [False, False]
+    # "below tol" is strict: [0, 1] has population std 0.5 exactly, so tol = 0.5 leaves it varied
+    assert ADVANTAGES.get("grpo")(rewards, AdvantageSettings(tol=0.5)).zero_std.tolist() == [True, False]
+
+
+def test_grpo_unbiased_std_of_two_samples():
+    # GCPO's torch std() on G = 2: [0, 1] has sample std sqrt(1 / 2); A = -+0.5 / (0.7071 + 1e-4)
+    adv = grpo(torch.tensor([[0.0, 1.0]]), AdvantageSettings(unbiased_std=True))
+    half = 0.5 / (math.sqrt(0.5) + EPS)
+    assert close(adv.values, [[-half, half]]) and close(adv.group_std, [math.sqrt(0.5)])
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "gpg"])

@@ -137,3 +137,12 @@ def test_one_trajectory_with_determined_cells_has_no_error():
     assert r.misattributed == pytest.approx(1 / 3) and math.isnan(r.misattributed_se)
     # determined: X = [3, 0], Y = [3, 2]; R = 3 / 5; residuals 3 - 1.8, 0 - 1.2; se = sqrt(2 x 2.88) / 5
     assert r.determined == pytest.approx(0.6) and r.determined_se == pytest.approx(math.sqrt(5.76) / 5)
+
+
+def test_a_map_with_no_determined_cell_has_no_misattributed_rate():
+    credit, _, adv, valid = _three_trajectories()
+    r = rates(credit, torch.zeros_like(credit, dtype=torch.int8), adv, valid)
+    assert math.isnan(r.misattributed) and math.isnan(r.misattributed_se)  # 0 / 0 determined cells
+    # determined: X = [0, 0, 0], Y = [3, 3, 2]: R = 0 with every residual 0, so se = 0
+    assert (r.determined, r.determined_se, r.determined_cells, r.cells) == (0.0, 0.0, 0, 8)
+    assert r.plain == pytest.approx(0.5)  # the plain rate needs no errors: as in the three-trajectory case

@@ -66,6 +66,15 @@ def cli(capsys, argv: list[str]) -> tuple[int, str, str]:
     return code, out, err
 
 
+def no_trainer(monkeypatch) -> None:
+    """Refusals come before any work: building a Trainer (which loads the model) fails the test."""
+    import workbench.train
+
+    def trainer(*args, **kwargs):
+        raise AssertionError("a Trainer was built before the input was refused")
+    monkeypatch.setattr(workbench.train, "Trainer", trainer)
+
+
 def assert_refused(capsys, argv: list[str], *needles: str) -> str:
     """The command exits 2 with exactly one `error:` line on stderr (short, no traceback) holding the needles."""
     code, out, err = cli(capsys, argv)
@@ -648,29 +657,32 @@ def test_a_diverging_learning_rate_is_named_not_the_sampler(capsys, model_dir, t
     (["--inner-epochs", 10**12], ["inner_epochs must be in 1..100"]),
     (["--lora-rank", 10**12], ["lora_rank must be in 0..1024"]),
 ])
-def test_huge_training_values_are_refused_at_once(capsys, model_dir, tmp_path, argv, needles):
-    start = time.perf_counter()
+def test_huge_training_values_are_refused_at_once(capsys, monkeypatch, model_dir, tmp_path, argv, needles):
+    no_trainer(monkeypatch)
     assert_refused(capsys, [*TRAIN, *argv, "--model", model_dir, "--out", tmp_path / "r"], *needles)
-    assert time.perf_counter() - start < 5 and not (tmp_path / "r").exists()
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("field, value", [("steps", 10**12), ("iterations", 10**15), ("lr", 1e300),
                                           ("group", 10**12), ("prompts_per_iteration", 10**12)])
-def test_huge_values_in_a_config_file_are_refused_at_once(capsys, tmp_path, field, value):
+def test_huge_values_in_a_config_file_are_refused_at_once(capsys, monkeypatch, tmp_path, field, value):
+    no_trainer(monkeypatch)
     path = write_json(tmp_path / "config.json", {field: value})
-    start = time.perf_counter()
     assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], str(path), f"{field} must be in ")
-    assert time.perf_counter() - start < 5
 
 
 # --------------------------------------------------------------------------- bounded work (issue 22)
 @pytest.mark.parametrize("budget, needle", [(10**12, "at most 10000 per press"), (10_001, "at most 10000"),
                                             (0, "whole number >= 1"), (float("nan"), "whole number >= 1")])
-def test_a_refine_budget_is_capped_before_any_work(app, sampled, budget, needle):
+def test_a_refine_budget_is_capped_before_any_work(app, sampled, monkeypatch, budget, needle):
+    import workbench.rl.credit
+
+    def no_refinement(*args, **kwargs):
+        raise AssertionError("refinement started before the budget was checked")
+    monkeypatch.setattr(workbench.rl.credit, "refine_rounds", no_refinement)
     _, wb = app
-    start = time.perf_counter()
     out = list(h.refine_credit(wb, budget, sampled, 2.0))
-    assert len(out) == 1 and needle in out[0][-1] and time.perf_counter() - start < 2, out[-1][-1]
+    assert len(out) == 1 and needle in out[0][-1], out[-1][-1]
 
 
 def test_a_refine_budget_over_the_cap_through_the_api_is_refused(app):
@@ -697,17 +709,18 @@ def test_a_cancelled_refine_stops_its_work_within_a_slice(app, sampled):
     tokens = LocalContext.blocks.set(type("Blocks", (), {"_queue": queue})()), LocalContext.event_id.set("refine-1")
     try:
         rounds = h.refine_credit(wb, 9000, sampled, 2.0)
-        start, cancelled, last = time.perf_counter(), None, None
+        start, cancelled, last, after = time.perf_counter(), False, None, 0
         for last in rounds:  # noqa: B007 - the last output is the status checked below
-            if cancelled is None and time.perf_counter() - start > 0.5:
-                queue.active_jobs[0], cancelled = None, time.perf_counter()  # what gradio does on cancel
-            if time.perf_counter() - start > 20:
+            after += cancelled
+            if not cancelled and time.perf_counter() - start > 0.5:
+                queue.active_jobs[0], cancelled = None, True  # what gradio does on cancel
+            if after > 3:
                 break
     finally:
         LocalContext.blocks.reset(tokens[0])
         LocalContext.event_id.reset(tokens[1])
-    assert cancelled is not None and last[-1].startswith("⚠ the event was cancelled"), last[-1]
-    assert time.perf_counter() - cancelled < 2.5
+    assert cancelled and last[-1].startswith("⚠ the event was cancelled"), last[-1]
+    assert after <= 2  # at most the round under way, then the cancelled status: no further round starts
 
 
 # --------------------------------------------------------------------------- known causes named (issue 22)
@@ -798,15 +811,15 @@ def test_download_of_a_run_with_a_corrupt_checkpoint_says_so(runs_wb, trained, c
     ("folder", "is not a regular file"),
     (" " * (17 * 2**20) + "{}", "larger than 16 MB"),
 ])
-def test_a_config_file_that_cannot_be_a_config_names_why(capsys, tmp_path, content, needle):
+def test_a_config_file_that_cannot_be_a_config_names_why(capsys, monkeypatch, tmp_path, content, needle):
+    no_trainer(monkeypatch)
     path = Path("/dev/zero") if content is None else tmp_path / "config.json"
     if content == "folder":
         path.mkdir()
     elif content is not None:
         path.write_text(content)
-    start = time.perf_counter()
     assert_refused(capsys, ["train", "--config", path, "--out", tmp_path / "r"], f"--config {path}", needle)
-    assert time.perf_counter() - start < 5 and not (tmp_path / "r").exists()
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("spec, needle", [("none,tensorboard", "'none' stands alone"),

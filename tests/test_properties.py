@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.rl.advantages import AdvantageSettings, gpg, grpo
+from workbench.rl.advantages import AdvantageSettings, dr_grpo, gfpo, gpg, grpo
 from workbench.rl.chunking import (
     CHUNKERS,
     chunk_boundaries,
@@ -166,6 +166,62 @@ def test_gpg_alpha_is_samples_over_samples_in_varied_groups(r):
     expected[adv.zero_std] = 0
     assert torch.allclose(adv.values, expected, atol=1e-9)
     assert adv.needs_resample == (m == n or (n - m) / n < 0.5)
+
+
+@FEW
+@given(r=reward_groups(), shift=st.floats(-5, 5))
+def test_dr_grpo_is_the_centred_reward_and_ignores_a_shift_per_group(r, shift):
+    adv = dr_grpo(r, AdvantageSettings(clip=None))
+    expected = r - r.mean(1, keepdim=True)
+    expected[adv.zero_std] = 0
+    assert torch.allclose(adv.values, expected, atol=1e-9)
+    assert adv.alpha == 1.0 and adv.kept.all() and not adv.clipped.any()
+    assert torch.allclose(dr_grpo(r + shift, AdvantageSettings(clip=None)).values, adv.values, atol=1e-9)
+
+
+@FEW
+@given(r=reward_groups(), clip=st.floats(0.1, 3))
+def test_clipping_bounds_every_estimator_and_marks_exactly_the_clipped_samples(r, clip):
+    for estimator in (grpo, dr_grpo, gpg):
+        free, bound = estimator(r, AdvantageSettings(clip=None)), estimator(r, AdvantageSettings(clip=clip))
+        assert torch.equal(bound.values, free.values.clamp(-clip, clip))
+        assert torch.equal(bound.clipped, free.values.abs() > clip)
+
+
+@st.composite
+def rewards_and_metric(draw):
+    """(N, G) rewards, a (N, G) metric with distinct values per row, and k in 1..G."""
+    r = draw(reward_groups())
+    n, g = r.shape
+    metric = torch.stack([torch.randperm(g, generator=torch.Generator().manual_seed(draw(st.integers(0, 99))))
+                          for _ in range(n)]).double()
+    return r, metric, draw(st.integers(1, g))
+
+
+@FEW
+@given(case=rewards_and_metric())
+def test_gfpo_is_grpo_over_the_top_k_by_the_metric(case):
+    r, metric, k = case
+    adv = gfpo(r, AdvantageSettings(clip=None, gfpo_keep=k), metric=metric)
+    top = metric.argsort(dim=1, descending=True)[:, :k]  # (N, k) the kept samples
+    assert torch.equal(adv.kept, torch.zeros_like(adv.kept).scatter(1, top, True))
+    kept_r = r.gather(1, top)  # (N, k)
+    mean, std = kept_r.mean(1), kept_r.std(1, unbiased=False)
+    assert torch.allclose(adv.group_mean, mean, atol=1e-9) and torch.allclose(adv.group_std, std, atol=1e-9)
+    expected = torch.zeros_like(r).scatter(1, top, (kept_r - mean[:, None]) / (std[:, None] + 1e-4))
+    expected[std < 1e-6] = 0
+    assert torch.allclose(adv.values, expected, atol=1e-9)
+    assert torch.all(adv.values[~adv.kept] == 0)
+
+
+@FEW
+@given(r=reward_groups(), scale=st.floats(0.5, 4), shift=st.floats(-5, 5))
+def test_grpo_is_unchanged_by_an_affine_reward_change_up_to_eps(r, scale, shift):
+    """(a r + b - mean) / (a std + eps) = (r - mean) / (std + eps / a): equal once eps is small against std."""
+    base = grpo(r, AdvantageSettings(clip=None, eps=0.0, tol=1e-3))
+    moved = grpo(scale * r + shift, AdvantageSettings(clip=None, eps=0.0, tol=1e-3 * scale))
+    assert torch.equal(moved.zero_std, base.zero_std)
+    assert torch.allclose(moved.values, base.values, atol=1e-6)
 
 
 # --- the run store ---------------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ def test_point_mass_step_has_the_hand_derived_moments(kind, t, t_next, a):
     # conditional on eps: the step's own mean and std are the affine map above
     assert torch.allclose(out.mean, (1 - t_next) * x0 + c * eps, atol=1e-5)
     assert out.std.item() == pytest.approx(s, rel=1e-5)
+    assert torch.allclose(out.x0_pred, x0, atol=1e-5)  # x_t - t v is x0 itself for the exact velocity
     # over eps and z: residual r = x_next - (1 - t_next) x0 ~ N(0, c^2 + s^2); n draws, 5 standard errors
     r = (out.x_next - (1 - t_next) * x0).flatten().double()
     n, var = r.numel(), c**2 + s**2

@@ -61,3 +61,32 @@ def test_determined_uses_the_t_quantile_not_the_normal_one():
     assert determined(torch.tensor([3.4]), torch.ones(1), torch.tensor([3.0]), 2.0, torch.tensor([2.0])).tolist() \
         == [False]  # two looks: alpha / 2
     assert determined(torch.tensor([2.1]), torch.ones(1), torch.tensor([INF]), 2.0).tolist() == [True]
+
+
+def _binomial_tail(a: int, b: int, x: float) -> float:
+    """I_x(a, b) for whole a, b: P(at least a successes in a + b - 1 trials of probability x)."""
+    n = a + b - 1
+    return sum(math.comb(n, j) * x**j * (1 - x) ** (n - j) for j in range(a, n + 1))
+
+
+@pytest.mark.parametrize("a,b", [(1, 1), (2, 1), (1, 3), (2, 5), (5, 2), (8, 8), (3, 12)])
+def test_incomplete_beta_equals_the_binomial_tail_for_whole_a_and_b(a, b):
+    xs = [0.001, 0.05, 0.2, 0.4, 0.5, 0.6, 0.8, 0.95, 0.999]  # both sides of (a + 1) / (a + b + 2)
+    got = incomplete_beta(torch.full((9,), float(a)), torch.full((9,), float(b)), torch.tensor(xs, dtype=torch.float64))
+    assert got.tolist() == pytest.approx([_binomial_tail(a, b, x) for x in xs], rel=1e-10, abs=1e-14)
+
+
+def test_incomplete_beta_half_integers_and_ends_by_closed_form():
+    x = torch.tensor([0.0, 0.1, 0.3, 0.5, 0.9, 1.0], dtype=torch.float64)
+    arcsine = (2 / math.pi) * torch.asin(x.double().sqrt())  # I_x(1/2, 1/2)
+    assert torch.allclose(incomplete_beta(0.5, 0.5, x), arcsine, atol=1e-12)
+    assert torch.allclose(incomplete_beta(3.5, 1.0, x), x.double() ** 3.5, atol=1e-12)  # I_x(a, 1) = x^a
+
+
+def test_t_tails_for_one_and_two_degrees_of_freedom_by_closed_form():
+    t = torch.tensor([0.0, 0.5, 1.0, 2.0, 10.0, 1e3], dtype=torch.float64)
+    cauchy = 1 - (2 / math.pi) * torch.atan(t.double())  # nu = 1
+    two = 1 - t.double() / (t.double() ** 2 + 2).sqrt()  # nu = 2
+    assert torch.allclose(t_two_sided(t, torch.ones(6)), cauchy, atol=1e-12)
+    assert torch.allclose(t_two_sided(-t, torch.full((6,), 2.0)), two, atol=1e-12)
+    assert t_two_sided(torch.tensor([INF]), torch.tensor([3.0])).item() == 0.0

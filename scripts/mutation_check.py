@@ -1,0 +1,520 @@
+"""Mutation pass over the maths and storage modules: do the tests catch plausible wrong maths?
+
+Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,
+`<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped unary minus or `not`, `True` <-> `False`, a number
+n -> n + 1) and runs the test files that cover that module, first failure stops (`-x`). A mutant is
+killed when a test fails, errors or times out, and survives when every test passes.
+
+The mutants are written into a scratch copy of the repository (/tmp/mut/<module>, never the working
+tree), which comes first on sys.path. One parent process per module imports torch, pytest and the other
+third-party packages once, then forks one child per mutant: the child imports the workbench afresh from
+the scratch copy (so it sees the mutant) and runs pytest in-process, which saves the seconds of a torch
+import per mutant. Bytecode caching is off, so a mutant never runs a stale .pyc.
+
+    .venv/bin/python scripts/mutation_check.py                 # every module, writes docs/mutation.md
+    .venv/bin/python scripts/mutation_check.py --module flow/sde.py --fraction 0.2 --no-doc
+
+Mutants listed in EQUIVALENT (below, each with its reason) are reported apart and left out of the score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = Path("/tmp/mut")
+
+# module (under workbench/) -> test files that cover it, fastest and most specific first.
+MODULE_TESTS: dict[str, list[str]] = {
+    "flow/dynamics.py": ["test_dynamics.py", "test_sampler.py"],
+    "flow/policy.py": ["test_policy.py", "test_sampler.py", "test_credit.py"],
+    "flow/sampler.py": ["test_flow_exact.py", "test_sampler.py", "test_sde_reference.py", "test_credit.py"],
+    "flow/schedule.py": ["test_flow_exact.py", "test_sde.py", "test_sde_reference.py", "test_sampler.py",
+                         "test_presets.py"],
+    "flow/sde.py": ["test_sde.py", "test_sde_reference.py", "test_flow_exact.py", "test_sampler.py",
+                    "test_objectives.py"],
+    "flow/trajectory.py": ["test_flow_exact.py", "test_sampler.py", "test_credit.py", "test_credit_compare.py"],
+    "rl/advantages.py": ["test_advantages.py", "test_properties.py", "test_presets.py"],
+    "rl/chunking.py": ["test_chunking.py", "test_properties.py", "test_objectives.py"],
+    "rl/credit.py": ["test_credit_by_hand.py", "test_credit.py", "test_properties.py", "test_credit_calibration.py"],
+    "rl/credit_compare.py": ["test_credit_compare.py"],
+    "rl/credit_estimators.py": ["test_credit.py"],
+    "rl/credit_stats.py": ["test_credit_stats.py", "test_significance.py", "test_credit_compare.py",
+                           "test_credit_calibration.py"],
+    "rl/explain.py": ["test_explain.py"],
+    "rl/objectives.py": ["test_objectives.py", "test_explain.py"],
+    "rl/significance.py": ["test_significance.py", "test_credit_calibration.py"],
+    "train/store.py": ["test_runs.py", "test_properties.py", "test_trainer.py"],
+    "train/trainer.py": ["test_trainer.py", "test_runs.py"],
+}
+
+# Only these functions of a module are mutated (the rest belongs to other passes' scope).
+ONLY_FUNCTIONS: dict[str, set[str]] = {
+    "train/trainer.py": {"Trainer.__init__", "Trainer._setup", "Trainer.resume", "Trainer._checkpoint_to_resume",
+                         "Trainer._restore", "Trainer._checkpoint"},
+}
+
+# (module, function, source line stripped, mutation) -> why no test can tell the mutant from the original.
+EQUIVALENT: dict[tuple[str, str, str, str], str] = {
+    ("rl/advantages.py", "grpo", "std = r.std(dim=1, unbiased=True) if r.shape[1] > 1 else std  # (N,)", "> -> >="):
+        "`_check_rewards` refuses G < 2, so `G > 1` and `G >= 1` are both always true",
+    ("flow/dynamics.py", "dynamics_curve", "batch: int = 16, progress=None) -> DynamicsCurve:", "16 -> 17"):
+        "the batch only splits the prompts into sampling calls and every prompt keeps its own seed, so the curves "
+        "are the same (tests/test_dynamics.py checks batch 2 against 16)",
+}
+
+SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.Pow: ast.Mult,
+            ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv}
+SWAP_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+            ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+SWAP_BOOL = {ast.And: ast.Or, ast.Or: ast.And}
+SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.FloorDiv: "//",
+          ast.Mod: "%", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
+          ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or"}
+
+
+@dataclass
+class Mutant:
+    """One single-point change of a module's source."""
+
+    module: str
+    index: int  # position among the module's mutants (stable for a given source)
+    line: int
+    function: str
+    source_line: str
+    mutation: str  # e.g. "+ -> -", "0.5 -> 1.5", "drop -"
+    lines: tuple[int, int] | None = None  # statement lines whose tests run it; None = runs at import (all)
+    outcome: str = ""  # killed / survived / timeout / equivalent
+    tests: int = 0  # tests run on it (0 when no test runs its line: it survives)
+    seconds: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.module, self.function, self.source_line, self.mutation)
+
+
+# Tensor-shape calls: a changed constant in their arguments only breaks a shape, which any test that runs
+# the line catches; mutating them would only add slow, trivially killed mutants.
+SHAPE_CALLS = {"view", "reshape", "expand", "expand_as", "unsqueeze", "squeeze", "flatten", "permute", "repeat",
+               "view_as", "reshape_as", "transpose", "movedim"}
+
+
+def _skipped(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Messages of raised errors, annotations, docstrings and tensor-shape arguments are never mutated."""
+    child, node = node, parents.get(node)
+    while node is not None:
+        if isinstance(node, ast.Raise):
+            return True
+        if (isinstance(node, ast.Call) and child is not node.func and isinstance(node.func, ast.Attribute)
+                and node.func.attr in SHAPE_CALLS):
+            return True
+        if isinstance(node, (ast.arg, ast.AnnAssign)) and child is node.annotation:
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and child is node.returns:
+            return True
+        child, node = node, parents.get(node)
+    return False
+
+
+def _changes(node: ast.AST) -> list[tuple[str, object]]:
+    """The (description, how) pairs of one node; `how` is applied by `_apply`."""
+    if isinstance(node, ast.BinOp) and type(node.op) in SWAP_BIN:
+        new = SWAP_BIN[type(node.op)]
+        return [(f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}", new)]
+    if isinstance(node, ast.AugAssign) and type(node.op) in (ast.Add, ast.Sub, ast.Mult, ast.Div):
+        new = SWAP_BIN[type(node.op)]
+        return [(f"{SYMBOL[type(node.op)]}= -> {SYMBOL[new]}=", new)]
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in SWAP_CMP:
+        new = SWAP_CMP[type(node.ops[0])]
+        return [(f"{SYMBOL[type(node.ops[0])]} -> {SYMBOL[new]}", new)]
+    if isinstance(node, ast.BoolOp):
+        new = SWAP_BOOL[type(node.op)]
+        return [(f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}", new)]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+        return [("drop -" if isinstance(node.op, ast.USub) else "drop not", "drop")]
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return [(f"{node.value} -> {not node.value}", not node.value)]
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return [(f"{node.value!r} -> {node.value + 1!r}", node.value + 1)]
+    return []
+
+
+def _apply(tree: ast.Module, target: int, how: object) -> None:
+    """Change the target-th node (in ast.walk order) of the tree in place."""
+    node = list(ast.walk(tree))[target]
+    if isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)):
+        node.op = how()
+    elif isinstance(node, ast.Compare):
+        node.ops = [how()]
+    elif isinstance(node, ast.UnaryOp):
+        parent = next(p for p in ast.walk(tree) for f, v in ast.iter_fields(p)
+                      if v is node or (isinstance(v, list) and any(x is node for x in v)))
+        for field, value in ast.iter_fields(parent):
+            if value is node:
+                setattr(parent, field, node.operand)
+            elif isinstance(value, list):
+                setattr(parent, field, [node.operand if x is node else x for x in value])
+    else:
+        node.value = how
+
+
+def _statement_lines(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> tuple[int, int] | None:
+    """Lines that run when the mutated node runs: its simple statement, or its part of a compound one.
+
+    None when the node runs at import time (module or class level, default values, decorators).
+    """
+    child, parent = node, parents.get(node)
+    while parent is not None and not isinstance(child, ast.stmt):
+        child, parent = parent, parents.get(parent)
+    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):  # a default value: the tests that call it
+        return (child.body[0].lineno, child.end_lineno) if _within(node, child.args, parents) else None
+    inside = parent
+    while inside is not None and not isinstance(inside, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        inside = parents.get(inside)
+    if inside is None:
+        return None
+    if isinstance(child, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
+        return child.lineno, node.end_lineno
+    return child.lineno, child.end_lineno
+
+
+def _within(node: ast.AST, ancestor: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node is not None and node is not ancestor:
+        node = parents.get(node)
+    return node is ancestor
+
+
+def _functions(tree: ast.Module) -> dict[ast.AST, str]:
+    """Every node -> the qualified name of the function (or class body) it sits in ('' at module level)."""
+    owner: dict[ast.AST, str] = {}
+
+    def visit(node: ast.AST, name: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = name
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = f"{name}.{child.name}" if name else child.name
+            owner[child] = inner
+            visit(child, inner)
+    visit(tree, "")
+    return owner
+
+
+def mutants_of(module: str, source: str) -> list[tuple[Mutant, int, object]]:
+    """Every mutant of a module's source, with the node position and change that make it."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    owner = _functions(tree)
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    only = ONLY_FUNCTIONS.get(module)
+    found = []
+    place = {n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)) for n in ast.walk(tree)}
+    nodes = sorted(enumerate(ast.walk(tree)), key=lambda p: place[p[1]])
+    for position, node in nodes:
+        if id(node) in docstrings or not hasattr(node, "lineno") or _skipped(node, parents):
+            continue
+        function = owner.get(node, "")
+        if only is not None and not any(function == f or function.startswith(f + ".") for f in only):
+            continue
+        for description, how in _changes(node):
+            mutant = Mutant(module, len(found), node.lineno, function, lines[node.lineno - 1].strip(), description,
+                            _statement_lines(node, parents))
+            found.append((mutant, position, how))
+    return found
+
+
+def mutated_source(source: str, position: int, how: object) -> str:
+    tree = ast.parse(source)
+    _apply(tree, position, how)
+    return ast.unparse(tree)
+
+
+def make_scratch(module: str) -> Path:
+    """A copy of the repository's files (tracked and untracked, not ignored) under /tmp/mut/<module>."""
+    dest = SCRATCH / module.replace("/", "_").removesuffix(".py")
+    shutil.rmtree(dest, ignore_errors=True)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in files:
+        if name.startswith(("workbench/", "tests/", "docs/", "scripts/", "notebooks/")) or "/" not in name:
+            if (ROOT / name).is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def _preload(tests: list[Path]) -> None:
+    """Import what the tests and the workbench import (lazy attributes too), then forget the workbench itself."""
+    for test in tests:
+        for node in ast.walk(ast.parse(test.read_text())):
+            if isinstance(node, ast.Import):
+                pairs = [(a.name, None) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                pairs = [(node.module, a.name) for a in node.names]
+            else:
+                continue
+            for module, name in pairs:
+                try:
+                    getattr(importlib.import_module(module), name or "__name__")
+                except Exception:  # noqa: BLE001 - an import that fails here fails in the test too
+                    pass
+    for name in [m for m in sys.modules if m.split(".")[0] in ("workbench", "conftest", "tests")
+                 or m.startswith("test_")]:
+        del sys.modules[name]
+
+
+class LineTracer:
+    """pytest plugin for the baseline run: which lines of the target file each test runs, and its duration."""
+
+    def __init__(self, target: Path):
+        self.target = str(target)
+        self.lines: dict[str, set[int]] = {}
+        self.seconds: dict[str, float] = {}
+        self._now: set[int] = set()
+
+    def _trace(self, frame, event, arg):
+        if frame.f_code.co_filename != self.target:
+            return None
+        self._now.add(frame.f_lineno)
+        return self._local
+
+    def _local(self, frame, event, arg):
+        self._now.add(frame.f_lineno)
+        return self._local
+
+    def pytest_runtest_protocol(self, item):
+        import threading
+        self._now = set()
+        sys.settrace(self._trace)
+        threading.settrace(self._trace)
+
+    def pytest_runtest_logfinish(self, nodeid):
+        import threading
+        sys.settrace(None)
+        threading.settrace(None)
+        self.lines[nodeid] = self._now
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def run_child(args: list[str], timeout: float, log: Path, tracer: LineTracer | None = None,
+              coverage: Path | None = None) -> tuple[str, float]:
+    """Fork; the child runs pytest in-process on `args`. Returns (outcome, seconds)."""
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.setpgid(0, 0)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        import pytest
+        code = pytest.main([*args, "-x", "-q", "-p", "no:cacheprovider", "-p", "hypothesis.extra.pytestplugin",
+                            "-p", "pytest_timeout", "--hypothesis-seed=0",
+                            f"--timeout={int(timeout)}", "-W", "ignore"], plugins=[tracer] if tracer else [])
+        if tracer is not None:
+            coverage.write_text(json.dumps({"lines": {k: sorted(v) for k, v in tracer.lines.items()},
+                                            "seconds": tracer.seconds}))
+        sys.stdout.flush()
+        os._exit(int(code))
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        seconds = time.monotonic() - start
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return ("survived" if code == 0 else "killed"), seconds
+        if seconds > timeout:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout", seconds
+        time.sleep(0.05)
+
+
+def baseline(module: str, scratch: Path, source: str) -> dict:
+    """Run the module's tests on the unmutated source, tracing which test runs which line."""
+    target = scratch / "workbench" / module
+    files = [str(scratch / "tests" / t) for t in MODULE_TESTS[module]]
+    outcome, seconds = run_child(files, 3600, scratch / "baseline.log", LineTracer(target), scratch / "coverage.json")
+    if outcome != "survived":
+        raise SystemExit(f"{module}: the tests fail without a mutant; see {scratch / 'baseline.log'}")
+    coverage = json.loads((scratch / "coverage.json").read_text())
+    print(f"{module}: tests {' '.join(MODULE_TESTS[module])} take {seconds:.0f} s traced, "
+          f"{sum(coverage['seconds'].values()):.0f} s untraced", flush=True)
+    return coverage
+
+
+def tests_for(mutant: Mutant, module: str, scratch: Path, coverage: dict) -> list[str]:
+    """The test ids (or files) to run on a mutant: those that run its statement, fastest first."""
+    if mutant.lines is None:
+        return [str(scratch / "tests" / t) for t in MODULE_TESTS[module]]
+    first, last = mutant.lines
+    ran = [t for t, lines in coverage["lines"].items() if any(first <= n <= last for n in lines)]
+    return sorted(ran, key=lambda t: coverage["seconds"].get(t, 0.0))  # node ids, relative to the scratch copy
+
+
+def check_module(module: str, fraction: float | None, seed: int, again: dict | None) -> list[Mutant]:
+    """Run every (or a sample of the) mutant(s) of one module; the unmutated source must pass first.
+
+    again: the outcomes of an earlier pass over the same source; only its survivors are run again.
+    """
+    scratch = make_scratch(module)
+    target = scratch / "workbench" / module
+    source = (ROOT / "workbench" / module).read_text()
+    found = mutants_of(module, source)
+    if fraction is not None:  # the same fraction of every module keeps the overall score unbiased
+        found = sorted(random.Random(seed).sample(found, round(fraction * len(found))), key=lambda m: m[0].index)
+    sys.path.insert(0, str(scratch))
+    os.environ["PYTHONPATH"] = str(scratch)
+    os.chdir(scratch)
+    try:
+        coverage = None
+        print(f"{module}: {len(found)} mutants", flush=True)
+        results = []
+        for mutant, position, how in found:
+            earlier = (again or {}).get((mutant.index, mutant.key))
+            if mutant.key in EQUIVALENT:
+                mutant.outcome = "equivalent"
+            elif earlier is not None and earlier["outcome"] != "survived":
+                mutant.outcome, mutant.tests, mutant.seconds = earlier["outcome"], earlier["tests"], 0.0
+            else:
+                coverage = coverage or baseline(module, scratch, source)  # only once a mutant has to run
+                run_mutant(mutant, module, scratch, coverage, mutated_source(source, position, how))
+            results.append(mutant)
+            print(f"  {mutant.outcome:10s} {module}:{mutant.line} {mutant.mutation:14s} {mutant.source_line[:60]}"
+                  f" ({mutant.tests} tests, {mutant.seconds:.0f} s)", flush=True)
+    finally:
+        target.write_text(source)
+        sys.path.remove(str(scratch))
+        os.chdir(ROOT)
+    return results
+
+
+def run_mutant(mutant: Mutant, module: str, scratch: Path, coverage: dict, mutated: str) -> None:
+    """Write the mutant into the scratch copy and run the tests that reach its statement."""
+    tests = tests_for(mutant, module, scratch, coverage)
+    mutant.tests = len(tests)
+    if not tests:
+        mutant.outcome = "survived"
+        return
+    seconds = coverage["seconds"]
+    budget = sum(seconds.values()) if mutant.lines is None else sum(seconds.get(t, 0.0) for t in tests)
+    (scratch / "workbench" / module).write_text(mutated)
+    importlib.invalidate_caches()
+    mutant.outcome, mutant.seconds = run_child(tests, 3 * budget + 30, scratch / "mutant.log")
+    if mutant.outcome == "survived":
+        shutil.copy(scratch / "mutant.log", scratch / f"survived_{mutant.index}.log")
+
+
+def score(results: list[Mutant]) -> tuple[int, int, float]:
+    """(killed, counted, percent) over the non-equivalent mutants."""
+    counted = [m for m in results if m.outcome != "equivalent"]
+    killed = sum(m.outcome in ("killed", "timeout") for m in counted)
+    return killed, len(counted), 100.0 * killed / max(len(counted), 1)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson interval of a proportion k / n (the score of a random sample of mutants)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p, d = k / n, 1 + z * z / n
+    mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return 100 * (mid - half), 100 * (mid + half)
+
+
+def report(results: list[Mutant], command: str, minutes: float, fraction: float | None) -> str:
+    """docs/mutation.md: the score per module, every survivor and every excluded equivalent mutant."""
+    killed, counted, percent = score(results)
+    low, high = wilson(killed, counted)
+    sample = ("every mutant of every module" if fraction is None else
+              f"a random {100 * fraction:.0f} % of each module's mutants, so the score is an estimate: "
+              f"95 % interval {low:.1f} to {high:.1f} % (Wilson)")
+    out = ["# Mutation pass", "",
+           f"Last run: `{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {minutes:.0f} min); "
+           f"{sample}.", "",
+           "Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,",
+           "`<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped `-` or `not`, `True` <-> `False`, n -> n + 1) and",
+           "runs the tests of that module (`MODULE_TESTS` in scripts/mutation_check.py) that execute the mutated",
+           "statement in an unmutated, traced run; killed = a test fails, errors or times out. Messages of raised",
+           "errors, annotations, docstrings and the arguments of tensor-shape calls (`view`, `reshape`, ...) are",
+           "not mutated; of train/trainer.py only the resume path is (`ONLY_FUNCTIONS`).", "",
+           f"**Score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %).**", "",
+           "| module | tests | mutants | equivalent | killed | survived | score |", "|---|---|---|---|---|---|---|"]
+    for module in dict.fromkeys(m.module for m in results):
+        mine = [m for m in results if m.module == module]
+        k, c, p = score(mine)
+        eq = sum(m.outcome == "equivalent" for m in mine)
+        out.append(f"| {module} | {', '.join(MODULE_TESTS[module])} | {len(mine)} | {eq} | {k} | {c - k} | {p:.0f} % |")
+    out += ["", "## Surviving mutants", ""]
+    out += [f"- `{m.module}:{m.line}` ({m.function or 'module'}) `{m.mutation}` in `{m.source_line}`"
+            for m in results if m.outcome == "survived"] or ["None."]
+    out += ["", "## Equivalent mutants left out of the score", ""]
+    out += [f"- `{m.module}:{m.line}` `{m.mutation}` in `{m.source_line}`: {EQUIVALENT[m.key]}"
+            for m in results if m.outcome == "equivalent"] or ["None."]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--module", action="append", choices=sorted(MODULE_TESTS),
+                        help="module under workbench/ to mutate (repeatable; default: all)")
+    parser.add_argument("--fraction", type=float, default=None,
+                        help="run this fraction of each module's mutants, drawn at random (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --fraction")
+    parser.add_argument("--list", action="store_true", help="print the mutants without running them")
+    parser.add_argument("--doc", default="docs/mutation.md", help="where to write the result")
+    parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/mutation.md alone")
+    parser.add_argument("--json", default=str(SCRATCH / "results.json"), help="every mutant and its outcome")
+    parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "
+                        "survivors again (after adding tests) and keep its other outcomes")
+    args = parser.parse_args(argv)
+    modules = args.module or list(MODULE_TESTS)
+    if args.list:
+        for module in modules:
+            for mutant, _, _ in mutants_of(module, (ROOT / "workbench" / module).read_text()):
+                print(f"{module}:{mutant.line} {mutant.mutation:14s} {mutant.source_line}")
+        return 0
+    sys.dont_write_bytecode = True
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # nbmake and the browser plugins cost seconds per start
+    start = time.monotonic()
+    _preload([ROOT / "tests" / "conftest.py", *sorted({ROOT / "tests" / t for m in modules for t in MODULE_TESTS[m]})])
+    again = None
+    if args.again:
+        again = {(r["index"], (r["module"], r["function"], r["source_line"], r["mutation"])): r
+                 for r in json.loads(Path(args.again).read_text())}
+    results = []
+    for module in modules:
+        try:
+            results += check_module(module, args.fraction, args.seed, again)
+        except SystemExit as err:  # the unmutated tests fail: say so and go on with the other modules
+            print(err, flush=True)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps([asdict(m) for m in results], indent=1))
+    killed, counted, percent = score(results)
+    print(f"\nscore: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %)")
+    for m in results:
+        if m.outcome == "survived":
+            print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
+    if not args.no_doc:
+        command = "python scripts/mutation_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        (ROOT / args.doc).write_text(report(results, command.strip(), (time.monotonic() - start) / 60, args.fraction))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
