@@ -12,6 +12,7 @@ is then its function, its record and its test (docs/methods.md "Objectives").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from workbench.core.errors import WorkbenchError
@@ -50,8 +51,12 @@ class ObjectiveInfo:
     'lookahead' (per-step gains of a look-ahead reward, TP-GRPO); None = one advantage per trajectory."""
     formula: Formula | None = None
     """Closed form of the gradient weight for the formula panel; None = autograd value only."""
+    companions: Callable[[object], dict] | None = None
+    """Settings the objective always runs with, from a base TrainConfig: config -> overrides (GPG: one update
+    per rollout; DAPO: dynamic sampling and clip-higher). Experiments that compare objectives apply these."""
     preset: dict | None = None
-    """TrainConfig overrides of the preset named after the objective (None = no such preset)."""
+    """Further TrainConfig overrides of the preset named after the objective, e.g. its paper's clip range
+    (None = no such preset)."""
     order: int = 100
     """Position in the app's objective menu (lower first)."""
     label: str = ""

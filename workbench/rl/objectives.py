@@ -273,8 +273,9 @@ def gfpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
 @OBJECTIVES.register("dapo", info=ObjectiveInfo(
     formula=Formula(r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{N}", ("N",)), order=5,
     label="token-level mean, clip-higher",
-    preset={"dynamic_sampling": True,  # refill groups with zero reward variance
-            "clip_high": 1e-3 * 0.28 / 0.2}))  # DAPO's 0.2 / 0.28 asymmetry on TrainConfig's clip_low 1e-3
+    companions=lambda c: {"dynamic_sampling": True,  # refill groups with zero reward variance
+                          "clip_high": c.clip_low * 0.28 / 0.2},  # DAPO's 0.2 / 0.28 clip asymmetry
+    preset={}))
 def dapo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """DAPO (arXiv 2503.14476): clip-higher (clip_low, clip_high), token-level mean over all trained steps."""
     return _step_objective(inputs, settings, "token")
@@ -293,7 +294,8 @@ def dr_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutpu
 
 @OBJECTIVES.register("gpg", info=ObjectiveInfo(
     advantage="gpg", formula=Formula(None, r"-\frac{A_i}{B\,T_i}", ("B", "T_i")), order=6, label="no ratio",
-    preset={"minibatch": 0}))  # one update per rollout: all of an iteration's transitions, whatever N, G, T
+    companions=lambda c: {"minibatch": 0},  # one update per rollout: all of an iteration's transitions
+    preset={}))
 def gpg(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GPG (arXiv 2504.02546): no ratio, loss = -log p_theta * A_i, mean over trained steps then trajectories.
 
@@ -367,7 +369,7 @@ def ppo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
 
 @OBJECTIVES.register("dense_grpo", info=ObjectiveInfo(
     step_credit="lookahead", formula=PER_STEP_FORMULA, order=4, label="TP-GRPO look-ahead gains per step",
-    preset={"lookahead": "ode"}))  # TP-GRPO's ODE completion (x0: Stepwise-Flow-GRPO, no extra sampling)
+    preset={}))  # lookahead 'ode' (TrainConfig's default): TP-GRPO's ODE completion
 def dense_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Dense look-ahead GRPO (TP-GRPO arXiv 2602.06422; Stepwise-Flow-GRPO arXiv 2603.28718): the clipped
     surrogate per step with A_{i,t} = the group-normalised gain d_t = R_{t+1} - R_t of a look-ahead reward

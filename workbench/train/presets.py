@@ -131,11 +131,21 @@ def crosses() -> TrainConfig:
                        iterations=80)  # 268-274 training CPU-s on one thread: within 5 minutes on 2 cores
 
 
+def with_objective(base: TrainConfig, name: str) -> TrainConfig:
+    """base with objective `name`, its paired advantage estimator and its companion settings (GPG's one update
+    per rollout, DAPO's dynamic sampling and clip-higher from base.clip_low), as its registration says."""
+    info = OBJECTIVES.info(name)
+    if info is None:
+        return replace(base, objective=name)
+    companions = info.companions(base) if info.companions else {}
+    return replace(base, objective=name, advantage=info.advantage, **companions)
+
+
 def _objective_preset(name: str):
     info = OBJECTIVES.info(name)
 
     def make() -> TrainConfig:
-        return TrainConfig(objective=name, advantage=info.advantage, **info.preset)
+        return replace(with_objective(TrainConfig(), name), **info.preset)
 
     make.__doc__ = f"{name}: {info.label} (overrides on its registration, rl/objectives.py)."
     return make

@@ -54,23 +54,33 @@ class CriticCredit:
             self.critic = critic_lib.ValueNet(policy.latent_shape[0], text_dim).to(policy.device)
         self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
 
-    def __call__(self, it: int, groups: list[TrajectoryGroup], rewards: torch.Tensor, steps: torch.Tensor
-                 ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Advantages (L * G, S) of the trained steps and the critic/* metrics; fits the critic afterwards."""
-        start, cfg = time.perf_counter(), self.config
+    def gae(self, groups: list[TrajectoryGroup], rewards: torch.Tensor) -> tuple:
+        """(raw GAE advantages (B, T), returns (B, T), values (B, T), the critic's inputs) under the current critic."""
+        cfg = self.config
         x, sigma, text, t = group_states(self.policy, groups)
         n = rewards.numel()
         values = critic_lib.predict(self.critic, x, sigma, text).view(n, t)  # (B, T)
         values = torch.cat([values, torch.zeros(n, 1, device=values.device)], dim=1)  # (B, T + 1), V(x_T) = 0
         r = rewards.reshape(-1).to(values)  # (B,)
         adv, returns = gae(final_rewards(r, t), values, cfg.gae_gamma, cfg.gae_lambda)  # (B, T) each
+        return adv, returns, values[:, :t], (x, sigma, text)
+
+    def fit(self, inputs: tuple, returns: torch.Tensor, epochs: int, seed: int) -> float:
+        """Regress the critic on returns (B, T) of the states in inputs; the mean MSE loss."""
+        gen = torch.Generator().manual_seed(seed)
+        return critic_lib.fit(self.critic, self.optimizer, *inputs, returns.reshape(-1), epochs, CRITIC_BATCH, gen)
+
+    def __call__(self, it: int, groups: list[TrajectoryGroup], rewards: torch.Tensor, steps: torch.Tensor
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Advantages (L * G, S) of the trained steps, normalised over the batch, and the critic/* metrics; then
+        one round of critic regression on the returns (the advantages use the critic before it)."""
+        start = time.perf_counter()
+        adv, returns, values, inputs = self.gae(groups, rewards)
         adv = normalise(adv[:, steps.to(adv.device)])  # (B, S)
-        explained = explained_variance(values[:, :t], returns)
-        gen = torch.Generator().manual_seed(_seed(cfg.seed, it, 7))
-        loss = critic_lib.fit(self.critic, self.optimizer, x, sigma, text, returns.reshape(-1), cfg.critic_epochs,
-                              CRITIC_BATCH, gen)
+        explained = explained_variance(values, returns)
+        loss = self.fit(inputs, returns, self.config.critic_epochs, _seed(self.config.seed, it, 7))
         return adv, {"critic/loss": loss, "critic/explained_var": explained,
-                     "critic/value_mean": float(values[:, :t].mean()), "time/critic_s": time.perf_counter() - start}
+                     "critic/value_mean": float(values.mean()), "time/critic_s": time.perf_counter() - start}
 
     def state_dict(self) -> dict:
         return {"critic": self.critic.state_dict(), "optimizer": self.optimizer.state_dict()}
