@@ -11,7 +11,8 @@ round(N * c(chunk_grpo) / c(method)) iterations, N being chunk_grpo's. Held-out 
 the training CPU seconds of each run (evaluation excluded). Then, on groups sampled from the base model, each
 method's per-step advantages are held against the Monte-Carlo credit (`train/step_compare.py`): GRPO's uniform
 A_i, ppo with the critic each seed's run ended with, dense_grpo's look-ahead. Seeds run in the outer loop and
-the report is rewritten after each, so an interrupted run still reports the seeds it finished.
+the report is rewritten after each, so an interrupted run still reports the seeds it finished (the agreement
+is measured after the first seed and again after the last).
 Writes <out>/objectives_per_step[_<task>].md and its curve figure.
 """
 
@@ -199,6 +200,7 @@ def per_step_experiment(args) -> None:
     results = {name: {"curves": [], "dirs": []} for name in configs}
     command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     keys = ["eval/" + metric] + (["eval_cfg/" + metric] if base.eval_cfg else [])
+    agreement: list[dict] = []
     for seed in range(seeds):
         for name, config in configs.items():
             run_dir = root / name / f"seed{seed}"
@@ -215,8 +217,8 @@ def per_step_experiment(args) -> None:
         for key in keys:
             plot({n: r["curves"] for n, r in results.items()}, key, out / f"{stem}_{key.split('/')[0]}.png",
                  f"held-out {metric.replace('_', ' ')} ({key.split('/')[0]})")
-        agreement = agreement_rows(configs, {n: r["dirs"] for n, r in results.items()}, factory) \
-            if seed == seeds - 1 else []
+        if seed in (0, seeds - 1):  # after the first seed (its critic), again with every seed's critic at the end
+            agreement = agreement_rows(configs, {n: r["dirs"] for n, r in results.items()}, factory)
         report = write_report(out / f"{stem}.md", f"{stem}_eval.png", base, metric, configs, cost, results,
                               agreement, seed + 1, command.strip(), keys)
         print(f"wrote {report}", flush=True)

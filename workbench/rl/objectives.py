@@ -264,7 +264,8 @@ def step_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOut
 
 @OBJECTIVES.register("gfpo", info=ObjectiveInfo(
     advantage="gfpo", formula=STEP_FORMULA, order=7, label="GRPO over a filtered group",
-    preset={"gfpo_metric": "sharpness"}))  # the paper keeps the shortest responses; here the sharpest images
+    companions=lambda c: {"gfpo_metric": c.gfpo_metric or "sharpness"},  # the paper keeps the shortest
+    preset={}))  # responses; here the sharpest images
 def gfpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GFPO (arXiv 2508.09726): the step GRPO surrogate; its filtering lives in the advantage estimator."""
     return _step_objective(inputs, settings, "trajectory")
