@@ -60,7 +60,8 @@ def test_objectives_with_preset_overrides_get_a_preset_and_experiments_their_com
             assert PRESETS.get(name)().objective == name and PRESETS.get(name)().advantage == info.advantage
     dapo = with_objective(TrainConfig(clip_low=5e-6), "dapo")
     assert dapo.dynamic_sampling and dapo.clip_high == pytest.approx(7e-6)
-    assert with_objective(TrainConfig(), "gpg").minibatch == 0 and with_objective(TrainConfig(), "gpg").advantage == "gpg"
+    gpg = with_objective(TrainConfig(), "gpg")
+    assert gpg.minibatch == 0 and gpg.advantage == "gpg"
 
 
 def test_bad_registrations_are_refused():

@@ -83,3 +83,23 @@ def compare_step_advantages(policy: FlowPolicy, group: TrajectoryGroup, reward_f
                           {n: agreement(m, ref, valid, determined) for n, m in zip(names, maps)},
                           {UNIFORM: "GRPO advantages of the group's rewards", "ppo": ppo_source,
                            "dense_grpo": f"{look.config.lookahead} look-ahead ({nfe} transformer evaluations)"})
+
+
+def per_step_advantages(policy: FlowPolicy, group: TrajectoryGroup, rewards: torch.Tensor, names: list[str],
+                        reward_fn, config: TrainConfig | None = None) -> dict[str, torch.Tensor]:
+    """{objective: (G, T)} per-step advantages of the objectives among `names` whose registration names a
+    `step_credit`: ppo's GAE over a critic fitted on this group, dense_grpo's look-ahead gains (0 off the trained
+    steps). The explainer uses these in place of the paired (G,) advantages."""
+    from workbench.rl.objectives import OBJECTIVES
+
+    config = config or TrainConfig()
+    trained = group.config.sde_mask()[None]  # (1, T)
+    out = {}
+    for name in names:
+        kind = OBJECTIVES.info(name).step_credit if OBJECTIVES.info(name) is not None else None
+        if kind == "critic":
+            out[name] = critic_advantages(policy, group, rewards.float(), config)[0]
+        elif kind == "lookahead":
+            values, _ = LookaheadCredit(config, policy, reward_fn).values(group, rewards.float())
+            out[name] = torch.where(trained, lookahead_advantages(values), torch.zeros(()))
+    return out
