@@ -74,13 +74,14 @@ class CriticCredit:
                  ) -> tuple[torch.Tensor, dict[str, float]]:
         """Advantages (L * G, S) of the trained steps, normalised over the batch, and the critic/* metrics; then
         one round of critic regression on the returns (the advantages use the critic before it)."""
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         adv, returns, values, inputs = self.gae(groups, rewards)
         adv = normalise(adv[:, steps.to(adv.device)])  # (B, S)
         explained = explained_variance(values, returns)
         loss = self.fit(inputs, returns, self.config.critic_epochs, _seed(self.config.seed, it, 7))
         return adv, {"critic/loss": loss, "critic/explained_var": explained,
-                     "critic/value_mean": float(values.mean()), "time/critic_s": time.perf_counter() - start}
+                     "critic/value_mean": float(values.mean()), "time/critic_s": time.perf_counter() - start,
+                     "time/critic_cpu_s": time.process_time() - cpu}
 
     def state_dict(self) -> dict:
         return {"critic": self.critic.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -107,13 +108,14 @@ class LookaheadCredit:
 
     def __call__(self, it: int, groups: list[TrajectoryGroup], rewards: torch.Tensor, steps: torch.Tensor
                  ) -> tuple[torch.Tensor, dict[str, float]]:
-        start, advs, nfe = time.perf_counter(), [], 0
+        start, cpu, advs, nfe = time.perf_counter(), time.process_time(), [], 0
         for grp, r in zip(groups, rewards):
             values, spent = self.values(grp, r)
             advs.append(lookahead_advantages(values)[:, steps.cpu()])  # (G, S)
             nfe += spent
         adv = torch.cat(advs).to(self.policy.device)  # (L * G, S)
-        return adv, {"lookahead/nfe": float(nfe), "time/lookahead_s": time.perf_counter() - start}
+        return adv, {"lookahead/nfe": float(nfe), "time/lookahead_s": time.perf_counter() - start,
+                     "time/lookahead_cpu_s": time.process_time() - cpu}
 
     def state_dict(self) -> None:
         return None
