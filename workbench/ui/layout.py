@@ -25,6 +25,7 @@ from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
+from workbench.ui import step_handlers as sh
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
@@ -95,6 +96,25 @@ ATTRIBUTION_INTRO = (
     "Monte-Carlo measurement of the same group.")
 
 
+def _per_step_section(wb, session) -> None:
+    """Attribution: ppo's and dense_grpo's per-step advantages beside the measured credit (`step_handlers`)."""
+    gr.Markdown("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns a "
+                "critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** (TP-GRPO) "
+                "gives each step the gain of the reward of an ODE completion from its states. Here all three are set "
+                "beside the Monte-Carlo credit measured above.")
+    with gr.Row():
+        critic = gr.Dropdown(sh.critic_choices(wb), value=sh.FIT, allow_custom_value=True, filterable=True,
+                             label="ppo's critic", info="fitted on this group, or the critic a ppo run saved",
+                             elem_id="step-critic", scale=3)
+        go_ = gr.Button("Compare advantages", elem_id="step-compare-btn", scale=1)
+    table = gr.Markdown(sh.NO_COMPARISON, elem_id="step-compare-text")
+    plot = gr.Plot(empty_figure("Per-step advantages", "measure credit, then compare advantages"),
+                   label="Per-step advantages", elem_id="step-compare-plot")
+    status = gr.Markdown(elem_id="step-compare-status")
+    go_.click(partial(sh.compare_advantages, wb), [critic, session], [plot, table, status],
+              api_name="compare_advantages", **HEAVY)
+
+
 def _attribution_tab(wb, session, choices: list) -> dict:
     gr.Markdown(ATTRIBUTION_INTRO)
     with gr.Row():
@@ -115,6 +135,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
                       elem_id="credit-plot")
+    _per_step_section(wb, session)
     gr.Markdown("### Before and after\nThe same prompt and noise under a second policy (default: the base model "
                 "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the K, "
                 "estimator and continuation seed above and drawn on one colour scale.")
