@@ -160,6 +160,8 @@ def main() -> None:
     parser.add_argument("--per-step", action="store_true",
                         help="step_grpo, chunk_grpo, gspo, ppo and dense_grpo at equal CPU time, with per-step "
                              "advantage agreement with the credit (scripts/objectives_per_step.py)")
+    parser.add_argument("--reuse-calibration", action="store_true",
+                        help="--per-step: take the CPU per iteration from <out>/objectives_per_step*_calibration.json")
     parser.add_argument("--out", default=None, help="folder for objectives.md and the curves")
     parser.add_argument("--runs", default=None, help="folder for the run folders")
     args = parser.parse_args()

@@ -194,9 +194,13 @@ def per_step_experiment(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"objectives_per_step{'_' + base.task if base.task else ''}"
     configs = method_configs(base)
-    cost = calibrate(configs, factory)
+    saved = out / f"{stem}_calibration.json"
+    if args.reuse_calibration and saved.is_file():  # the CPU per iteration measured by an earlier run
+        cost = json.loads(saved.read_text())
+    else:
+        cost = calibrate(configs, factory)
+        saved.write_text(json.dumps(cost, indent=1))
     configs = equal_cpu(configs, cost)
-    (out / f"{stem}_calibration.json").write_text(json.dumps(cost, indent=1))
     results = {name: {"curves": [], "dirs": []} for name in configs}
     command = "python scripts/experiment_objectives.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     keys = ["eval/" + metric] + (["eval_cfg/" + metric] if base.eval_cfg else [])

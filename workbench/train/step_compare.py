@@ -20,7 +20,7 @@ from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.credit import Credit
 from workbench.rl.credit_stats import agreement
-from workbench.rl.step_advantages import lookahead_advantages, normalise
+from workbench.rl.step_advantages import final_rewards, gae, lookahead_advantages, normalise
 from workbench.train.config import TrainConfig
 from workbench.train.step_credit import CriticCredit, LookaheadCredit
 
@@ -48,15 +48,19 @@ class StepComparison:
 def critic_advantages(policy: FlowPolicy, group: TrajectoryGroup, rewards: torch.Tensor, config: TrainConfig,
                       critic_state: dict | None = None, fit_epochs: int = FIT_EPOCHS) -> tuple[torch.Tensor, str]:
     """ppo's (G, T) GAE advantages on the group, normalised over its trained cells, and their source: a run's
-    critic (`critic_state`, from a checkpoint's critic.pt) or a critic fitted on this group's returns."""
+    critic (`critic_state`, from a checkpoint's critic.pt) or a critic regressed on this group's Monte-Carlo
+    returns (every state of trajectory i -> r_i, with gamma 1)."""
     credit = CriticCredit(config, policy)
     if critic_state is not None:
         credit.load_state_dict(critic_state)
         source = "the run's trained critic"
-    else:
-        _, returns, _, inputs = credit.gae([group], rewards)
-        credit.fit(inputs, returns, fit_epochs, config.seed)
-        source = f"a critic fitted on this group ({fit_epochs} passes)"
+    else:  # regressed on the Monte-Carlo returns gamma^(T-1-t) r_i: GAE returns of an untrained critic would pull
+        # the early states' targets towards its random values (lambda^(T-1-t) of them)
+        inputs = credit.gae([group], rewards)[3]
+        t = group.num_steps
+        returns = gae(final_rewards(rewards, t), torch.zeros(len(rewards), t + 1), config.gae_gamma, 1.0)[1]
+        credit.fit(inputs, returns.to(inputs[0].device), fit_epochs, config.seed)
+        source = f"a critic fitted on this group's returns ({fit_epochs} passes)"
     adv = credit.gae([group], rewards)[0].cpu()  # (G, T)
     mask = group.config.sde_mask()[None].expand_as(adv)  # (G, T)
     return torch.where(mask, normalise(adv, mask), torch.zeros_like(adv)), source
