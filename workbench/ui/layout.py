@@ -262,7 +262,8 @@ def _finetune_tab(wb, session, tab) -> None:
     with gr.Row():
         objective = gr.Dropdown(objective_names(), value=defaults.objective, label="Objective",
                                 info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
-                                     "GPG advantages, ...)")
+                                     "GPG advantages, ...); ppo trains a critic, dense_grpo samples ODE "
+                                     "look-aheads (~3.7x the cost of an iteration)")
         reward = gr.Textbox(defaults.reward, label="Reward spec and weights", info=hint("reward"))
         chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
                             elem_id="train-chunks", info=hint("chunks"))
