@@ -3,6 +3,7 @@
     .venv/bin/python scripts/experiment_objectives.py            # full: 5 objectives x 3 seeds x 30 iterations
     .venv/bin/python scripts/experiment_objectives.py --quick    # tiny smoke run (random weights if needed)
     .venv/bin/python scripts/experiment_objectives.py --task crosses   # the crosses lesson, + dapo -> docs/
+    .venv/bin/python scripts/experiment_objectives.py --per-step [--task crosses]  # + ppo, dense_grpo at equal CPU
 
 With --task crosses every run starts from the `crosses` preset (SDE window 0..8, lr, reward shape_match, no KL)
 at fewer iterations than the preset, adds DAPO (dynamic sampling, clip-higher, token-level loss) to the list,
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # experiment_crosses (
 from workbench.core.files import atomic_write
 from workbench.rl.chunking import CHUNKERS
 from workbench.train import TrainConfig, Trainer
+from workbench.train.presets import with_objective
 from workbench.train.store import RunStore
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
@@ -52,15 +54,14 @@ def variants(base: TrainConfig) -> dict[str, TrainConfig]:
     n_steps = len(base.trained_steps(1))
     temporal = ",".join(map(str, CHUNKERS.get("temporal")(n_steps)))
     uniform = ",".join(map(str, CHUNKERS.get("uniform")(n_steps, size=max(1, n_steps // 4))))
-    everything = base.prompts_per_iteration * base.group * n_steps  # GPG: one update per rollout
-    return {
-        "step_grpo": replace(base, objective="step_grpo"),
-        f"chunk_grpo temporal [{temporal}]": replace(base, objective="chunk_grpo", chunks=temporal),
-        f"chunk_grpo uniform [{uniform}]": replace(base, objective="chunk_grpo", chunks=uniform),
-        "gspo": replace(base, objective="gspo"),
-        "gpg": replace(base, objective="gpg", advantage="gpg", minibatch=everything),
-    } | ({"dapo": replace(base, objective="dapo", dynamic_sampling=True, clip_high=base.clip_low * 0.28 / 0.2)}
-         if base.task else {})  # DAPO's 0.2 / 0.28 clip asymmetry; dynamic sampling matters where groups are flat
+    return {  # each objective with its paired advantage and companion settings, from its registration
+        "step_grpo": with_objective(base, "step_grpo"),
+        f"chunk_grpo temporal [{temporal}]": with_objective(replace(base, chunks=temporal), "chunk_grpo"),
+        f"chunk_grpo uniform [{uniform}]": with_objective(replace(base, chunks=uniform), "chunk_grpo"),
+        "gspo": with_objective(base, "gspo"),
+        "gpg": with_objective(base, "gpg"),  # one update per rollout
+    } | ({"dapo": with_objective(base, "dapo")}  # dynamic sampling matters where groups are flat
+         if base.task else {})
 
 
 def run_one(config: TrainConfig, run_dir: Path, policy_factory) -> list[dict]:
@@ -156,11 +157,19 @@ def main() -> None:
                              "--task crosses: the preset's 0)")
     parser.add_argument("--task", default=None, choices=["crosses"],
                         help="compare on a lesson (its preset, held-out accuracy, + dapo) instead of the defaults")
+    parser.add_argument("--per-step", action="store_true",
+                        help="step_grpo, chunk_grpo, gspo, ppo and dense_grpo at equal CPU time, with per-step "
+                             "advantage agreement with the credit (scripts/objectives_per_step.py)")
+    parser.add_argument("--reuse-calibration", action="store_true",
+                        help="--per-step: take the CPU per iteration from <out>/objectives_per_step*_calibration.json")
     parser.add_argument("--out", default=None, help="folder for objectives.md and the curves")
     parser.add_argument("--runs", default=None, help="folder for the run folders")
     args = parser.parse_args()
     from workbench.models.embedded import EmbeddedPolicy, build_embedded
 
+    if args.per_step:
+        from objectives_per_step import per_step_experiment
+        return per_step_experiment(args)
     if args.task:
         return task_experiment(args)
     args.clip_low = 2e-5 if args.clip_low is None else args.clip_low

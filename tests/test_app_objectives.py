@@ -64,7 +64,7 @@ def test_objectives_need_a_group_and_valid_settings(wb, sampled):
     for args, why in (((-1, 1e-3, 1e-4, "chunk_grpo"), "inner updates N must be a whole number >= 0"),
                       ((1, 0, 1e-4, "chunk_grpo"), "learning rate must be > 0"),
                       ((1, 1e-3, 1.5, "chunk_grpo"), "clip_low must be in [0, 1)"),
-                      ((1, 1e-3, 1e-4, "ppo"), "unknown objective 'ppo'")):
+                      ((1, 1e-3, 1e-4, "trpo"), "unknown objective 'trpo'")):
         out = ob.objectives_compute(wb, *args, None, sampled)
         assert why in msg(out) and all(is_skip(v) for v in out[:-1])
 
@@ -182,3 +182,23 @@ def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
     assert "agrees with A by construction" in text4 and "equal power" in text4
     assert torch.tensor(fig4.data[1].z) == pytest.approx(credit.chunk_credit)
     assert "Chunks" in text5 and "Objectives" in text5 and isinstance(fig3, go.Figure)
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.05])
+def test_the_formula_agrees_with_autograd_for_per_step_advantages(spread):
+    """ppo and dense_grpo with A_{i,t} (G, T): the panel's closed form equals autograd on every cell."""
+    gen = torch.Generator().manual_seed(1)
+    old = -torch.rand(4, 6, generator=gen, dtype=torch.float64)
+    new = old + spread * torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[0, :2] = False
+    adv = {name: torch.randn(4, 6, generator=gen, dtype=torch.float64) for name in ("ppo", "dense_grpo")}
+    ex = explain(new, old, adv, ObjectiveSettings(clip_low=0.02), ["ppo", "dense_grpo"], step_mask=mask)
+    for name in ex.names:
+        for i in range(4):
+            for t in range(6):
+                c = cell(ex, name, i, t)
+                assert c.advantage == pytest.approx(float(adv[name][i, t]))
+                assert closed_form(c) == pytest.approx(c.weight, rel=1e-9, abs=1e-15), (name, i, t)
+    assert "A_{i,t}" in formula_markdown(cell(ex, "ppo", 1, 2), "now") and "GAE" in formula_markdown(
+        cell(ex, "ppo", 1, 2), "now")

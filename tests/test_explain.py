@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.rl.explain import PAIRED_ADVANTAGE, explain, moved_log_probs, paired_advantages, paired_estimator
+from workbench.rl.explain import explain, moved_log_probs, paired_advantages, paired_estimator
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, PolicyInputs
 
 G, T = 4, 6
@@ -137,7 +137,6 @@ def test_paired_advantages_follow_the_presets():
     for name in OBJECTIVES.names():
         if name in PRESETS:
             assert paired_estimator(name) == preset(name).advantage, name
-    assert set(PAIRED_ADVANTAGE) <= set(OBJECTIVES.names())
 
 
 def test_explain_rejects_a_kl_term_and_unknown_names():
@@ -145,7 +144,7 @@ def test_explain_rejects_a_kl_term_and_unknown_names():
     with pytest.raises(WorkbenchError, match="kl_beta=0"):
         explain(new, old, adv, ObjectiveSettings(kl_beta=0.1))
     with pytest.raises(WorkbenchError, match="valid objectives"):
-        explain(new, old, adv, ObjectiveSettings(), ["ppo"])
+        explain(new, old, adv, ObjectiveSettings(), ["trpo"])
     with pytest.raises(WorkbenchError, match="no advantages for objective 'gspo'"):
         explain(new, old, {"step_grpo": adv}, ObjectiveSettings(), ["step_grpo", "gspo"])
 
@@ -185,3 +184,21 @@ def test_with_transformer_swaps_only_the_copy(random_policy):
     assert other.transformer is not random_policy.transformer and other.model.transformer is other.transformer
     assert random_policy.model.transformer is random_policy.transformer
     assert other.model.text_encoder is random_policy.model.text_encoder  # the rest is shared
+
+
+@pytest.mark.parametrize("name", ["ppo", "dense_grpo"])
+@pytest.mark.parametrize("spread", [0.0, 0.05])
+def test_per_step_advantages_weights_match_finite_differences_and_the_closed_form(name, spread):
+    """With A_{i,t} (G, T) the weight is w = -A_{i,t} rho_{i,t} / (B T_i) on unclipped steps (docs/methods.md)."""
+    new, old, _ = case(seed=3, spread=spread)
+    adv = torch.randn(G, T, generator=torch.Generator().manual_seed(4), dtype=torch.float64)  # (G, T)
+    mask = torch.ones(G, T, dtype=torch.bool)
+    mask[2, 4:] = False
+    settings = ObjectiveSettings(clip_low=0.02)
+    ex = explain(new, old, {name: adv}, settings, [name], step_mask=mask)
+    assert ex.weight[0] == pytest.approx(finite_difference(name, new, old, adv, settings, mask), abs=1e-7)
+    rho = (new - old).exp()
+    clipped = ((adv > 0) & (rho > 1.02)) | ((adv < 0) & (rho < 0.98))
+    expected = torch.where(mask & ~clipped, -adv * rho / (G * mask.sum(1, keepdim=True)), torch.zeros_like(adv))
+    assert ex.weight[0] == pytest.approx(expected, abs=1e-12)
+    assert torch.equal(ex.step_advantage[0], adv) and bool(ex.clipped[0].any()) == bool(spread)

@@ -225,7 +225,7 @@ def test_kl_term_added_over_trained_steps():
 
 def test_bad_names_settings_and_inputs():
     with pytest.raises(WorkbenchError, match="chunk_grpo.*gspo.*step_grpo"):
-        OBJECTIVES.get("ppo")
+        OBJECTIVES.get("trpo")
     for bad in ({"clip_low": -1e-4}, {"clip_low": 1.0}, {"clip_high": -0.1}, {"chunks": [2, 0]},
                 {"chunks": []}, {"kl_beta": -1.0}):
         with pytest.raises(WorkbenchError):

@@ -2,6 +2,7 @@
 
     python -m workbench bench train                          # the default config
     python -m workbench.cli.bench_train [--iterations 6] [--threads 2] [--random] [--prompts 2] [--kl-beta 0.04]
+    python -m workbench.cli.bench_train --objectives        # + ppo's critic and dense_grpo's look-ahead costs
 
 Runs the default chunk_grpo config (G=8, T=16, 2 prompts, no eval, no samples) and, after every
 iteration, re-times the raw model compute of the same iteration on a copy of the transformer: the
@@ -9,6 +10,11 @@ rollout forwards (T + 1 steps on the N x G batch) plus forward/backward/AdamW on
 of the same stored transitions (and the KL reference's forward when kl_beta > 0), with none of the
 trainer's bookkeeping (rewards, advantages, masks, metrics, store). The ratio trainer / raw is the
 overhead. Prints figures and the targets; no asserts.
+
+With --objectives it then times chunk_grpo, ppo and dense_grpo iterations at the defaults (process CPU
+seconds per iteration, medians after a warm-up): the critic's share (`time/critic_s`: GAE, its forwards and
+its regression) against a chunk_grpo iteration (target <= 25 %), and the look-ahead sampling of dense_grpo
+(`time/lookahead_s`, `lookahead/nfe`) per iteration.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from workbench.models.embedded import EmbeddedPolicy, build_embedded
 from workbench.train import TrainConfig, Trainer
 
 TARGET_SECONDS, TARGET_RATIO = 3.0, 1.15
+TARGET_CRITIC = 0.25  # the critic may add at most 25 % to a chunk_grpo iteration
 
 
 def raw_compute(trainer: Trainer, transformer: torch.nn.Module, optimizer: torch.optim.Optimizer) -> float:
@@ -64,6 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=None,
                         help="prompts (groups of G=8) per iteration (default: TrainConfig's, 4; "
                              "the target was set at 2)")
+    parser.add_argument("--objectives", action="store_true",
+                        help="also time ppo (critic) and dense_grpo (look-ahead) iterations against chunk_grpo")
     parser.add_argument("--kl-beta", type=float, default=0.0,
                         help="KL weight (0.04: Flow-GRPO's; adds the reference's forward to every transition)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -101,6 +110,39 @@ def main(argv: list[str] | None = None) -> None:
           + " / ".join(f"{v:.3f}" for v in parts.values()) + " s")
     print(f"raw model compute, same work: {r:.3f} s")
     print(f"trainer / raw compute ratio:  {w / r:.3f}     (target <= {TARGET_RATIO})")
+    if args.objectives:
+        objective_costs(config, args.random)
+
+
+def cpu_per_iteration(config: TrainConfig, random: bool) -> tuple[float, dict[str, float]]:
+    """(median process CPU seconds per iteration after the first, median of each time/* and lookahead/* metric)."""
+    policy = EmbeddedPolicy(build_embedded(seed=0)) if random else EmbeddedPolicy.load()
+    cpu, rows, last = [], [], [time.process_time()]
+
+    def on_event(event) -> None:
+        if event.kind == "iteration" and event.iteration > 0:
+            cpu.append(time.process_time() - last[0])
+            rows.append(event.data)
+        last[0] = time.process_time()
+
+    Trainer(config, None, policy).run(callback=on_event)
+    keys = {k for r in rows for k in r if k.startswith(("time/", "lookahead/"))}
+    return statistics.median(cpu[1:] or cpu), {k: statistics.median(r[k] for r in rows[1:] or rows) for k in keys}
+
+
+def objective_costs(base: TrainConfig, random: bool) -> None:
+    """The per-step objectives' extra cost per iteration against chunk_grpo at the same settings."""
+    chunk, _ = cpu_per_iteration(base, random)
+    ppo, ppo_parts = cpu_per_iteration(replace(base, objective="ppo"), random)
+    dense, dense_parts = cpu_per_iteration(replace(base, objective="dense_grpo"), random)
+    critic = ppo_parts["time/critic_cpu_s"]
+    print(f"CPU seconds per iteration (median): chunk_grpo {chunk:.3f}, ppo {ppo:.3f}, dense_grpo {dense:.3f}")
+    print(f"ppo's critic (GAE, forwards, {base.critic_epochs} regression passes): {critic:.3f} CPU-s = "
+          f"{100 * critic / chunk:.1f} % of a chunk_grpo iteration (target <= {100 * TARGET_CRITIC:.0f} %); "
+          f"ppo / chunk_grpo = {ppo / chunk:.2f}")
+    print(f"dense_grpo ({base.lookahead} look-ahead): {dense_parts['lookahead/nfe']:.0f} transformer evaluations and "
+          f"{dense_parts['time/lookahead_cpu_s']:.2f} CPU-s of look-ahead per iteration; dense_grpo / chunk_grpo = "
+          f"{dense / chunk:.2f}")
 
 
 if __name__ == "__main__":

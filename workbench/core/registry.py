@@ -6,6 +6,9 @@
     def step_grpo(...): ...
 
     OBJECTIVES.get("nope")  # WorkbenchError: unknown objective 'nope'; valid objectives: step_grpo
+
+A registration may carry a description of what it registers (`register(name, info=...)`, read back with
+`info(name)`), so every other place reads one record instead of keeping its own table.
 """
 
 from __future__ import annotations
@@ -24,14 +27,27 @@ class Registry(Generic[F]):
     def __init__(self, kind: str):
         self.kind = kind
         self._items: dict[str, F] = {}
+        self._info: dict[str, object] = {}
 
-    def register(self, name: str) -> Callable[[F], F]:
+    def register(self, name: str, info: object = None) -> Callable[[F], F]:
+        """Decorator registering fn under `name`, with an optional description `info`."""
         def decorator(fn: F) -> F:
             if name in self._items:
                 raise ValueError(f"{self.kind} '{name}' is registered twice")
             self._items[name] = fn
+            self._info[name] = info
             return fn
         return decorator
+
+    def unregister(self, name: str) -> None:
+        """Remove `name` (tests that register a temporary entry clean up with it)."""
+        self.get(name)
+        del self._items[name], self._info[name]
+
+    def info(self, name: str):
+        """The description registered with `name` (None if none was given)."""
+        self.get(name)
+        return self._info[name]
 
     def get(self, name: str) -> F:
         if name not in self._items:

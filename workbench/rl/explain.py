@@ -37,11 +37,6 @@ from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, PolicyInputs
 
-# Which advantage estimator each objective is trained with: GPG's alpha-scaled r - mean (arXiv 2504.02546),
-# Dr. GRPO's std-free r - mean (arXiv 2503.20783), GFPO's GRPO over the kept top-k (arXiv 2508.09726, needs
-# a second score); all others GRPO. Every preset named after an objective pairs it the same way (a test
-# checks it; Dr. GRPO has no preset yet).
-PAIRED_ADVANTAGE = {"gpg": "gpg", "dr_grpo": "dr_grpo", "gfpo": "gfpo"}
 # Defaults of the Objectives view, from scripts/explain_defaults.py on the shipped embedded model (G=8, T=16):
 # 3 updates at the trainer's lr 3e-5 with the library's clip 1e-4 clip 17 % of step units, 12 % of
 # Chunk-GRPO [2,3,4,7] units and 50 % of GSPO's sequences: some units of every objective, not all.
@@ -51,9 +46,9 @@ CLIP = 1e-4  # clip range eps of the explained objectives (ObjectiveSettings' de
 
 
 def paired_estimator(objective: str) -> str:
-    """The advantage estimator `objective` is trained with (PAIRED_ADVANTAGE, default "grpo")."""
-    OBJECTIVES.get(objective)
-    return PAIRED_ADVANTAGE.get(objective, "grpo")
+    """The advantage estimator `objective` is trained with: its registration's (`ObjectiveInfo.advantage`)."""
+    info = OBJECTIVES.info(objective)
+    return info.advantage if info is not None else "grpo"
 
 
 def paired_advantages(rewards: torch.Tensor, objectives: Sequence[str], metric: torch.Tensor | None = None
@@ -89,7 +84,8 @@ class Explanation:
     ratio: torch.Tensor  # (O, G, T) the ratio objective o uses at (i, t): step, chunk or sequence ratio (GPG: the
     # step ratio, which it does not use; NaN for an objective that reports no step_ratio)
     clipped: torch.Tensor  # (O, G, T) bool, the step's unit takes the clipped branch (no gradient)
-    advantage: torch.Tensor  # (O, G) the advantage objective o uses for trajectory i
+    advantage: torch.Tensor  # (O, G) the advantage objective o uses for trajectory i (per-step ones: their mean)
+    step_advantage: torch.Tensor  # (O, G, T) the advantage at (i, t): A_i copied to the steps, or A_{i,t}
     weight: torch.Tensor  # (O, G, T) w = dL / d log p_t of the objective's policy loss
     share: torch.Tensor  # (O, G, T) |w| normalised to sum 1 per objective (see the class doc)
     loss: torch.Tensor  # (O,) policy loss of each objective
@@ -122,7 +118,8 @@ def explain(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     """Per-step weights, ratios, clip flags and shares of every objective for one group.
 
     log_prob, old_log_prob: (G, T) per-step log-probs under the current and the sampling policy;
-    advantages: (G,) for every objective, or {objective: (G,)} (see `paired_advantages`);
+    advantages: (G,) for every objective, or {objective: (G,) or (G, T)} (see `paired_advantages`; (G, T) are
+    per-step advantages, e.g. ppo's GAE or dense_grpo's look-ahead gains, `step_advantages.py`);
     objectives: names in OBJECTIVES (default: all registered); step_mask: (G, T) bool trained steps.
     Only the policy term is explained: settings.kl_beta must be 0 (the KL term pulls towards the
     reference, not along the advantage).
@@ -139,6 +136,7 @@ def explain(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
     log_ratio = torch.where(mask, log_prob.detach() - old_log_prob.detach(), torch.zeros_like(log_prob))
     return Explanation(names=names, log_ratio=log_ratio, ratio=torch.stack([p[0] for p in parts]),
                        clipped=torch.stack([p[1] for p in parts]), advantage=torch.stack([p[2] for p in parts]),
+                       step_advantage=torch.stack([p[5] for p in parts]),
                        weight=weight, share=share, loss=torch.stack([p[4] for p in parts]),
                        step_mask=mask, settings=settings)
 
@@ -152,9 +150,9 @@ def _advantage_of(advantages, name: str) -> torch.Tensor:
 
 
 def _one(name: str, log_prob, old_log_prob, advantage, settings, step_mask) -> tuple:
-    """(ratio (G, T), clipped (G, T), advantage (G,), weight (G, T), loss ()) of one registered objective."""
+    """(ratio, clipped, advantage (G,), weight, loss (), step advantage (G, T)) of one registered objective."""
     leaf = log_prob.detach().clone().requires_grad_(True)  # (G, T) the log p_t the weights are taken against
-    adv = advantage.detach().to(leaf)
+    adv = advantage.detach().to(leaf)  # (G,) or (G, T)
     out = OBJECTIVES.get(name)(PolicyInputs(leaf, old_log_prob.detach().to(leaf), adv, step_mask=step_mask),
                                settings)
     (weight,) = torch.autograd.grad(out.loss, leaf, allow_unused=True)
@@ -162,7 +160,8 @@ def _one(name: str, log_prob, old_log_prob, advantage, settings, step_mask) -> t
     ratio, clipped = out.step_ratio, out.step_clipped  # (G, T) each
     if ratio is None:  # an objective outside the shared code paths: its weights, but no ratio map
         ratio, clipped = torch.full_like(weight, float("nan")), torch.zeros_like(weight, dtype=torch.bool)
-    return ratio, clipped, adv, weight, out.loss.detach()
+    per_step = adv if adv.dim() == 2 else adv[:, None].expand_as(leaf)  # (G, T)
+    return ratio, clipped, adv if adv.dim() == 1 else adv.mean(dim=1), weight, out.loss.detach(), per_step
 
 
 def moved_log_probs(policy: FlowPolicy, group: TrajectoryGroup, advantages: torch.Tensor,

@@ -9,6 +9,10 @@ K chunks. A "trained unit" is a step (step objectives) or a chunk with at least 
     out = objective(PolicyInputs(log_prob, old_log_prob, advantages), ObjectiveSettings(chunks=[2, 3, 4, 7]))
     out.loss.backward()
 
+Each registration carries an `ObjectiveInfo` (unit, chunks, paired advantage, formula, preset, menu order);
+the rest of the workbench reads it from `OBJECTIVES.info(name)`. Step objectives also take per-step
+advantages (B, T): PPO's GAE over a learned critic and the dense look-ahead credit (`step_advantages.py`).
+
 Also here: the KL term to the reference (Flow-GRPO's closed form), TempFlow-GRPO's noise-aware step weights
 and MixGRPO's sliding SDE window.
 """
@@ -23,6 +27,7 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.core.registry import Registry
 from workbench.rl.chunking import chunk_ids, chunk_sum
+from workbench.rl.objective_info import PER_STEP_FORMULA, STEP_FORMULA, Formula, ObjectiveInfo
 
 OBJECTIVES = Registry("objective")
 
@@ -33,7 +38,7 @@ class PolicyInputs:
 
     log_prob: torch.Tensor  # (B, T) current policy per-step log-probs, requires grad
     old_log_prob: torch.Tensor  # (B, T) log-probs at sampling time (treated as constants)
-    advantages: torch.Tensor  # (B,) one advantage per trajectory (treated as constants)
+    advantages: torch.Tensor  # (B,) one advantage per trajectory, or (B, T) one per step (constants)
     step_mask: torch.Tensor | None = None  # (B, T) bool, steps that are trained; None = all
     step_weights: torch.Tensor | None = None  # (T,) non-negative per-step weights; None = all 1
     kl: torch.Tensor | None = None  # (B, T) per-step KL to the reference policy, already computed
@@ -43,7 +48,7 @@ class PolicyInputs:
             raise WorkbenchError(f"log_prob must be (B, T), got shape {tuple(self.log_prob.shape)}")
         b, t = self.log_prob.shape
         _check_shape("old_log_prob", self.old_log_prob, (b, t))
-        _check_shape("advantages", self.advantages, (b,))
+        _check_shape("advantages", self.advantages, (b,) if self.advantages.dim() == 1 else (b, t))
         _check_shape("step_mask", self.step_mask, (b, t))
         _check_shape("step_weights", self.step_weights, (t,))
         _check_shape("kl", self.kl, (b, t))
@@ -51,6 +56,11 @@ class PolicyInputs:
             raise WorkbenchError(f"step_mask must be a bool tensor, got {self.step_mask.dtype}; use mask.bool()")
         if self.step_weights is not None and bool((self.step_weights < 0).any()):
             raise WorkbenchError("step_weights must be non-negative; pass e.g. noise_aware_weights(stds)")
+
+    def step_advantages(self) -> torch.Tensor:
+        """(B, T) detached advantages: the per-step ones, or each trajectory's copied to its steps."""
+        adv = self.advantages.detach().to(self.log_prob)
+        return adv if adv.dim() == 2 else adv.unsqueeze(1).expand_as(self.log_prob)
 
     def trained(self) -> torch.Tensor:
         """(B, T) bool mask of trained steps; raises if it trains nothing."""
@@ -233,7 +243,7 @@ def _step_objective(inputs: PolicyInputs, settings: ObjectiveSettings, reduce: s
     """
     mask = inputs.trained()  # (B, T)
     l = _log_ratio(inputs, mask)  # (B, T)
-    adv = inputs.advantages.detach().to(l).unsqueeze(1).expand_as(l)  # (B, T)
+    adv = inputs.step_advantages()  # (B, T)
     per_step, clipped = clipped_surrogate(l.exp(), adv, settings.clip_low, settings.eps_high)
     per_step = torch.where(mask, per_step * _step_weights(inputs, mask), torch.zeros_like(per_step))
     if reduce == "trajectory":
@@ -246,25 +256,35 @@ def _step_objective(inputs: PolicyInputs, settings: ObjectiveSettings, reduce: s
     return _finish(policy_loss, inputs, settings, mask, l, mask, clipped)
 
 
-@OBJECTIVES.register("step_grpo")
+@OBJECTIVES.register("step_grpo", info=ObjectiveInfo(formula=STEP_FORMULA, order=1, label="Flow-GRPO per-step ratio"))
 def step_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Flow-GRPO / DanceGRPO (arXiv 2505.05470): per-step clipped ratio, mean over steps then trajectories."""
     return _step_objective(inputs, settings, "trajectory")
 
 
-@OBJECTIVES.register("gfpo")
+@OBJECTIVES.register("gfpo", info=ObjectiveInfo(
+    advantage="gfpo", formula=STEP_FORMULA, order=7, label="GRPO over a filtered group",
+    companions=lambda c: {"gfpo_metric": c.gfpo_metric or "sharpness"},  # the paper keeps the shortest
+    preset={}))  # responses; here the sharpest images
 def gfpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GFPO (arXiv 2508.09726): the step GRPO surrogate; its filtering lives in the advantage estimator."""
     return _step_objective(inputs, settings, "trajectory")
 
 
-@OBJECTIVES.register("dapo")
+@OBJECTIVES.register("dapo", info=ObjectiveInfo(
+    formula=Formula(r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{N}", ("N",)), order=5,
+    label="token-level mean, clip-higher",
+    companions=lambda c: {"dynamic_sampling": True,  # refill groups with zero reward variance
+                          "clip_high": c.clip_low * 0.28 / 0.2},  # DAPO's 0.2 / 0.28 clip asymmetry
+    preset={}))
 def dapo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """DAPO (arXiv 2503.14476): clip-higher (clip_low, clip_high), token-level mean over all trained steps."""
     return _step_objective(inputs, settings, "token")
 
 
-@OBJECTIVES.register("dr_grpo")
+@OBJECTIVES.register("dr_grpo", info=ObjectiveInfo(
+    advantage="dr_grpo", formula=Formula(r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T}", ("B", "T")), order=8,
+    label="std-free advantages, constant normaliser", preset={}))  # its advantage: r - mean(r), no std
 def dr_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Dr. GRPO (arXiv 2503.20783): surrogate summed over steps / T (a constant), mean over the batch.
 
@@ -273,14 +293,17 @@ def dr_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutpu
     return _step_objective(inputs, settings, "constant")
 
 
-@OBJECTIVES.register("gpg")
+@OBJECTIVES.register("gpg", info=ObjectiveInfo(
+    advantage="gpg", formula=Formula(None, r"-\frac{A_i}{B\,T_i}", ("B", "T_i")), order=6, label="no ratio",
+    companions=lambda c: {"minibatch": 0},  # one update per rollout: all of an iteration's transitions
+    preset={}))
 def gpg(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GPG (arXiv 2504.02546): no ratio, loss = -log p_theta * A_i, mean over trained steps then trajectories.
 
     Meant for one update per rollout; clip_frac is 0, the ratio statistics are still reported.
     """
     mask = inputs.trained()  # (B, T)
-    adv = inputs.advantages.detach().to(inputs.log_prob).unsqueeze(1)  # (B, 1)
+    adv = inputs.step_advantages()  # (B, T)
     per_step = -inputs.log_prob * adv * _step_weights(inputs, mask)  # (B, T)
     per_step = torch.where(mask, per_step, torch.zeros_like(per_step))
     policy_loss = _mean_over_units(per_step, mask)
@@ -301,6 +324,9 @@ def chunk_objective(inputs: PolicyInputs, settings: ObjectiveSettings, chunks: l
     if sum(chunks) != t:
         raise WorkbenchError(f"chunk sizes {chunks} sum to {sum(chunks)} but there are T={t} steps; "
                              f"make them sum to {t}")
+    if inputs.advantages.dim() != 1:
+        raise WorkbenchError("chunk and sequence objectives take one advantage per trajectory (B,); per-step "
+                             "advantages (B, T) need a step objective (step_grpo, ppo, dense_grpo)")
     mask = inputs.trained()  # (B, T)
     l = _log_ratio(inputs, mask) * _step_weights(inputs, mask)  # (B, T) w_t l_{i,t}
     count = chunk_sum(mask.to(l), chunks)  # (B, K) trained steps per chunk
@@ -312,7 +338,9 @@ def chunk_objective(inputs: PolicyInputs, settings: ObjectiveSettings, chunks: l
     return _finish(policy_loss, inputs, settings, mask, chunk_l, valid, clipped, chunks)
 
 
-@OBJECTIVES.register("chunk_grpo")
+@OBJECTIVES.register("chunk_grpo", info=ObjectiveInfo(
+    unit="chunk", needs_chunks=True, order=0, label="GCPO chunk ratio",
+    formula=Formula(r"r_{i,c}", r"-\frac{A_i\,r_{i,c}}{B\,K_i\,|c|}", ("B", "K_i", "|c|"))))
 def chunk_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Chunk-GRPO / GCPO (arXiv 2510.21583): geometric-mean ratio per chunk of settings.chunks."""
     if settings.chunks is None:
@@ -320,10 +348,34 @@ def chunk_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOu
     return chunk_objective(inputs, settings, settings.chunks)
 
 
-@OBJECTIVES.register("gspo")
+@OBJECTIVES.register("gspo", info=ObjectiveInfo(
+    unit="sequence", order=2, label="one sequence ratio",
+    formula=Formula(r"s_i", r"-\frac{A_i\,s_i}{B\,T_i}", ("B", "T_i")),
+    preset={"clip_low": 3e-4, "clip_high": 4e-4}))  # paper: 3e-4 / 4e-4
 def gspo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GSPO (arXiv 2507.18071): one sequence-level ratio, i.e. chunk_grpo with the single chunk [T]."""
     return chunk_objective(inputs, settings, [inputs.log_prob.shape[1]])
+
+
+# ---------------------------------------------------------------- per-step advantages
+
+@OBJECTIVES.register("ppo", info=ObjectiveInfo(
+    step_credit="critic", formula=PER_STEP_FORMULA, order=3, label="PPO: learned critic, GAE per step",
+    preset={}))  # gae_gamma / gae_lambda / critic settings at their TrainConfig defaults
+def ppo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
+    """PPO (arXiv 1707.06347) on the denoising MDP (DPOK, arXiv 2305.16381): the clipped surrogate per step
+    with A_{i,t} from GAE over a learned critic V_phi(x_t, t, prompt) (`step_advantages.gae`, `critic.py`)."""
+    return _step_objective(inputs, settings, "trajectory")  # (B,) advantages: step_grpo
+
+
+@OBJECTIVES.register("dense_grpo", info=ObjectiveInfo(
+    step_credit="lookahead", formula=PER_STEP_FORMULA, order=4, label="TP-GRPO look-ahead gains per step",
+    preset={}))  # lookahead 'ode' (TrainConfig's default): TP-GRPO's ODE completion
+def dense_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
+    """Dense look-ahead GRPO (TP-GRPO arXiv 2602.06422; Stepwise-Flow-GRPO arXiv 2603.28718): the clipped
+    surrogate per step with A_{i,t} = the group-normalised gain d_t = R_{t+1} - R_t of a look-ahead reward
+    (`step_advantages.lookahead_advantages`)."""
+    return _step_objective(inputs, settings, "trajectory")  # (B,) advantages: step_grpo
 
 
 # ---------------------------------------------------------------- KL, weights, windows

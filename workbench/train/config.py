@@ -141,6 +141,17 @@ class TrainConfig:
     """GFPO (arXiv 2508.09726): reward spec of the filter metric (higher kept); needs advantage='gfpo'."""
     gfpo_keep: int | None = None
     """GFPO: samples kept per group (paper 8 of 16); None = G // 2."""
+    gae_gamma: float = 1.0
+    """ppo: GAE discount (arXiv 1506.02438); 1 = undiscounted, every trajectory has the same T steps."""
+    gae_lambda: float = 0.95
+    """ppo: GAE lambda (PPO's 0.95); 1 = Monte-Carlo returns r_i - V(x_t), 0 = one-step TD errors."""
+    critic_lr: float = 1e-3
+    """ppo: Adam learning rate of the critic V_phi(x_t, t, prompt) (`rl/critic.py`)."""
+    critic_epochs: int = 4
+    """ppo: passes of the critic over each iteration's states, regressing on the GAE returns."""
+    lookahead: str = "ode"
+    """dense_grpo: look-ahead reward R_t per state: ode (TP-GRPO, the ODE completion) or x0 (Stepwise-Flow-GRPO,
+    the reward of the x0 prediction; no extra sampling)."""
     seed: int = 0
     """Seed of prompts, noise and minibatch order: everything derives from (seed, iteration)."""
     dtype: str = "float32"
@@ -265,6 +276,11 @@ class TrainConfig:
             raise WorkbenchError(f"gfpo_keep must be in 1..group ({self.group}), got {self.gfpo_keep}")
         if self.uses_chunks:
             parse_chunk_spec(self.chunks, len(self.trained_steps(1)))
+        if not (0 <= self.gae_gamma <= 1 and 0 <= self.gae_lambda <= 1 and self.critic_lr > 0
+                and self.critic_epochs >= 1 and self.lookahead in ("ode", "x0")):
+            raise WorkbenchError("need gae_gamma and gae_lambda in [0, 1], critic_lr > 0, critic_epochs >= 1 and "
+                                 f"lookahead 'ode' or 'x0'; got {self.gae_gamma}, {self.gae_lambda}, "
+                                 f"{self.critic_lr}, {self.critic_epochs}, '{self.lookahead}'")
 
     def check_batches(self, world: int = 1) -> None:
         """Minibatches hold whole trajectories (chunk ratios need all steps) and split evenly over processes."""
@@ -283,7 +299,7 @@ class TrainConfig:
 
     @property
     def uses_chunks(self) -> bool:
-        return self.objective == "chunk_grpo" or self.chunk_fraction is not None
+        return OBJECTIVES.info(self.objective).needs_chunks or self.chunk_fraction is not None
 
     @property
     def refills(self) -> bool:
@@ -349,7 +365,8 @@ class TrainConfig:
         return [s for s in (start, *inner, self.sampling_steps - end) if s > 0]
 
     def objective_settings(self) -> ObjectiveSettings:
-        chunks = parse_chunk_spec(self.chunks, len(self.trained_steps(1))) if self.objective == "chunk_grpo" else None
+        needs = OBJECTIVES.info(self.objective).needs_chunks
+        chunks = parse_chunk_spec(self.chunks, len(self.trained_steps(1))) if needs else None
         return ObjectiveSettings(clip_low=self.clip_low, clip_high=self.clip_high, chunks=chunks,
                                  kl_beta=self.kl_beta)
 

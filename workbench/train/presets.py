@@ -6,6 +6,10 @@ each magic number with its reason (flow_grpo recipes, nanoGPT `config/`).
 A preset that names a reference matches its released code setting by setting, or lists the departure: the
 table "Presets and their references" in docs/methods.md (file and line of each reference value; the
 tests read it back).
+
+Every objective whose registration names preset overrides (`ObjectiveInfo.preset`, rl/objectives.py) gets a
+preset of its name: TrainConfig with that objective, its paired advantage estimator and the overrides (gspo,
+gpg, dapo, dr_grpo, gfpo, ppo, dense_grpo); the reason for each override is commented there.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from workbench.core.registry import Registry
+from workbench.rl.objectives import OBJECTIVES
 from workbench.train.config import TrainConfig
 
 PRESETS = Registry("preset")
@@ -100,40 +105,6 @@ def mixgrpo() -> TrainConfig:
                        chunks="4")  # 4 trained steps: one chunk should chunk_grpo be chosen
 
 
-@PRESETS.register("gspo")
-def gspo() -> TrainConfig:
-    """GSPO (arXiv 2507.18071): one sequence ratio per trajectory."""
-    return TrainConfig(objective="gspo",
-                       clip_low=3e-4, clip_high=4e-4)  # paper: 3e-4 / 4e-4
-
-
-@PRESETS.register("gpg")
-def gpg() -> TrainConfig:
-    """GPG (arXiv 2504.02546): no ratio, alpha-scaled advantages, one update per rollout."""
-    return TrainConfig(objective="gpg", advantage="gpg",
-                       minibatch=0)  # one update per rollout: all of an iteration's transitions, whatever N, G, T
-
-
-@PRESETS.register("dapo")
-def dapo() -> TrainConfig:
-    """DAPO (arXiv 2503.14476): token-level step loss, clip-higher, dynamic sampling."""
-    base = TrainConfig(objective="dapo", dynamic_sampling=True)
-    return replace(base, clip_high=base.clip_low * 0.28 / 0.2)  # DAPO's 0.2 / 0.28 asymmetry
-
-
-@PRESETS.register("dr_grpo")
-def dr_grpo() -> TrainConfig:
-    """Dr. GRPO (arXiv 2503.20783): advantages without the std division, loss normalised by a constant T."""
-    return TrainConfig(objective="dr_grpo", advantage="dr_grpo")  # its advantage: r - mean(r), no std
-
-
-@PRESETS.register("gfpo")
-def gfpo() -> TrainConfig:
-    """GFPO (arXiv 2508.09726): GRPO advantages over the kept half of each group, filtered by a second score."""
-    return TrainConfig(objective="gfpo", advantage="gfpo",
-                       gfpo_metric="sharpness")  # the paper keeps the shortest responses; here the sharpest images
-
-
 @PRESETS.register("crosses")
 def crosses() -> TrainConfig:
     """Teach the embedded model to draw crosses (it draws blobs and rings: 1 of 49 held-out crosses right).
@@ -158,3 +129,28 @@ def crosses() -> TrainConfig:
                        prompts_per_iteration=8,  # 4 was too noisy (see above); ~3.6 CPU-s per iteration
                        keep_checkpoints=8,  # every 10th iteration stays loadable: credit before, during and after
                        iterations=80)  # 268-274 training CPU-s on one thread: within 5 minutes on 2 cores
+
+
+def with_objective(base: TrainConfig, name: str) -> TrainConfig:
+    """base with objective `name`, its paired advantage estimator and its companion settings (GPG's one update
+    per rollout, DAPO's dynamic sampling and clip-higher from base.clip_low), as its registration says."""
+    info = OBJECTIVES.info(name)
+    if info is None:
+        return replace(base, objective=name)
+    companions = info.companions(base) if info.companions else {}
+    return replace(base, objective=name, advantage=info.advantage, **companions)
+
+
+def _objective_preset(name: str):
+    info = OBJECTIVES.info(name)
+
+    def make() -> TrainConfig:
+        return replace(with_objective(TrainConfig(), name), **info.preset)
+
+    make.__doc__ = f"{name}: {info.label} (overrides on its registration, rl/objectives.py)."
+    return make
+
+
+for _name in OBJECTIVES.names():
+    if OBJECTIVES.info(_name) is not None and OBJECTIVES.info(_name).preset is not None and _name not in PRESETS:
+        PRESETS.register(_name)(_objective_preset(_name))

@@ -10,7 +10,8 @@ the folder; the command line, the app and the notebooks read runs through it.
         samples/eval_XXXX.png  grid of the first held-out prompts at that evaluation (a row per CFG scale)
         checkpoints/latest.json  -> {"iteration": i, "dir": "iter_XXXX"}
         checkpoints/iter_XXXX/   weights.safetensors (trained parameters: LoRA adapters for LoRA runs),
-                                 optimizer.pt (AdamW state), state.json (iteration)
+                                 optimizer.pt (AdamW state), state.json (iteration),
+                                 critic.pt (ppo's critic and its Adam state)
         tensorboard/         TensorBoard event files (when the run reports to it)
         STOP                 written by `request_stop`; the trainer stops within one iteration
 
@@ -61,6 +62,7 @@ class Checkpoint:
     weights: dict[str, torch.Tensor]
     optimizer_state: dict
     folder: Path
+    critic: dict | None = None  # ppo's critic and its optimizer state (critic.pt); None for other objectives
 
 
 @dataclass
@@ -212,7 +214,8 @@ class RunStore:
         elif kind == "eval_samples":
             self.save_samples(event.iteration, data["grid"], prefix="eval")
         elif kind == "checkpoint":
-            self.save_checkpoint(event.iteration, data["weights"], data["optimizer"], keep=data.get("keep", 1))
+            self.save_checkpoint(event.iteration, data["weights"], data["optimizer"], keep=data.get("keep", 1),
+                                 critic=data.get("critic"))
         elif kind in ("finished", "stopped", "failed"):
             self.clear_stop()
             error = f"{data.get('type', 'Error')}: {data['error']}" if kind == "failed" else None
@@ -272,7 +275,7 @@ class RunStore:
         return atomic_write(self.path / "samples" / f"{prefix}_{iteration:04d}.png", buf.getvalue())
 
     def save_checkpoint(self, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
-                        keep: int = 1) -> Path:
+                        keep: int = 1, critic: dict | None = None) -> Path:
         """Write checkpoints/iter_XXXX/ completely, then point latest.json at it; keep the newest `keep`."""
         root = self.path / "checkpoints"
         final, tmp = root / f"iter_{iteration:04d}", root / f".iter_{iteration:04d}.tmp"
@@ -281,6 +284,8 @@ class RunStore:
             tmp.mkdir(parents=True)
             save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
             torch.save(optimizer_state, tmp / "optimizer.pt")
+            if critic is not None:
+                torch.save(critic, tmp / "critic.pt")
             (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
@@ -398,6 +403,8 @@ def load_checkpoint(folder: str | Path) -> Checkpoint:
         optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
         if not isinstance(optimizer_state, dict):
             raise ValueError(f"it holds a {type(optimizer_state).__name__}, not an optimizer state")
+        part = "critic.pt"
+        critic = torch.load(folder / part, weights_only=True) if (folder / part).is_file() else None
     except (OSError, KeyError, EOFError, ValueError, TypeError, IndexError, pickle.UnpicklingError, SafetensorError,
             RuntimeError, AttributeError, zipfile.BadZipFile) as err:  # a damaged zip or pickle fails in many ways
         why = (str(err).splitlines() or [type(err).__name__])[0][:100]
@@ -407,7 +414,7 @@ def load_checkpoint(folder: str | Path) -> Checkpoint:
     if bad:
         raise WorkbenchError(f"checkpoint {folder} holds NaN or inf weights (e.g. {bad[0]}): the run diverged "
                              "before it was saved")
-    return Checkpoint(iteration, weights, optimizer_state, folder)
+    return Checkpoint(iteration, weights, optimizer_state, folder, critic)
 
 
 # ------------------------------------------------------------------------------------ many runs

@@ -40,6 +40,7 @@ from workbench.train.evaluation import evaluate
 from workbench.train.events import RunSummary, TrainerEvent
 from workbench.train.lock import lock_run_folder
 from workbench.train.rollout import RolloutSampler
+from workbench.train.step_credit import make_step_credit
 from workbench.train.store import CONFIG, Checkpoint, RunStore
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import make_trackers
@@ -181,6 +182,7 @@ class Trainer:
             self.policy.check_prompt(prompt)
         self.eval_prompts = cfg.held_out_prompts()
         self.task = TASKS.get(cfg.task)() if cfg.task else None
+        self.step_credit = make_step_credit(cfg, self.policy, self.reward_fn, self.dist.world)  # ppo, dense_grpo
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
                                       self._autocast)
 
@@ -192,6 +194,8 @@ class Trainer:
         except (ValueError, KeyError, RuntimeError, TypeError, IndexError, AttributeError) as err:
             raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model and optimizer "
                                  f"({str(err).splitlines()[0][:160]})") from None
+        if self.step_credit is not None:
+            self.step_credit.load_state_dict(checkpoint.critic)
         self.iteration = self._saved = self.resumed_from = checkpoint.iteration
         if self.dist.main:
             self.history = [r for r in self.store.metrics() if r["iteration"] <= checkpoint.iteration]
@@ -221,8 +225,10 @@ class Trainer:
                 mine = slice(self.dist.rank, None, self.dist.world)
                 t2 = time.perf_counter()
                 # 4. inner updates over minibatches of the stored transitions
-                stored = self._store(it, batch.groups, scfg, adv.values[mine], keep[mine])
-                update = self._update(it, stored)
+                stored, per_step = self._store(it, batch.groups, scfg, adv.values[mine], keep[mine]), {}
+                if self.step_credit is not None:  # per-step advantages (L * G, S): ppo's critic, dense look-ahead
+                    stored.advantages, per_step = self.step_credit(it, batch.groups, batch.rewards[mine], stored.steps)
+                update = self._update(it, stored) | per_step
                 t3 = time.perf_counter()
                 # 5. metrics (reward/* over every sampled group, adv/* over the batch), events, checkpoint
                 metrics = batch.metrics() | adv.stats() | update | {
@@ -422,6 +428,7 @@ class Trainer:
             self._saved = self.iteration
             self._emit("checkpoint", self.iteration, {"weights": self.params,
                                                       "optimizer": self.optimizer.state_dict(),
+                                                      "critic": self.step_credit and self.step_credit.state_dict(),
                                                       "keep": self.config.keep_checkpoints})
 
     def _summary(self, state: str, start: float) -> RunSummary:

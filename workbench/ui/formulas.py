@@ -4,7 +4,8 @@ numbers substituted, the way an algorithm explainer walks through one token.
 The weights themselves come from autograd (`workbench.rl.explain`); the closed forms here are docs/methods.md
 "Gradient weights", shown next to the autograd value so a reader
 can check one against the other (tests/test_app_objectives.py checks that they agree for every cell).
-An objective without a closed form here is shown with its autograd value only.
+Each objective's closed form is its registration's `Formula` (`ObjectiveInfo.formula`, rl/objectives.py); an
+objective registered without one is shown with its autograd value only.
 """
 
 from __future__ import annotations
@@ -13,18 +14,10 @@ from dataclasses import dataclass
 
 from workbench.rl.chunking import chunk_ids
 from workbench.rl.explain import Explanation, paired_estimator
+from workbench.rl.objective_info import Formula, ObjectiveInfo
+from workbench.rl.objectives import OBJECTIVES
 
 W = r"w_{i,t} = \frac{\partial L}{\partial \log p_\theta(x^i_{t+1} \mid x^i_t)}"
-# objective -> (unit kind, symbol of the ratio it uses, LaTeX of w for an unclipped unit, denominator symbols)
-FORMS = {
-    "step_grpo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T_i}", ("B", "T_i")),
-    "gfpo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T_i}", ("B", "T_i")),
-    "dapo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{N}", ("N",)),
-    "dr_grpo": ("step", r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T}", ("B", "T")),
-    "gpg": ("step", None, r"-\frac{A_i}{B\,T_i}", ("B", "T_i")),
-    "chunk_grpo": ("chunk", r"r_{i,c}", r"-\frac{A_i\,r_{i,c}}{B\,K_i\,|c|}", ("B", "K_i", "|c|")),
-    "gspo": ("sequence", r"s_i", r"-\frac{A_i\,s_i}{B\,T_i}", ("B", "T_i")),
-}
 RATIO_DEFINITION = {
     "step": r"\rho_{i,t} = e^{\,l_{i,t}}",
     "chunk": r"r_{i,c} = \exp\Big(\frac{1}{|c|}\sum_{s \in c} l_{i,s}\Big)",
@@ -40,7 +33,7 @@ class Cell:
     i: int
     t: int
     trained: bool  # step t of trajectory i is trained
-    advantage: float  # A_i the objective uses
+    advantage: float  # A_i the objective uses (A_{i,t} for per-step advantages)
     log_ratio: float  # l_{i,t}
     ratio: float  # the ratio the objective uses at (i, t)
     clipped: bool
@@ -51,18 +44,26 @@ class Cell:
     counts: dict  # B, G, T, T_i, N, K_i, |c|, c: the counts the normalisation uses
 
 
+def _info(name: str) -> ObjectiveInfo:
+    return OBJECTIVES.info(name) or ObjectiveInfo()
+
+
+def _formula(name: str) -> Formula | None:
+    return _info(name).formula
+
+
 def cell(ex: Explanation, name: str, i: int, t: int) -> Cell:
     """The numbers of objective `name` at trajectory i, step t."""
     o = ex.index(name)
     mask = ex.step_mask  # (G, T)
     g, steps = mask.shape
-    sizes = {"chunk": ex.settings.chunks, "sequence": [steps]}.get(FORMS.get(name, ("step",))[0], [1] * steps)
+    sizes = {"chunk": ex.settings.chunks, "sequence": [steps]}.get(_info(name).unit, [1] * steps)
     unit = int(chunk_ids(sizes)[t])
     in_unit = chunk_ids(sizes) == unit  # (T,)
     trained_units = {int(u) for u in chunk_ids(sizes)[mask[i]].tolist()}
     counts = {"B": int(mask.any(1).sum()), "G": g, "T": steps, "T_i": int(mask[i].sum()), "N": int(mask.sum()),
               "K_i": len(trained_units), "|c|": int((mask[i] & in_unit).sum()), "c": unit, "K": len(sizes)}
-    return Cell(name=name, i=i, t=t, trained=bool(mask[i, t]), advantage=float(ex.advantage[o, i]),
+    return Cell(name=name, i=i, t=t, trained=bool(mask[i, t]), advantage=float(ex.step_advantage[o, i, t]),
                 log_ratio=float(ex.log_ratio[i, t]), ratio=float(ex.ratio[o, i, t]), clipped=bool(ex.clipped[o, i, t]),
                 weight=float(ex.weight[o, i, t]), share=float(ex.share[o, i, t]), eps_low=ex.settings.clip_low,
                 eps_high=ex.settings.eps_high, counts=counts)
@@ -70,15 +71,15 @@ def cell(ex: Explanation, name: str, i: int, t: int) -> Cell:
 
 def closed_form(c: Cell) -> float | None:
     """docs/methods.md "Gradient weights": w at this cell, or None for an objective without a closed form here."""
-    if c.name not in FORMS:
+    form = _formula(c.name)
+    if form is None:
         return None
     if not c.trained or c.clipped:
         return 0.0
-    _, ratio_symbol, _, denominator = FORMS[c.name]
     scale = 1.0
-    for symbol in denominator:
+    for symbol in form.denominator:
         scale *= c.counts[symbol]
-    return -c.advantage * (c.ratio if ratio_symbol else 1.0) / scale
+    return -c.advantage * (c.ratio if form.ratio_symbol else 1.0) / scale
 
 
 def _num(x: float, digits: int = 4) -> str:
@@ -90,11 +91,11 @@ def _num(x: float, digits: int = 4) -> str:
     return text
 
 
-def _clip_line(c: Cell, ratio_symbol: str) -> str:
-    """The clip condition with this cell's numbers, and whether it holds."""
-    rule = (rf"\text{{clipped}} \iff (A_i > 0 \text{{ and }} {ratio_symbol} > 1 + \varepsilon_{{high}}) \text{{ or }}"
-            rf" (A_i < 0 \text{{ and }} {ratio_symbol} < 1 - \varepsilon_{{low}})")
-    here = (rf"A_i = {c.advantage:+.3f},\quad {ratio_symbol} = {c.ratio:.6f},\quad "
+def _clip_line(c: Cell, ratio_symbol: str, a: str = "A_i") -> str:
+    """The clip condition with this cell's numbers, and whether it holds (a: the advantage's symbol)."""
+    rule = (rf"\text{{clipped}} \iff ({a} > 0 \text{{ and }} {ratio_symbol} > 1 + \varepsilon_{{high}}) \text{{ or }}"
+            rf" ({a} < 0 \text{{ and }} {ratio_symbol} < 1 - \varepsilon_{{low}})")
+    here = (rf"{a} = {c.advantage:+.3f},\quad {ratio_symbol} = {c.ratio:.6f},\quad "
             rf"[1 - \varepsilon_{{low}},\ 1 + \varepsilon_{{high}}] = [{1 - c.eps_low:.6f},\ {1 + c.eps_high:.6f}]")
     verdict = r"\Rightarrow\ \text{clipped: } w_{i,t} = 0" if c.clipped else r"\Rightarrow\ \text{not clipped}"
     return f"$${rule}$$\n\n$${here}\\quad {verdict}$$"
@@ -103,23 +104,27 @@ def _clip_line(c: Cell, ratio_symbol: str) -> str:
 def formula_markdown(c: Cell, when: str) -> str:
     """Markdown with $$-delimited LaTeX: the objective's w at the cell, its numbers and the autograd value."""
     where = f"trajectory i = {c.i}, step t = {c.t}"
-    head = f"**{c.name}** at {where}, {when} (advantage from the `{paired_estimator(c.name)}` estimator)"
+    source = {"critic": "GAE over the critic", "lookahead": "the look-ahead gains"}.get(_info(c.name).step_credit)
+    head = (f"**{c.name}** at {where}, {when} (advantage from " +
+            (f"{source}, one per step)" if source else f"the `{paired_estimator(c.name)}` estimator)"))
     autograd = (f"Autograd through the registered objective gives **w = {c.weight:.4g}**; this step carries "
                 f"**{100 * c.share:.2f} %** of the objective's total |w| on the group.")
     if not c.trained:
         return f"{head}\n\nStep {c.t} is not trained (no SDE noise there): $$w_{{i,t}} = 0$$\n\n{autograd}"
-    if c.name not in FORMS:
+    formula = _formula(c.name)
+    if formula is None:
         return f"{head}\n\n$${W} = {_num(c.weight)}$$\n\n{autograd}"
-    kind, ratio_symbol, form, denominator = FORMS[c.name]
+    kind, ratio_symbol, form, denominator = _info(c.name).unit, formula.ratio_symbol, formula.latex, formula.denominator
+    a = "A_{i,t}" if formula.per_step_advantage else "A_i"
     n = c.counts
     unit = {"step": "", "chunk": f" (chunk c = {n['c']} with |c| = {n['|c|']} trained steps, K_i = {n['K_i']})",
             "sequence": ""}[kind]
     lines = [f"{head}{unit}", f"$${W} = {form}$$"]
     if ratio_symbol is None:
-        lines.append(rf"$$\text{{no ratio and no clipping}},\quad A_i = {c.advantage:+.3f}$$")
+        lines.append(rf"$$\text{{no ratio and no clipping}},\quad {a} = {c.advantage:+.3f}$$")
     else:
         lines.append(rf"$${RATIO_DEFINITION[kind]} = {c.ratio:.6f},\qquad l_{{i,t}} = {_num(c.log_ratio, 3)}$$")
-        lines.append(_clip_line(c, ratio_symbol))
+        lines.append(_clip_line(c, ratio_symbol, a))
     value = closed_form(c)
     if not c.clipped:
         numerator = f"({c.advantage:+.4f})" + (rf" \times {c.ratio:.6f}" if ratio_symbol else "")

@@ -25,15 +25,17 @@ from workbench.train.config import TrainConfig
 from workbench.train.store import RunInfo, RunStore, list_runs
 
 TRAIN_COMMAND = (sys.executable, "-m", "workbench", "train")
-OBJECTIVE_ORDER = ("chunk_grpo", "step_grpo", "gspo", "dapo", "gpg", "gfpo", "dr_grpo")  # how the menu lists them
 LOG_DIR = ".logs"  # <runs root>/.logs/<id>.log holds each run's stdout and stderr, <id>.json its config
 REPO_ROOT = Path(__file__).resolve().parents[2]  # so `-m workbench` imports this checkout
 
 
 def objective_names() -> list[str]:
-    """Registered objectives, the issue's order first (chunk_grpo, step_grpo, gspo, ...), then any others."""
-    names = OBJECTIVES.names()
-    return [n for n in OBJECTIVE_ORDER if n in names] + [n for n in names if n not in OBJECTIVE_ORDER]
+    """Registered objectives in the order their registrations give (`ObjectiveInfo.order`), then by name."""
+    def order(name: str) -> int:
+        info = OBJECTIVES.info(name)
+        return info.order if info is not None else 1_000
+
+    return sorted(OBJECTIVES.names(), key=lambda n: (order(n), n))
 
 
 @dataclass

@@ -24,6 +24,7 @@ from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
+from workbench.ui import step_handlers as sh
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
@@ -95,6 +96,25 @@ ATTRIBUTION_INTRO = (
     "Monte-Carlo measurement of the same group.")
 
 
+def _per_step_section(wb, session) -> None:
+    """Attribution: ppo's and dense_grpo's per-step advantages beside the measured credit (`step_handlers`)."""
+    gr.Markdown("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns a "
+                "critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** (TP-GRPO) "
+                "gives each step the gain of the reward of an ODE completion from its states. Here all three are set "
+                "beside the Monte-Carlo credit measured above.")
+    with gr.Row():
+        critic = gr.Dropdown(sh.critic_choices(wb), value=sh.FIT, allow_custom_value=True, filterable=True,
+                             label="ppo's critic", info="fitted on this group, or the critic a ppo run saved",
+                             elem_id="step-critic", scale=3)
+        go_ = gr.Button("Compare advantages", elem_id="step-compare-btn", scale=1)
+    table = gr.Markdown(sh.NO_COMPARISON, elem_id="step-compare-text")
+    plot = gr.Plot(empty_figure("Per-step advantages", "measure credit, then compare advantages"),
+                   label="Per-step advantages", elem_id="step-compare-plot")
+    status = gr.Markdown(elem_id="step-compare-status")
+    go_.click(partial(sh.compare_advantages, wb), [critic, session], [plot, table, status],
+              api_name="compare_advantages", **HEAVY)
+
+
 def _attribution_tab(wb, session, choices: list) -> dict:
     gr.Markdown(ATTRIBUTION_INTRO)
     with gr.Row():
@@ -115,6 +135,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
                       elem_id="credit-plot")
+    _per_step_section(wb, session)
     gr.Markdown("### Before and after\nThe same prompt and noise under a second policy (default: the base model "
                 "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the K, "
                 "estimator and continuation seed above and drawn on one colour scale.")
@@ -195,13 +216,13 @@ def _objectives_tab(wb, session, tab) -> None:
         updates = gr.Slider(0, 10, INNER_UPDATES, step=1, label="Inner updates N", elem_id="obj-updates")
         lr = gr.Number(INNER_LR, label="Learning rate of the inner updates", elem_id="obj-lr")
         clip = gr.Number(CLIP, label="Clip range ε", elem_id="obj-clip")
-        inner = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective of the inner updates")
+        inner = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective of the inner updates")
         run = gr.Button("Compute", variant="primary", elem_id="objectives-btn")
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
     maps = gr.Plot(label="Push of every objective", elem_id="objectives-plot")
     with gr.Row():
-        name = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective", elem_id="cell-objective")
+        name = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective", elem_id="cell-objective")
         row = gr.Radio([(label, key) for key, label in ROWS], value="moved", label="Maps", elem_id="cell-row")
         traj = gr.Number(0, precision=0, label="Trajectory i", elem_id="cell-traj")
         step = gr.Number(0, precision=0, label="Step t", elem_id="cell-step")
@@ -241,7 +262,8 @@ def _finetune_tab(wb, session, tab) -> None:
     with gr.Row():
         objective = gr.Dropdown(objective_names(), value=defaults.objective, label="Objective",
                                 info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
-                                     "GPG advantages, ...)")
+                                     "GPG advantages, ...); ppo trains a critic, dense_grpo samples ODE "
+                                     "look-aheads (~3.7x the cost of an iteration)")
         reward = gr.Textbox(defaults.reward, label="Reward spec and weights", info=hint("reward"))
         chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
                             elem_id="train-chunks", info=hint("chunks"))

@@ -18,7 +18,8 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.explain import Explanation, explain, moved_log_probs, paired_advantages, paired_estimator
-from workbench.rl.objectives import ObjectiveSettings
+from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
+from workbench.train.config import TrainConfig
 from workbench.ui.clicks import clicked_point
 from workbench.ui.formulas import cell, formula_markdown
 from workbench.ui.guard import guarded, number, ok, whole_number
@@ -37,14 +38,14 @@ class ObjectivesView:
     """One session's explained group: the moved log-probs and how they were made."""
 
     group: TrajectoryGroup  # the group explained; a new group from Generate makes the view stale
-    advantages: dict[str, torch.Tensor]  # objective -> (G,) from its paired estimator
+    advantages: dict[str, torch.Tensor]  # objective -> (G,) from its paired estimator, or (G, T) per step
     moved: torch.Tensor  # (G, T) log-probs after the inner updates
     updates: int  # N inner updates
     lr: float
     clip: float  # clip range eps, for the inner updates and the explained objectives
     inner: str  # the objective the inner updates minimised
     inner_sizes: list[int]  # the chunk schedule they used
-    selected: tuple[str, str, int, int] = ("moved", "chunk_grpo", 0, 0)  # (row key, objective, i, t)
+    selected: tuple[str, str, int, int] = ("moved", TrainConfig.objective, 0, 0)  # (row key, objective, i, t)
 
 
 def explanations(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str, Explanation]]:
@@ -76,6 +77,13 @@ def _current(view: ObjectivesView | None, session: Session) -> ObjectivesView:
     return view
 
 
+def _advantage_name(name: str) -> str:
+    """What the summary's advantage column says: the paired estimator or the per-step source."""
+    kind = getattr(OBJECTIVES.info(name), "step_credit", None)
+    return {"critic": "per step: GAE, critic fitted on the group", "lookahead": "per step: look-ahead gains"}.get(
+        kind, paired_estimator(name))
+
+
 def _summary(rows, credit: torch.Tensor | None, view: ObjectivesView) -> str:
     """Markdown table: per objective its advantage, clipped steps and correlation with the credit."""
     (_, _, first), (_, title, moved) = rows
@@ -86,7 +94,7 @@ def _summary(rows, credit: torch.Tensor | None, view: ObjectivesView) -> str:
     for o, name in enumerate(moved.names):
         clipped = float(moved.clipped[o][moved.step_mask].float().mean())
         cells = [f"{c[o]:+.2f}" if c is not None and c[o] == c[o] else "n/a" for c in corr]  # NaN: a constant map
-        lines.append(f"| {name} | {paired_estimator(name)} | {100 * clipped:.0f} % | {cells[0]} | {cells[1]} |")
+        lines.append(f"| {name} | {_advantage_name(name)} | {100 * clipped:.0f} % | {cells[0]} | {cells[1]} |")
     how = (f"Inner updates: {view.updates} AdamW step(s) of **{view.inner}** (lr {view.lr:g}, chunks "
            f"{format_sizes(view.inner_sizes)}) on a copy of the model; clip range ε = {view.clip:g}. ")
     note = ("Correlation: Pearson, over the trained cells, between the push −w and the measured credit."
@@ -120,13 +128,23 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     group, names = session.group, objective_names()
     if inner not in names:
         raise WorkbenchError(f"unknown objective '{inner}'; valid objectives: {', '.join(names)}")
-    advantages = paired_advantages(session.rewards, names, metric=_gfpo_metric(group))
+    advantages = _advantages(wb, group, session, names)
     moved = moved_log_probs(wb.policy(session.source), group, advantages[inner], inner, settings, n, lr,
                             progress=_tracker(progress, "inner update"))
     selected = view.selected if view is not None and view.group is group else ObjectivesView.selected
     view = ObjectivesView(group, advantages, moved, n, lr, settings.clip_low, inner, list(session.sizes), selected)
     return _render(view, session, f"explained {len(names)} objectives on G={group.group_size}, "
                                   f"T={group.num_steps} after {n} updates of {inner}")
+
+
+def _advantages(wb: Workbench, group: TrajectoryGroup, session: Session, names: list[str]) -> dict:
+    """Paired (G,) advantages, and (G, T) per-step ones for ppo (a critic fitted on the group) and dense_grpo."""
+    from workbench.rewards import build_reward
+    from workbench.train.step_compare import per_step_advantages
+
+    advantages = paired_advantages(session.rewards, names, metric=_gfpo_metric(group))
+    return advantages | per_step_advantages(wb.policy(session.source), group, session.rewards, names,
+                                            build_reward(session.reward_spec))
 
 
 def _ratio_one(group: TrajectoryGroup, rewards: torch.Tensor, sizes: list[int], clip: float) -> Explanation:

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.explain import Explanation
+from workbench.rl.objectives import OBJECTIVES
 from workbench.viz.plots import BOUNDARY_STYLE, LAYOUT, STEP_AXIS
 
 PUSH = "push −w"
@@ -103,6 +104,11 @@ def _first_column(fig: go.Figure, r: int, ex: Explanation, credit: torch.Tensor 
     fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=1)
 
 
+def _chunked(name: str) -> bool:
+    """The objective's ratios cover chunks (its registration's unit): its map shows the chunk boundaries."""
+    return getattr(OBJECTIVES.info(name), "unit", "step") == "chunk"
+
+
 def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: float, shapes: list) -> None:
     """One objective's push map in row r, column o + 2, with clip marks and (Chunk-GRPO) chunk boundaries."""
     name = ex.names[o]
@@ -117,7 +123,7 @@ def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: floa
                              name="clipped unit (no gradient)", hoverinfo="skip"), row=r + 1, col=o + 2)
     axis = fig.get_subplot(r + 1, o + 2)
     xref, yref = axis.xaxis.plotly_name.replace("axis", ""), axis.yaxis.plotly_name.replace("axis", "")
-    if name == "chunk_grpo" and ex.settings.chunks:
+    if _chunked(name) and ex.settings.chunks:
         shapes += [dict(type="line", xref=xref, yref=yref, x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5,
                         line={**BOUNDARY_STYLE, "width": 1}) for b in chunk_boundaries(ex.settings.chunks)]
     fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=o + 2)
@@ -162,7 +168,7 @@ def push_figure(ex: Explanation, name: str, title: str) -> go.Figure:
     fig = go.Figure(go.Heatmap(z=push.tolist(), colorscale="RdBu", zmid=0, zmin=-scale, zmax=scale,
                                colorbar=dict(title=PUSH, thickness=12),
                                hovertemplate="traj %{y}, step %{x}: push %{z:.4g}<extra></extra>"))
-    if name == "chunk_grpo" and ex.settings.chunks:
+    if _chunked(name) and ex.settings.chunks:
         fig.update_layout(shapes=[dict(type="line", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5, line=BOUNDARY_STYLE)
                                   for b in chunk_boundaries(ex.settings.chunks)])
     fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5])
