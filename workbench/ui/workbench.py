@@ -60,6 +60,7 @@ class Workbench:
         from workbench.train.sources import load_policy
 
         source = self.source(key)
+        self.share_cores()
         with self._lock:
             if source not in self._policies:
                 self._policies[source] = load_policy(source, device=self.device)
@@ -67,6 +68,18 @@ class Workbench:
                     self._policies.popitem(last=False)
             self._policies.move_to_end(source)
             return self._policies[source]
+
+    def share_cores(self) -> int:
+        """Set this thread's torch threads before it computes: one while a CPU fine-tune of this app runs (its
+        trainer takes the cores left free, `core.threads`), all cores otherwise. Returns the count."""
+        import torch
+
+        from workbench.core.threads import cpu_count
+
+        threads = 1 if self.device == "cpu" and self.jobs.training() else cpu_count()
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)  # per thread under OpenMP: Gradio runs each handler in a worker thread
+        return threads
 
     def sources(self) -> list[tuple[str, str]]:
         """The picker's choices, (label, key): the base model, then every run on disk (newest first) with its
