@@ -134,5 +134,5 @@ def empty_figure(title: str, hint: str) -> go.Figure:
     """A placeholder with a title and a centred hint, for plots that have no data yet."""
     fig = go.Figure()
     fig.add_annotation(text=hint, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
-    fig.update_layout(title=title, template="plotly_white", xaxis=dict(visible=False), yaxis=dict(visible=False))
+    fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False))
     return fig
