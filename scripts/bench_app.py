@@ -195,6 +195,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="model folder (default: the embedded model)")
     p.add_argument("--edits", type=int, default=7, help="chunk edits to time")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads of the app (OMP_NUM_THREADS; default: every core)")
     p.add_argument("--lesson", action="store_true", help="also run the crosses lesson from the Fine-tune tab")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args()
@@ -204,6 +206,9 @@ def main() -> None:
     command = [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--runs", tempfile.mkdtemp()]
     command += ["--model", model] if model else []
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    env.pop("OMP_NUM_THREADS", None)
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:  # the browser starts first, so start-up time is the app's alone

@@ -71,9 +71,10 @@ def test_train_flag_threads(capsys):
     assert "expected auto or a positive whole number" in capsys.readouterr().err
 
 
-def test_the_app_yields_cores_to_its_fine_tune(tmp_path):
+def test_the_app_yields_cores_to_its_fine_tune(tmp_path, monkeypatch):
     from workbench.ui.workbench import Workbench
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     wb = Workbench(device="cpu", runs_root=str(tmp_path))
     seen = []
 
@@ -89,7 +90,11 @@ def test_the_app_yields_cores_to_its_fine_tune(tmp_path):
     t = threading.Thread(target=handler)
     t.start()
     t.join()
-    assert seen == [1, 1, th.cpu_count(), th.cpu_count()]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # an explicit limit holds when no fine-tune runs too
+    t = threading.Thread(target=handler)
+    t.start()
+    t.join()
+    assert seen == [1, 1, th.cpu_count(), th.cpu_count(), 1, 1]
 
 
 def test_training_processes_get_passive_waiting(tmp_path, monkeypatch):
