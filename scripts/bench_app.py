@@ -182,8 +182,9 @@ def run_lesson(page) -> float:
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Fine-tune").click()
-    page.locator("#train-lesson").click()
-    page.get_by_role("option", name="crosses").click()
+    menu = page.locator("#train-lesson input")
+    menu.fill("crosses")
+    menu.press("Enter")
     expect(page.locator("#lesson-text")).to_contain_text("cross", timeout=60_000)
     t = time.time()
     page.click("#start-btn")
