@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.core.threads import cpu_count
+from workbench.core.threads import ThreadGovernor, cpu_count, threads_for
 from workbench.flow.trajectory import SamplingConfig
 
 PROMPT = "a large red circle in the top left on a white background"
@@ -176,8 +176,12 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False) -
     """Run the benchmarks `which` names, print their figures; with json_path also write them to one file."""
     import json
 
-    figures = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cores": cpu_count()}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {cpu_count()} cores")
+    others = ThreadGovernor.others_busy(0.5)  # never oversubscribe: take only the cores other processes leave
+    torch.set_num_threads(threads_for(cpu_count(), others))
+    figures = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cores": cpu_count(),
+               "others_busy_cores": others}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads ({cpu_count()} cores, "
+          f"{others:.1f} kept busy by other processes)")
     if which in ("load", "all"):
         r = figures["load"] = bench_load()
         print(f"load      embedded weights: {r['load_s']:.2f} s; a run's checkpoint of it (the model picker's "
