@@ -9,7 +9,9 @@ import torch
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# Under pytest-xdist (scripts/test.sh) the workers share the cores: one thread each on a 2-core machine.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, torch.get_num_threads()) // WORKERS))
 
 
 @pytest.fixture(scope="session")

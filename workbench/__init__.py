@@ -20,6 +20,11 @@ The names of the README's example are importable from here without loading anyth
 from __future__ import annotations
 
 import importlib
+import os
+
+# OpenMP threads sleep rather than spin while they wait, so a process sharing cores with another (the app and
+# its fine-tune) does not collapse (workbench/core/threads.py). Read when torch loads; a value set stays.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _EXPORTS = {"load_policy": "workbench.train.sources", "load_model": "workbench.models.adapters",
             "sample_group": "workbench.flow.sampler",

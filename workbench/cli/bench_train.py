@@ -1,7 +1,7 @@
 """Benchmark the trainer on the embedded model: seconds per Chunk-GRPO iteration and trainer overhead.
 
     python -m workbench bench train                          # the default config
-    python -m workbench.cli.bench_train [--iterations 6] [--threads 2] [--random] [--prompts 2] [--kl-beta 0.04]
+    python -m workbench.cli.bench_train [--iterations 6] [--threads auto|2] [--random] [--prompts 2] [--kl-beta 0.04]
     python -m workbench.cli.bench_train --objectives        # + ppo's critic and dense_grpo's look-ahead costs
 
 Runs the default chunk_grpo config (G=8, T=16, 2 prompts, no eval, no samples) and, after every
@@ -9,7 +9,9 @@ iteration, re-times the raw model compute of the same iteration on a copy of the
 rollout forwards (T + 1 steps on the N x G batch) plus forward/backward/AdamW on the same minibatches
 of the same stored transitions (and the KL reference's forward when kl_beta > 0), with none of the
 trainer's bookkeeping (rewards, advantages, masks, metrics, store). The ratio trainer / raw is the
-overhead. Prints figures and the targets; no asserts.
+overhead. Prints figures and the targets; no asserts. `--threads auto` (the default, as in training) lets
+`workbench.core.threads.ThreadGovernor` choose the threads every iteration from the cores other processes
+leave free; `--json FILE` also writes the figures.
 
 With --objectives it then times chunk_grpo, ppo and dense_grpo iterations at the defaults (process CPU
 seconds per iteration, medians after a warm-up): the critic's share (`time/critic_s`: GAE, its forwards and
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import statistics
 import sys
 import tempfile
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.core.threads import ThreadGovernor
 from workbench.models.embedded import EmbeddedPolicy, build_embedded
 from workbench.train import TrainConfig, Trainer
 
@@ -66,7 +70,10 @@ def raw_compute(trainer: Trainer, transformer: torch.nn.Module, optimizer: torch
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m workbench.cli.bench_train", description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=6, help="iterations; the first is a warm-up")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (target: 2 cores)")
+    parser.add_argument("--threads", default="auto",
+                        help="torch CPU threads: a number, or auto (the default: the cores other processes "
+                             "leave free, re-measured every iteration, as training does)")
+    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--random", action="store_true", help="random-init weights (if the trained ones are missing)")
     parser.add_argument("--prompts", type=int, default=None,
                         help="prompts (groups of G=8) per iteration (default: TrainConfig's, 4; "
@@ -76,7 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kl-beta", type=float, default=0.0,
                         help="KL weight (0.04: Flow-GRPO's; adds the reference's forward to every transition)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    torch.set_num_threads(args.threads)
+    governor = ThreadGovernor() if args.threads == "auto" else None
+    if governor is None:
+        torch.set_num_threads(int(args.threads))
     policy = EmbeddedPolicy(build_embedded(seed=0)) if args.random else EmbeddedPolicy.load()
     config = TrainConfig(iterations=args.iterations, eval_prompts=0, sample_every=10**6, checkpoint_every=10**6)
     if args.prompts is not None:
@@ -85,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     trainer = Trainer(config, Path(tempfile.mkdtemp()) / "bench", policy)
     shadow = copy.deepcopy(policy.transformer)
     shadow_opt = torch.optim.AdamW(shadow.parameters(), lr=1e-12)
-    wall, raw, stage = [], [], []
+    wall, raw, stage, threads = [], [], [], []
     last = [time.perf_counter()]
 
     def on_event(event) -> None:
@@ -95,6 +104,9 @@ def main(argv: list[str] | None = None) -> None:
         wall.append(time.perf_counter() - last[0])  # the trainer's whole iteration, bookkeeping included
         stage.append(event.data)
         raw.append(raw_compute(trainer, shadow, shadow_opt))
+        threads.append(torch.get_num_threads())
+        if governor is not None:
+            governor.update()
         last[0] = time.perf_counter()
 
     trainer.run(callback=on_event)
@@ -104,12 +116,17 @@ def main(argv: list[str] | None = None) -> None:
                                                                        "time/update_s")}
     print(f"embedded model, chunk_grpo, KL beta {config.kl_beta}, G={config.group}, T={config.steps} (+1 untrained), "
           f"{config.prompts_per_iteration} prompts, {config.minibatch_size} transitions per optimizer step, "
-          f"{torch.get_num_threads()} threads, {len(wall[keep])} timed iterations (medians)")
+          f"threads {args.threads} (used {'/'.join(map(str, threads[keep]))}), "
+          f"{len(wall[keep])} timed iterations (medians)")
     print(f"seconds per iteration:        {w:.3f} s   (target < {TARGET_SECONDS:.1f} s on 2 cores)")
     print("  of which rollout / reward+advantage / update: "
           + " / ".join(f"{v:.3f}" for v in parts.values()) + " s")
     print(f"raw model compute, same work: {r:.3f} s")
     print(f"trainer / raw compute ratio:  {w / r:.3f}     (target <= {TARGET_RATIO})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"seconds_per_iteration": w, "raw_seconds": r, "ratio": w / r, "threads": threads[keep],
+                       "iterations": wall[keep], **parts}, f)
     if args.objectives:
         objective_costs(config, args.random)
 

@@ -217,7 +217,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.cli.bench import run
 
-    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None)
+    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json, args.tests)
     return 0
 
 
@@ -275,7 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_chunks)
 
     p = sub.add_parser("bench", help="print benchmark figures against the targets")
-    p.add_argument("which", nargs="?", default="all", choices=["load", "sampling", "credit", "train", "all"])
+    p.add_argument("which", nargs="?", default="all",
+                   choices=["load", "sampling", "credit", "train", "threads", "all"])
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="also write every figure to FILE (with 'all': the browser figures of scripts/bench_app.py too)")
+    p.add_argument("--tests", action="store_true",
+                   help="with 'all --json': also time `make test` on a fresh clone (scripts/bench_tests.sh, minutes)")
     add_model_args(p)
     p.set_defaults(func=cmd_bench)
 

@@ -12,12 +12,15 @@ import functools
 import inspect
 import logging
 import math
+import time
 
 import gradio as gr
 
 from workbench.core.errors import WorkbenchError, one_line, shorten
+from workbench.core.heap import release_freed
 
 log = logging.getLogger("workbench.app")
+LONG_HANDLER_S = 0.5  # after a handler this long, freed memory goes back to the OS (`core.heap`; ~10-50 ms)
 WHOLE_MAX = 2**63 - 1  # the largest whole number a form may carry (the seed range's top; counts are far smaller)
 
 
@@ -140,6 +143,12 @@ def _checked_class(cls: type) -> type:
     return _CHECKED[cls]
 
 
+def _release_after(start: float) -> None:
+    """Return freed memory to the OS after a long handler (its tensors are garbage by now)."""
+    if time.perf_counter() - start > LONG_HANDLER_S:
+        release_freed()
+
+
 def guarded(n_outputs: int):
     """Decorator for a handler with n_outputs outputs, the last being the status Markdown."""
 
@@ -150,18 +159,24 @@ def guarded(n_outputs: int):
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def stream(*args, **kwargs):
+                start = time.perf_counter()
                 try:
                     yield from fn(*args, **kwargs)
                 except Exception as err:  # noqa: BLE001 - the page gets a message, stderr the traceback
                     yield failed(err)
+                finally:
+                    _release_after(start)
             return stream
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             except Exception as err:  # noqa: BLE001
                 return failed(err)
+            finally:
+                _release_after(start)
         return call
 
     return decorate

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import write_json
+from workbench.core.threads import PASSIVE_WAIT
 from workbench.rl.objectives import OBJECTIVES
 from workbench.train.config import TrainConfig
 from workbench.train.store import RunInfo, RunStore, list_runs
@@ -84,6 +85,10 @@ class JobManager:
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
 
+    def training(self) -> bool:
+        """Whether a training process this app started is alive (it shares this machine's cores)."""
+        return any(job.alive for job in list(self._jobs.values()))
+
     def busy(self) -> str | None:
         """The id of the run using this device: a live process of ours, or a running run on disk (any session,
         any process: the command line's too)."""
@@ -104,7 +109,7 @@ class JobManager:
             run_id = self._new_id(config.objective)
             run_dir, logs = self.root / run_id, self.root / LOG_DIR
             log_path, config_path = logs / f"{run_id}.log", write_json(logs / f"{run_id}.json", config.to_dict())
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+            env = {**PASSIVE_WAIT, **os.environ, "PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False",
                    "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
             argv = [*self.command, "--config", str(config_path), "--out", str(run_dir)]
             with open(log_path, "wb") as log:

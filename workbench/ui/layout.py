@@ -30,6 +30,7 @@ from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_after, learn_walk
 from workbench.ui.objectives import ROWS
+from workbench.ui.redraw import REDRAW_JS
 from workbench.ui.state import BASE, Session
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
@@ -424,6 +425,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                 _learn_tab(wb, session)
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
+        demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
                   api_visibility="private", show_progress="hidden")
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it

@@ -8,6 +8,7 @@ with, a run folder (its newest complete checkpoint) or a checkpoint folder, or a
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 
@@ -60,6 +61,7 @@ class Workbench:
         from workbench.train.sources import load_policy
 
         source = self.source(key)
+        self.share_cores()
         with self._lock:
             if source not in self._policies:
                 self._policies[source] = load_policy(source, device=self.device)
@@ -67,6 +69,21 @@ class Workbench:
                     self._policies.popitem(last=False)
             self._policies.move_to_end(source)
             return self._policies[source]
+
+    def share_cores(self) -> int:
+        """Set this thread's torch threads before it computes: one while a CPU fine-tune of this app runs (its
+        trainer takes the cores left free, `core.threads`), otherwise every core, or OMP_NUM_THREADS where the
+        environment sets it. Returns the count."""
+        import torch
+
+        from workbench.core.threads import cpu_count
+
+        limit = os.environ.get("OMP_NUM_THREADS", "")
+        most = int(limit) if limit.isdigit() and int(limit) > 0 else cpu_count()
+        threads = 1 if self.device == "cpu" and self.jobs.training() else most
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)  # per thread under OpenMP: Gradio runs each handler in a worker thread
+        return threads
 
     def sources(self) -> list[tuple[str, str]]:
         """The picker's choices, (label, key): the base model, then every run on disk (newest first) with its

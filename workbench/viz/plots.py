@@ -18,7 +18,7 @@ from workbench.train.store import metric_series
 
 STEP_AXIS = "denoising step t (0 = pure noise)"
 BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")
-LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50),
+LAYOUT = dict(margin=dict(l=60, r=20, t=60, b=50),  # the template: plotly_white, set in viz/__init__.py
               legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
 # Training metrics shown live, one panel each: (panel title, y-axis name, metric keys)
 TRAIN_PANELS = (
@@ -134,5 +134,5 @@ def empty_figure(title: str, hint: str) -> go.Figure:
     """A placeholder with a title and a centred hint, for plots that have no data yet."""
     fig = go.Figure()
     fig.add_annotation(text=hint, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
-    fig.update_layout(title=title, template="plotly_white", xaxis=dict(visible=False), yaxis=dict(visible=False))
+    fig.update_layout(title=title, xaxis=dict(visible=False), yaxis=dict(visible=False))
     return fig

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Time the README's test command on a fresh clone of this repository's HEAD, install included (issue 24's
+# target: 5 minutes on a 2-core machine). Prints the time and pytest's summary; writes them to OUT.json if given.
+#   bash scripts/bench_tests.sh [OUT.json]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+git clone -q "$root" "$tmp/clone"
+start=$(date +%s)
+(cd "$tmp/clone" && make test) > "$tmp/log" 2>&1
+rc=$?
+seconds=$(( $(date +%s) - start ))
+summary=$(grep -E "(passed|failed).* in [0-9.]+s" "$tmp/log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+echo "make test on a fresh clone: ${seconds} s, exit ${rc}: ${summary}"
+[ "$rc" = 0 ] || tail -30 "$tmp/log"
+if [ -n "${1:-}" ]; then
+  printf '{"make_test_s": %s, "exit": %s, "summary": "%s", "cores": %s}\n' \
+    "$seconds" "$rc" "$summary" "$(nproc)" > "$1"
+fi
+exit "$rc"

@@ -1,0 +1,74 @@
+"""Memory the app no longer needs goes away: a replaced group is freed, long handlers return freed pages."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from workbench.core import heap
+from workbench.ui import guard
+from workbench.ui import handlers as h
+from workbench.ui.state import Session
+from workbench.ui.workbench import Workbench
+
+PROMPT = "a large red circle in the top left on a white background"
+
+
+class Quiet:
+    def __call__(self, *a, **k):
+        pass
+
+    def tqdm(self, it, *a, **k):
+        return it
+
+
+@pytest.fixture(scope="module")
+def wb(tmp_path_factory):
+    from workbench.models.embedded import build_embedded, save_embedded
+
+    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+    return Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")))
+
+
+def test_a_new_group_frees_the_old_one_and_its_credit(wb):
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session(), progress=Quiet())[-2]
+    session = h.attribute(wb, 2, session, progress=Quiet())[-2]
+    old_states, old_credit = weakref.ref(session.group.states), weakref.ref(session.credit.branch_rewards)
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 1, "adherence", session, progress=Quiet())[-2]
+    gc.collect()
+    assert session.credit is None
+    assert old_states() is None and old_credit() is None, "the replaced group's tensors are still referenced"
+
+
+def test_long_handlers_return_freed_memory(monkeypatch):
+    calls = []
+    monkeypatch.setattr(guard, "release_freed", lambda: calls.append(1))
+
+    @guard.guarded(1)
+    def handler():
+        return ("done",)
+
+    monkeypatch.setattr(guard, "LONG_HANDLER_S", 10.0)
+    handler()
+    assert calls == []  # a fast handler (a chunk edit) does not pay for a collection
+    monkeypatch.setattr(guard, "LONG_HANDLER_S", -1.0)
+    handler()
+    assert calls == [1]
+
+    @guard.guarded(2)
+    def stream():
+        yield "a", "b"
+        raise RuntimeError("boom")
+
+    assert list(stream())[-1][-1].startswith("⚠ Unexpected error")
+    assert calls == [1, 1]  # a generator that failed still releases
+
+
+def test_release_freed_asks_glibc_where_there_is_one():
+    import sys
+
+    assert heap.release_freed() == (heap._trim() is not None)
+    if sys.platform.startswith("linux"):
+        assert heap._trim() is not None

@@ -1,0 +1,118 @@
+"""The thread policy for shared cores (workbench/core/threads.py): its rule, its measurement, where it is used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from workbench.core import threads as th
+from workbench.core.threads import ThreadGovernor, threads_for
+
+
+@pytest.mark.parametrize("cores, busy, maximum, expected", [
+    (2, 0.0, None, 2), (2, 1.0, None, 1), (2, 0.3, None, 2), (2, 0.6, None, 1), (2, 2.0, None, 1),
+    (2, 5.0, None, 1), (8, 2.6, None, 5), (8, 2.6, 4, 4), (1, 0.0, None, 1), (4, -1.0, None, 4)])
+def test_threads_for_takes_the_cores_others_leave_free(cores, busy, maximum, expected):
+    assert threads_for(cores, busy, maximum) == expected
+
+
+class FakeClock:
+    """/proc/stat and os.times() of a machine where 'others' busy cores run beside this process's work."""
+
+    def __init__(self):
+        self.t, self.machine, self.own = 100.0, 0.0, 0.0
+
+    def advance(self, seconds: float, others: float, own: float) -> None:
+        self.t += seconds
+        self.machine += seconds * (others + own)
+        self.own += seconds * own
+
+
+def test_governor_follows_the_other_processes_load(monkeypatch):
+    clock, applied = FakeClock(), []
+    monkeypatch.setattr(th, "_cpu_seconds", lambda: (clock.machine, clock.own))
+    monkeypatch.setattr(th.time, "monotonic", lambda: clock.t)
+    monkeypatch.setattr(th.time, "sleep", lambda s: clock.advance(s, 0.0, 0.0))
+    governor = ThreadGovernor(cores=2, apply=applied.append)
+    assert governor.threads == 2 and applied == [2]
+    clock.advance(3.0, others=1.0, own=1.0)  # a busy neighbour appears: 1 core of others
+    assert governor.update() == 1 and applied == [2, 1]
+    clock.advance(3.0, others=0.9, own=1.0)  # still there: no new call into torch
+    assert governor.update() == 1 and applied == [2, 1]
+    clock.advance(3.0, others=0.1, own=1.9)  # it went quiet: take the second core back; own work never counts
+    assert governor.update() == 2 and applied == [2, 1, 2]
+
+
+def test_governor_without_proc_stat_keeps_its_threads(monkeypatch):
+    monkeypatch.setattr(th, "_cpu_seconds", lambda: None)
+    governor = ThreadGovernor(cores=2, apply=lambda n: None)
+    assert governor.threads == 2 and governor.update() == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
+def test_others_busy_sees_a_real_busy_process():
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert ThreadGovernor.others_busy(0.5) > 0.5  # one core spinning (more if the machine is loaded)
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_train_flag_threads(capsys):
+    from workbench.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--threads", "0", "--iterations", "1"])
+    assert "expected auto or a positive whole number" in capsys.readouterr().err
+
+
+def test_the_app_yields_cores_to_its_fine_tune(tmp_path, monkeypatch):
+    from workbench.ui.workbench import Workbench
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    wb = Workbench(device="cpu", runs_root=str(tmp_path))
+    seen = []
+
+    def handler():  # Gradio runs handlers in worker threads; the setting is per thread under OpenMP
+        seen.append(wb.share_cores())
+        seen.append(torch.get_num_threads())
+
+    wb.jobs.training = lambda: True
+    t = threading.Thread(target=handler)
+    t.start()
+    t.join()
+    wb.jobs.training = lambda: False
+    t = threading.Thread(target=handler)
+    t.start()
+    t.join()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # an explicit limit holds when no fine-tune runs too
+    t = threading.Thread(target=handler)
+    t.start()
+    t.join()
+    assert seen == [1, 1, th.cpu_count(), th.cpu_count(), 1, 1]
+
+
+def test_training_processes_get_passive_waiting(tmp_path, monkeypatch):
+    from workbench.ui.jobs import JobManager
+
+    captured = {}
+
+    class Stop(Exception):
+        pass
+
+    def popen(argv, **kw):
+        captured.update(kw["env"])
+        raise Stop
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    from workbench.train.config import TrainConfig
+
+    with pytest.raises(Stop):
+        JobManager(tmp_path, "cpu").start(TrainConfig(iterations=1))
+    assert captured["OMP_WAIT_POLICY"] == "PASSIVE"

@@ -1,0 +1,49 @@
+"""Draw each figure once per change: a page script that drops Gradio's wasted Plotly calls.
+
+Measured in chromium (issue 24): Gradio's plot component re-mounts its plotly element whenever the figure changes
+(a `{#key}` block in its Plot wrapper). Before the old element goes, its own effect calls `Plotly.react` on it
+with the new figure, then the new element draws it again; each call is followed by `Plotly.Plots.resize`. A chunk
+edit that updates two figures so drew four and resized four times, most of the edit's latency.
+
+`REDRAW_JS` (bound with `demo.load(js=...)`) wraps both functions once plotly is loaded and runs each call a
+microtask later, after Svelte's update has finished: a call on an element no longer in the page (the re-mounted
+one) is dropped, a `react` with the figure the element already shows is dropped, and a `resize` that follows a
+draw of an element whose size did not change is dropped. Any new figure on an element in the page is drawn.
+`window.wbRedraw` counts drawn and dropped calls (read by the browser tests and scripts/bench_app.py).
+"""
+
+from __future__ import annotations
+
+REDRAW_JS = """
+() => {
+  const later = (gd, work) => new Promise((resolve, reject) => queueMicrotask(() => {
+    if (!gd || !gd.isConnected) { window.wbRedraw.dropped++; resolve(gd); return; }
+    try { Promise.resolve(work()).then(resolve, reject); } catch (err) { reject(err); }
+  }));
+  const size = (gd) => gd.clientWidth + "x" + gd.clientHeight;
+  const patch = (P) => {
+    if (!P || P.wbOnce || typeof P.react !== "function" || !P.Plots) return;
+    P.wbOnce = true;
+    window.wbRedraw = {drawn: 0, dropped: 0};
+    const react = P.react.bind(P), resize = P.Plots.resize.bind(P.Plots);
+    P.react = (gd, data, layout, config) => later(gd, () => {
+      const figure = JSON.stringify([data, layout]);
+      if (gd.wbFigure === figure && gd._fullLayout) { window.wbRedraw.dropped++; return gd; }
+      gd.wbFigure = figure;
+      window.wbRedraw.drawn++;
+      const drawn = react(gd, data, layout, config);
+      gd.wbSize = size(gd);  // react sized the plot to its container (autosize)
+      return drawn;
+    });
+    P.Plots.resize = (gd) => later(gd, () => {
+      if (gd.wbSize === size(gd)) { window.wbRedraw.dropped++; return gd; }
+      gd.wbSize = size(gd);
+      return resize(gd);
+    });
+  };
+  if (window.Plotly) { patch(window.Plotly); return; }
+  let plotly;
+  Object.defineProperty(window, "Plotly", {configurable: true, enumerable: true,
+    get: () => plotly, set: (value) => { plotly = value; patch(value); }});
+}
+"""
