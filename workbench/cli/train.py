@@ -58,6 +58,10 @@ def register(subparsers) -> None:
         kind, flag, text = f.type.removesuffix(" | None"), "--" + f.name.replace("_", "-"), _help(docs[f.name])
         if f.name == "prompts":
             p.add_argument("--prompt", dest="prompts", action="append", help="a training prompt (repeatable)")
+        elif kind == "bool" and f.default is None:  # unset = the documented automatic choice
+            p.add_argument(flag, action="store_const", const=True, default=None, help=text)
+            p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_const", const=False,
+                           default=None, help="turn off (see above)")
         elif kind == "bool" and f.default:
             p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_const", const=False,
                            default=None, help=f"turn off: {text}")

@@ -46,10 +46,16 @@ class FlowPolicy:
     default_guidance: float = 1.0  # CFG scale for making pictures when none is given (1 = off)
     name: str = "policy"
     supports_cfg: bool = True
+    vae_factor: int = 1  # image pixels per latent pixel (8 for SD3 / FLUX; 1 for the pixel-space embedded model)
 
     @property
     def device(self) -> torch.device:
         return next(self.transformer.parameters()).device
+
+    @property
+    def image_size(self) -> int:
+        """Side in pixels of the square images `decode` returns (what a reward must accept)."""
+        return self.latent_shape[-1] * self.vae_factor
 
     def check_prompt(self, prompt: str) -> None:
         """Raise WorkbenchError if the model cannot take this prompt (default: any text goes)."""

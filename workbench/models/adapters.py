@@ -146,7 +146,7 @@ class SD3Policy(FlowPolicy):
         _freeze(pipe.text_encoder, pipe.text_encoder_2, pipe.text_encoder_3, pipe.vae)
         cfg, vae_scale = pipe.transformer.config, pipe.vae_scale_factor
         size = _latent_size(resolution, cfg.sample_size * vae_scale, vae_scale, cfg.patch_size, "SD3")
-        self.latent_shape = (cfg.in_channels, size, size)
+        self.latent_shape, self.vae_factor = (cfg.in_channels, size, size), vae_scale
         self.default_shift = float(pipe.scheduler.config.shift)
         self.max_sequence_length = max_sequence_length
 
@@ -193,6 +193,7 @@ class FluxPolicy(FlowPolicy):
         vae_scale = pipe.vae_scale_factor
         size = _latent_size(resolution, pipe.default_sample_size * vae_scale, vae_scale, 2, "FLUX")
         self.latent_shape = (pipe.transformer.config.in_channels // 4, size, size)  # 4 = one 2x2 token
+        self.vae_factor = vae_scale
         self.image_seq_len = (size // 2) ** 2  # packed tokens per image
         self.max_sequence_length, self.guidance = max_sequence_length, guidance
         self.linear_shift = sched.get("time_shift_type", "exponential") == "linear"

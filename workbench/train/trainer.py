@@ -14,7 +14,6 @@ processes and only rank 0 writes. What trains (all weights or LoRA) is set up in
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -43,7 +42,14 @@ from workbench.train.rollout import RolloutSampler
 from workbench.train.store import CONFIG, Checkpoint, RunStore
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import make_trackers
-from workbench.train.trainable import add_lora, copy_weights, load_base_policy, trainable_weights
+from workbench.train.trainable import (
+    add_lora,
+    copy_weights,
+    enable_checkpointing,
+    load_base_policy,
+    reference_policy,
+    trainable_weights,
+)
 
 
 # ------------------------------------------------------------------------------------ the loop
@@ -105,11 +111,14 @@ class Trainer:
         checkpoint = self._checkpoint_to_resume() if resume else None
         self.policy = policy or load_base_policy(config, self.dist)
         self._check_memory()
-        self.reference = self._frozen_copy() if config.kl_beta > 0 else None
+        self.reference = reference_policy(self.policy, False) if config.kl_beta > 0 and not config.lora_rank else None
         if config.lora_rank:
             add_lora(self.policy.transformer, config.lora_rank, config.lora_alpha)
+            self.reference = reference_policy(self.policy, True) if config.kl_beta > 0 else None
         else:
             self.policy.transformer.requires_grad_(True)
+        if config.checkpointing:
+            enable_checkpointing(self.policy.transformer)
         self.params = trainable_weights(self.policy.transformer)
         self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr,
                                            weight_decay=config.weight_decay)
@@ -162,16 +171,12 @@ class Trainer:
         """Stop after the current iteration with a checkpoint and state 'stopped'."""
         self._stop = True
 
-    def _frozen_copy(self) -> FlowPolicy:
-        """The KL reference: the policy denoising with a frozen copy of the initial transformer."""
-        return self.policy.with_transformer(copy.deepcopy(self.policy.transformer).requires_grad_(False).eval())
-
     def _setup_data(self) -> None:
         from workbench.rewards import build_reward
 
         cfg = self.config
         folders = cfg.reward_folders()
-        self.reward_fn = build_reward(cfg.reward, **folders)
+        self.reward_fn = build_reward(cfg.reward_spec(self.policy.image_size), **folders)
         self.metric_fn = build_reward(cfg.gfpo_metric, **folders) if cfg.gfpo_metric else None
         self.settings = cfg.objective_settings()
         self.objective = OBJECTIVES.get(cfg.objective)
@@ -180,6 +185,9 @@ class Trainer:
         for prompt in self.pool:
             self.policy.check_prompt(prompt)
         self.eval_prompts = cfg.held_out_prompts()
+        for fn in (self.reward_fn, self.metric_fn):  # before any sampling: a reward that cannot score these images
+            if fn is not None:
+                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts)
         self.task = TASKS.get(cfg.task)() if cfg.task else None
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
                                       self._autocast)
