@@ -69,10 +69,12 @@ def form_config(wb: Workbench, objective: str, reward: str, chunks: str, lr, ite
     """The TrainConfig of the Fine-tune form: the lesson's preset (its task, evaluation and tuned settings), then
     what the objective's preset adds to its loss (dapo, gpg, gspo, gfpo: DAPO's dynamic sampling, GPG's advantages,
     ...), then the form's values; TrainConfig validates it all."""
-    overrides = dict(reward=reward or "", chunks=(chunks or "").replace(" ", ""), lr=number(lr, "learning rate"),
+    overrides = dict(reward=(reward or "").strip() or None, chunks=(chunks or "").replace(" ", ""),
+                     lr=number(lr, "learning rate"),
                      iterations=whole_number(iterations, "iterations", 1), group=whole_number(group, "group size", 2),
                      steps=whole_number(steps, "steps", 1), lora_rank=whole_number(lora_rank, "LoRA rank", 0),
-                     sde=sde or "", window=parse_window(window), model=wb.model_path, device=wb.explicit_device)
+                     sde=sde or "", window=parse_window(window), model=wb.model_path, device=wb.explicit_device,
+                     resolution=wb.resolution)
     for name, cap in APP_LIMITS.items():
         if overrides[name] > cap:
             raise WorkbenchError(f"{name} is at most {cap} in the app (got {overrides[name]}); "
@@ -126,6 +128,8 @@ def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float
     """Start -> (live figure, sample, session, timer update, status); a busy device is a message."""
     config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window, lesson)
     job = wb.jobs.start(config)
+    if wb.device != "cpu":  # the run loads its own copy of the model: the app's copies leave the GPU meanwhile
+        wb.release()
     figure = plots.empty_figure(f"Run {job.run_id}", "starting the training process...")
     task = f", task {config.task}" if config.task else ""
     return (figure, None, replace(session, run_id=job.run_id), gr.Timer(active=True),
