@@ -30,7 +30,7 @@ def flux_dir(tmp_path_factory):
 def test_rewards_declare_what_they_accept():
     assert reward_accepts("adherence").size == 32 and reward_accepts("adherence").toy_prompts
     assert reward_accepts("sharpness").size is None and reward_accepts("clip_score").size is None
-    assert (default_reward(32), default_reward(PX)) == ("adherence", "jpeg_compressibility")
+    assert (default_reward(True), default_reward(False)) == ("adherence", "jpeg_compressibility")
     check_reward_images(["adherence"], 32, ["a red circle"])
     with pytest.raises(WorkbenchError, match=r"reward 'size_match' scores 32x32 px .* makes 128x128 px images; "
                                              r"use rewards that take any image \(clip_score, composition"):

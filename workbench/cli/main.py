@@ -149,7 +149,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         build_reward(args.reward)  # a bad spec is refused before the model loads
     policy = load_model(args)
     policy.check_prompt(args.prompt)
-    reward = build_reward(args.reward or default_reward(policy.image_size))
+    reward = build_reward(args.reward or default_reward(policy.toy_world))
     reward.check_images(policy.image_size, [args.prompt])
     check_memory(policy, config.group, config.steps, "--group, --steps or --branches",
                  branches=args.branches if args.estimator == "mc" else 1)  # ode / x0: one look-ahead per state

@@ -53,6 +53,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="run folder (default: runs/<date-time>)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     p.add_argument("--stop", default=None, metavar="RUN_DIR", help="ask a running run to stop and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the memory estimate of an iteration (docs/methods.md) and whether it fits the device; "
+                        "loads no weights and starts nothing")
     docs = field_docs(TrainConfig)
     for f in fields(TrainConfig):  # every flag defaults to None = "keep the preset's value"
         kind, flag, text = f.type.removesuffix(" | None"), "--" + f.name.replace("_", "-"), _help(docs[f.name])
@@ -109,6 +112,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         else:
             print(f"stop requested: {store.path} saves a checkpoint and stops within one iteration")
         return 0
+    if args.dry_run:
+        return dry_run(args, overrides)
     if args.resume:
         extra = sorted(set(overrides) - {"iterations"}) + (["--preset"] if args.preset else []) \
             + (["--config"] if args.config else []) + (["--out"] if args.out else [])
@@ -131,6 +136,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     if trainer.dist.main:
         print(json.dumps(clean_json(summary.to_dict()), allow_nan=False), flush=True)
     _close_distributed()
+    return 0
+
+
+def dry_run(args: argparse.Namespace, overrides: dict) -> int:
+    """--dry-run: the estimate, part by part, and the verdict against the device; nothing loads or starts."""
+    from workbench.train import TrainConfig
+    from workbench.train.dry_run import estimate_run
+    from workbench.train.store import RunStore
+
+    if args.resume:
+        config = TrainConfig.from_dict({**RunStore.open(args.resume).config(), **overrides})
+    else:
+        config = new_config(args, overrides)
+    estimate, verdict = estimate_run(config)
+    pixels = f"{config.resolution} px" if config.resolution else "the model's resolution"
+    print(f"memory estimate of one iteration (G={config.group}, T={config.steps}, {config.prompts_per_iteration} "
+          f"prompt(s), LoRA rank {config.lora_rank or 'none: full fine-tuning'}, {config.dtype}, {pixels}, gradient "
+          f"checkpointing {'on' if config.checkpointing else 'off'}; docs/methods.md \"Memory estimate\"):")
+    print(estimate.table())
+    print(verdict)
     return 0
 
 

@@ -46,6 +46,7 @@ class FlowPolicy:
     default_guidance: float = 1.0  # CFG scale for making pictures when none is given (1 = off)
     name: str = "policy"
     supports_cfg: bool = True
+    toy_world: bool = False  # a model of the toy world (the embedded model): its rewards and prompts are the defaults
     vae_factor: int = 1  # image pixels per latent pixel (8 for SD3 / FLUX; 1 for the pixel-space embedded model)
 
     @property

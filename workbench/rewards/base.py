@@ -66,10 +66,10 @@ def any_size_rewards() -> list[str]:
     return [n for n in reward_names() if reward_accepts(n) == Accepts()]
 
 
-def default_reward(image_size: int) -> str:
-    """The reward spec a run uses when none is given: the toy world's adherence for its 32x32 images, else
-    jpeg_compressibility (DDPO, arXiv 2305.13301), which needs no model folder and takes any size."""
-    return TOY_REWARD if reward_accepts(TOY_REWARD).size == image_size else ANY_IMAGE_REWARD
+def default_reward(toy_world: bool) -> str:
+    """The reward spec a run uses when none is given: adherence for a model of the toy world (its 32x32 images of
+    its prompts), else jpeg_compressibility (DDPO, arXiv 2305.13301): no model folder, any size, any prompt."""
+    return TOY_REWARD if toy_world else ANY_IMAGE_REWARD
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class TrainConfig:
     """Chunk sizes over the TRAINED steps, summing to their count (GCPO [2,3,4,7] of 16); used by chunk_grpo."""
     reward: str | None = None
     """Reward spec for `build_reward`, e.g. 'adherence:1,sharpness:0.5'; None = the model's default: adherence for
-    the embedded model's 32 px toy world, jpeg_compressibility for SD3 / FLUX (`rewards.default_reward`)."""
+    the embedded model's toy world, jpeg_compressibility for SD3 / FLUX (`rewards.default_reward`)."""
     clip_path: str | None = None
     """Local CLIP folder (CLIPModel and CLIPTokenizer `save_pretrained`) for the reward 'clip_score'."""
     pickscore_path: str | None = None
@@ -174,8 +174,9 @@ class TrainConfig:
     """Recompute the transformer's activations in the backward pass instead of keeping them (less memory, about
     one more forward of time); None = on for LoRA runs of SD3 / FLUX, off otherwise."""
     micro_batch: int | None = None
-    """Trajectories per forward/backward pass: a minibatch's gradient is accumulated over passes of this many
-    trajectories (the same gradient; peak activation memory of micro_batch trajectories); None = one pass."""
+    """Transitions per forward/backward pass: a minibatch's gradient is accumulated over passes of this many
+    transitions (the same gradient, one more forward without gradient; activation memory of micro_batch
+    transitions, docs/methods.md "Micro-batches"); None = the whole minibatch in one pass."""
 
     def __post_init__(self):
         check_types(self)  # wrong types and non-finite numbers, from any source, name their field
@@ -397,11 +398,11 @@ class TrainConfig:
             return self.gradient_checkpointing
         return bool(self.lora_rank) and is_pipeline_folder(self.model)
 
-    def reward_spec(self, image_size: int) -> str:
-        """The reward spec the run uses on `image_size` px images: `reward`, else the model's default."""
+    def reward_spec(self, toy_world: bool) -> str:
+        """The reward spec the run uses: `reward`, else the model's default (toy_world: the embedded model's)."""
         from workbench.rewards import default_reward
 
-        return self.reward if self.reward is not None else default_reward(image_size)
+        return self.reward if self.reward is not None else default_reward(toy_world)
 
     def reward_folders(self) -> dict[str, str | None]:
         """The model folders of model-based rewards, keyed by the setting that names them (e.g. clip_path)."""

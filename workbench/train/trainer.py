@@ -38,6 +38,7 @@ from workbench.train.distributed import gather, init_distributed, sync_gradients
 from workbench.train.evaluation import evaluate
 from workbench.train.events import RunSummary, TrainerEvent
 from workbench.train.lock import lock_run_folder
+from workbench.train.microbatch import backward_in_micro_batches
 from workbench.train.rollout import RolloutSampler
 from workbench.train.store import CONFIG, Checkpoint, RunStore
 from workbench.train.tasks import TASKS
@@ -115,8 +116,8 @@ class Trainer:
         if config.lora_rank:
             add_lora(self.policy.transformer, config.lora_rank, config.lora_alpha)
             self.reference = reference_policy(self.policy, True) if config.kl_beta > 0 else None
-        else:
-            self.policy.transformer.requires_grad_(True)
+        else:  # full fine-tuning trains float32 weights; bfloat16 is autocast's compute dtype (config.dtype)
+            self.policy.transformer.float().requires_grad_(True)
         if config.checkpointing:
             enable_checkpointing(self.policy.transformer)
         self.params = trainable_weights(self.policy.transformer)
@@ -176,7 +177,7 @@ class Trainer:
 
         cfg = self.config
         folders = cfg.reward_folders()
-        self.reward_fn = build_reward(cfg.reward_spec(self.policy.image_size), **folders)
+        self.reward_fn = build_reward(cfg.reward_spec(self.policy.toy_world), **folders)
         self.metric_fn = build_reward(cfg.gfpo_metric, **folders) if cfg.gfpo_metric else None
         self.settings = cfg.objective_settings()
         self.objective = OBJECTIVES.get(cfg.objective)
@@ -311,7 +312,6 @@ class Trainer:
             for b, idx in enumerate(torch.randperm(n_rows, generator=gen).split(per_mb)):
                 out = self._loss(stored, idx.to(stored.states.device))
                 if out is not None:
-                    (out.loss / cfg.grad_accum).backward()
                     stats.append(out.stats() | self._chunk_stats(out))
                     trained += float(stored.rows[idx].sum())
                     transitions += float((stored.step_mask[idx] & stored.rows[idx, None]).sum())
@@ -333,7 +333,8 @@ class Trainer:
                 | {f"chunk/ratio_std_{j}": v for j, v in enumerate(out.chunk_ratio_std)})
 
     def _loss(self, stored: _Stored, idx: torch.Tensor):
-        """Objective on the trajectories idx: re-score their trained transitions with gradient."""
+        """Objective on the trajectories idx: re-score their trained transitions with gradient and backpropagate
+        (in micro-batches of config.micro_batch transitions, `microbatch.py`); returns the objective's output."""
         m, s = len(idx), len(stored.steps)
         mask = stored.step_mask[idx] & stored.rows[idx, None]  # (M, S)
         if not bool(mask.any()):
@@ -342,17 +343,24 @@ class Trainer:
         x_next = stored.states[idx][:, stored.steps + 1].flatten(0, 1)  # (M * S, C, H, W)
         step = stored.steps.repeat(m)  # (M * S,)
         cond = stored.cond.index(idx).repeat(s)  # (M * S) rows, row m * S + s is trajectory m
-        with self._autocast():
-            out = transition(self.policy, x, stored.sigmas, step, cond, stored.config, x_next=x_next)
-            kl = None
-            if self.reference is not None:
+
+        def rescore(rows: slice):
+            c, args = cond.index(rows), (stored.sigmas, step[rows])
+            with self._autocast():
+                out = transition(self.policy, x[rows], *args, c, stored.config, x_next=x_next[rows])
+                if self.reference is None:
+                    return out.log_prob, None  # (n,)
                 with torch.no_grad():
-                    ref = transition(self.reference, x, stored.sigmas, step, cond, stored.config, x_next=x_next)
-                kl = transition_kl(out.mean, ref.mean, out.std, out.noise_scale, self.config.kl_form)
-                kl = kl.view(m, s)  # (M, S)
-        inputs = PolicyInputs(out.log_prob.view(m, s), stored.old_log_prob[idx], stored.advantages[idx],
-                              step_mask=mask, step_weights=stored.step_weights, kl=kl)
-        return self.objective(inputs, self.settings)
+                    ref = transition(self.reference, x[rows], *args, c, stored.config, x_next=x_next[rows])
+                return out.log_prob, transition_kl(out.mean, ref.mean, out.std, out.noise_scale, self.config.kl_form)
+
+        def objective(log_prob: torch.Tensor, kl: torch.Tensor | None):
+            inputs = PolicyInputs(log_prob.view(m, s), stored.old_log_prob[idx], stored.advantages[idx],
+                                  step_mask=mask, step_weights=stored.step_weights,
+                                  kl=None if kl is None else kl.view(m, s))  # (M, S)
+            return self.objective(inputs, self.settings)
+
+        return backward_in_micro_batches(rescore, objective, m * s, self.config.micro_batch, 1 / self.config.grad_accum)
 
     def _optimizer_step(self, trained: float) -> float | None:
         """Average gradients over processes, clip, AdamW step; None when no trajectory trained anywhere."""

@@ -52,7 +52,7 @@ def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str
         build_reward(reward_spec)  # a bad spec is refused before the model loads
     policy = wb.policy(session.source)
     policy.check_prompt(prompt)
-    reward_spec = reward_spec.strip() if reward_spec and reward_spec.strip() else default_reward(policy.image_size)
+    reward_spec = reward_spec.strip() if reward_spec and reward_spec.strip() else default_reward(policy.toy_world)
     reward_fn = build_reward(reward_spec)
     reward_fn.check_images(policy.image_size, [prompt.strip()])  # before sampling: can it score these images?
     group = sample_group(policy, prompt.strip(), config, progress=_tracker(progress, "sampling step"))
