@@ -105,3 +105,34 @@ def test_gpu_smoke_without_a_gpu_says_so_and_exits_0(tmp_path):
                            str(tmp_path / "smoke")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "no CUDA GPU is visible" in done.stdout
     assert not (tmp_path / "smoke").exists()
+
+
+def test_offloaded_text_encoders_encode_each_prompt_once(tmp_path, monkeypatch):
+    from tiny_pipelines import save_tiny_sd3
+
+    from workbench.models.adapters import load_model
+    from workbench.models.offload import offload_text_encoders, slice_vae
+
+    folder = save_tiny_sd3(tmp_path / "sd3")
+    policy = load_model(folder, device="cpu", resolution=16, max_sequence_length=8)
+    plain = policy.encode(["a cat", "a dog"], cfg=True)
+    calls = []
+    encode_prompt = policy.pipe.encode_prompt
+    monkeypatch.setattr(policy.pipe, "encode_prompt", lambda **kw: calls.append(kw["prompt"]) or encode_prompt(**kw))
+    offload_text_encoders(policy)
+    assert policy.pipe.text_encoder.device.type == "cpu"
+    for _ in range(3):
+        cached = policy.encode(["a dog", "a cat", "a dog"], cfg=True)
+    assert calls == [["a dog", "a cat"]]  # each prompt encoded once, on the text encoders' device
+    torch.testing.assert_close(cached.embeds, plain.embeds[[1, 0, 1]])
+    torch.testing.assert_close(cached.uncond_pooled, plain.uncond_pooled[[1, 0, 1]])
+    latents = torch.randn(3, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
+    whole = policy.decode(latents)
+    slice_vae(policy)
+    torch.testing.assert_close(policy.decode(latents), whole, atol=1e-5, rtol=1e-5)
+    config = TrainConfig(model=str(folder), resolution=16, lora_rank=2, offload_text_encoders=True, vae_tiling=True,
+                         iterations=1, eval_prompts=1, group=2, steps=2, chunks="2", prompts_per_iteration=1,
+                         report_to="none", device="cpu")
+    assert Trainer(config, None).run().state == "finished"
+    with pytest.raises(Exception, match="apply to SD3 / FLUX models"):
+        TrainConfig(offload_text_encoders=True)

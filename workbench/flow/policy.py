@@ -30,6 +30,11 @@ class Conditioning:
             return None if t is None else t.repeat_interleave(n, dim=0)
         return Conditioning(rep(self.embeds), rep(self.pooled), rep(self.uncond_embeds), rep(self.uncond_pooled))
 
+    def to(self, device) -> Conditioning:
+        def move(t):
+            return None if t is None else t.to(device)
+        return Conditioning(move(self.embeds), move(self.pooled), move(self.uncond_embeds), move(self.uncond_pooled))
+
     def index(self, idx) -> Conditioning:
         def sel(t):
             return None if t is None else t[idx]

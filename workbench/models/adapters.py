@@ -139,6 +139,8 @@ class SD3Policy(FlowPolicy):
     """
 
     name = "sd3"
+    text_device: torch.device | None = None  # where the text encoders run (`models.offload`); None = self.device
+    decode_batch = 4  # images per VAE decode (1 = sliced, `models.offload.slice_vae`)
 
     def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = 256):
         _check_scheduler(pipe.scheduler.config, "SD3", allow_dynamic=False)
@@ -154,9 +156,9 @@ class SD3Policy(FlowPolicy):
     def encode(self, prompts: list[str], cfg: bool = False) -> Conditioning:
         """The pipeline's `encode_prompt`: embeds (B, 77 + L_T5, D), pooled (B, P); with cfg also for ""."""
         embeds, u_embeds, pooled, u_pooled = self.pipe.encode_prompt(
-            prompt=prompts, prompt_2=None, prompt_3=None, device=self.device, do_classifier_free_guidance=cfg,
-            max_sequence_length=self.max_sequence_length)
-        return Conditioning(embeds, pooled, u_embeds, u_pooled)
+            prompt=prompts, prompt_2=None, prompt_3=None, device=self.text_device or self.device,
+            do_classifier_free_guidance=cfg, max_sequence_length=self.max_sequence_length)
+        return Conditioning(embeds, pooled, u_embeds, u_pooled).to(self.device)
 
     def denoise(self, x, sigma, embeds, pooled):
         """Velocity (B, C, H, W) in float32; the SD3 transformer takes timestep = sigma * 1000."""
@@ -167,7 +169,7 @@ class SD3Policy(FlowPolicy):
         return out.float()
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        return vae_decode(self.pipe.vae, latents)
+        return vae_decode(self.pipe.vae, latents, self.decode_batch)
 
 
 class FluxPolicy(FlowPolicy):
@@ -183,6 +185,8 @@ class FluxPolicy(FlowPolicy):
 
     name = "flux"
     supports_cfg = False
+    text_device: torch.device | None = None  # as SD3Policy
+    decode_batch = 4
 
     def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = 512,
                  guidance: float = 3.5):
@@ -218,9 +222,10 @@ class FluxPolicy(FlowPolicy):
     @torch.no_grad()
     def encode(self, prompts: list[str], cfg: bool = False) -> Conditioning:
         """T5 embeds (B, L, D) and CLIP pooled (B, P); cfg is ignored (no uncond branch, see class doc)."""
-        embeds, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None, device=self.device,
+        embeds, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None,
+                                                    device=self.text_device or self.device,
                                                     max_sequence_length=self.max_sequence_length)
-        return Conditioning(embeds, pooled)
+        return Conditioning(embeds, pooled).to(self.device)
 
     def velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: Conditioning,
                  guidance_scale: float = 1.0) -> torch.Tensor:
@@ -242,7 +247,7 @@ class FluxPolicy(FlowPolicy):
         return self.pipe._unpack_latents(out, h * vae_scale, w * vae_scale, vae_scale).float()  # (B, C, H, W)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        return vae_decode(self.pipe.vae, latents)
+        return vae_decode(self.pipe.vae, latents, self.decode_batch)
 
 
 PIPELINES: dict[str, type[FlowPolicy]] = {"StableDiffusion3Pipeline": SD3Policy, "FluxPipeline": FluxPolicy}

@@ -177,6 +177,11 @@ class TrainConfig:
     """Transitions per forward/backward pass: a minibatch's gradient is accumulated over passes of this many
     transitions (the same gradient, one more forward without gradient; activation memory of micro_batch
     transitions, docs/methods.md "Micro-batches"); None = the whole minibatch in one pass."""
+    offload_text_encoders: bool = False
+    """SD3 / FLUX: keep the text encoders on the CPU and encode each prompt there once (embeddings cached, moved to
+    the device when used): T5-XXL's 9.5 GB never occupy the device."""
+    vae_tiling: bool = False
+    """SD3 / FLUX: decode one image at a time (sliced), in tiles above the VAE's tile size (diffusers' tiling)."""
 
     def __post_init__(self):
         check_types(self)  # wrong types and non-finite numbers, from any source, name their field
@@ -217,6 +222,9 @@ class TrainConfig:
         for name in ("resolution", "micro_batch"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise WorkbenchError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
+        if (self.offload_text_encoders or self.vae_tiling) and not is_pipeline_folder(self.model):
+            raise WorkbenchError("offload_text_encoders and vae_tiling apply to SD3 / FLUX models (--model with "
+                                 "model_index.json); turn them off for the embedded model")
         if self.lora_rank < 0:
             raise WorkbenchError(f"lora_rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}")
 

@@ -6,6 +6,7 @@ device, the other weights counted from their safetensors headers: nothing loads)
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -61,6 +62,7 @@ def transformer_sizes(transformer: torch.nn.Module, class_name: str, resolution:
                 image_pixels=resolution * resolution, lora_params_per_rank=lora_params_per_rank(transformer))
 
 
+@lru_cache(maxsize=16)
 def folder_sizes(folder: Path, resolution: int | None, weight_bytes: int, max_sequence_length: int | None = None):
     """ModelSizes of a diffusers SD3 / FLUX folder, from its configs and safetensors headers."""
     index = json.loads((folder / "model_index.json").read_text())
@@ -83,6 +85,18 @@ def decode_channels(vae_config: dict) -> int:
     second-smallest width) plus two tensors of its own width; 512 for the SD3 / FLUX VAE (128, 256, 512, 512)."""
     widths = vae_config["block_out_channels"]
     return (widths[1] if len(widths) > 1 else widths[0]) + 2 * widths[0]
+
+
+@lru_cache(maxsize=8)
+def architecture_sizes(name: str, resolution: int) -> ModelSizes:
+    """ModelSizes of a published architecture (`models.architectures`) at a resolution, built on the meta device."""
+    from workbench.models.architectures import ARCHITECTURES, build_on_meta
+
+    arch = ARCHITECTURES[name]
+    sizes = transformer_sizes(build_on_meta(name), arch.transformer_class, resolution, arch.vae_factor,
+                              arch.text_tokens)
+    return ModelSizes(**sizes, text_encoder_bytes=arch.text_encoder_bytes, vae_params=arch.vae_params,
+                      vae_decode_channels=512)
 
 
 def embedded_sizes(folder: str | None) -> ModelSizes:
@@ -109,7 +123,8 @@ def run_sizes(config: TrainConfig, device: str, world: int = 1) -> RunSizes:
                     transitions_per_pass=min(config.micro_batch or config.minibatch_size, config.minibatch_size),
                     lora_rank=config.lora_rank, weight_bytes=2 if pipeline and bf16 else 4,
                     compute_bytes=2 if bf16 else 4, checkpointing=config.checkpointing, kl=config.kl_beta > 0,
-                    cfg=config.guidance_scale != 1.0,
+                    cfg=config.guidance_scale != 1.0, text_encoders_on_device=not config.offload_text_encoders,
+                    decode_batch=1 if config.vae_tiling else 4,
                     reward_params=sum(REWARD_MODEL_PARAMS.get(n, 0) for n in named), device=device.split(":")[0])
 
 

@@ -53,7 +53,8 @@ class RunSizes:
     checkpointing: bool = False
     kl: bool = False  # a KL reference (full fine-tuning: a copy of the transformer)
     text_encoders_on_device: bool = True
-    cfg: bool = False
+    decode_batch: int = 4  # images per VAE decode (1 with vae_tiling)
+    cfg: bool = False  # classifier-free guidance in training rollouts: two rows (cond, uncond) per transition
     reward_params: int = 0  # parameters of model-based rewards (float32)
     device: str = "cuda"
 
@@ -101,12 +102,13 @@ def estimate_memory(model: ModelSizes, run: RunSizes) -> MemoryEstimate:
     trajectories = run.prompts * run.group
     rollout = 4 * trajectories * ((3 * run.sampling_steps + 1) * model.latent_elements * 3
                                   + 3 * model.image_pixels)  # core.budget.rollout_bytes(copies=3) + images
-    decode_batch = min(4, trajectories)
+    decode_batch = min(run.decode_batch, trajectories)
     decode = decode_batch * model.vae_decode_channels * model.image_pixels * run.compute_bytes
     vae = model.vae_params * run.weight_bytes + decode if model.vae_params else 0
     return MemoryEstimate(
         weights=float(weights), trainable=float(trainable),
-        activations=activation_bytes(model, run.transitions_per_pass, run.compute_bytes, run.checkpointing),
+        activations=activation_bytes(model, run.transitions_per_pass * (2 if run.cfg else 1), run.compute_bytes,
+                                     run.checkpointing),
         rollout=float(rollout), vae=float(vae),
         text_encoders=float(model.text_encoder_bytes if run.text_encoders_on_device else 0),
         rewards=float(run.reward_params * 4), runtime=RUNTIME_BYTES["cpu" if run.device == "cpu" else "cuda"])

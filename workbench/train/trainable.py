@@ -98,6 +98,16 @@ def enable_checkpointing(transformer: torch.nn.Module) -> None:
     transformer.enable_gradient_checkpointing()
 
 
+def apply_memory_switches(policy: FlowPolicy, config: TrainConfig) -> None:
+    """The TrainConfig switches that change how a real policy holds its parts (`models.offload`)."""
+    from workbench.models.offload import offload_text_encoders, slice_vae
+
+    if config.offload_text_encoders:
+        offload_text_encoders(policy)
+    if config.vae_tiling:
+        slice_vae(policy)
+
+
 def trainable_weights(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
     """name -> parameter of everything that trains (all weights, or only the LoRA adapters)."""
     return {n: p for n, p in transformer.named_parameters() if p.requires_grad}

@@ -45,6 +45,7 @@ from workbench.train.tasks import TASKS
 from workbench.train.trackers import make_trackers
 from workbench.train.trainable import (
     add_lora,
+    apply_memory_switches,
     copy_weights,
     enable_checkpointing,
     load_base_policy,
@@ -120,6 +121,7 @@ class Trainer:
             self.policy.transformer.float().requires_grad_(True)
         if config.checkpointing:
             enable_checkpointing(self.policy.transformer)
+        apply_memory_switches(self.policy, config)
         self.params = trainable_weights(self.policy.transformer)
         self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr,
                                            weight_decay=config.weight_decay)

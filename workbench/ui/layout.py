@@ -264,6 +264,7 @@ def _finetune_tab(wb, session, tab) -> None:
         sde = gr.Dropdown(list(SDE_KINDS), value=defaults.sde, label="SDE kind", info=SDE_NOTE, elem_id="train-sde")
         window = gr.Textbox("", label="SDE window START,END (empty = every trained step)", info=hint("window"),
                             elem_id="train-window")
+    memory = gr.Markdown(elem_id="train-memory")
     with gr.Row():
         start = gr.Button("Start", variant="primary", elem_id="start-btn")
         stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
@@ -284,6 +285,11 @@ def _finetune_tab(wb, session, tab) -> None:
     timer = gr.Timer(1.0, active=False)
     form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
     lesson.input(partial(rh.load_lesson, wb), [lesson], [*form, about, status], api_name="load_lesson")
+    estimate = dict(fn=partial(rh.memory_estimate, wb), inputs=[*form, lesson], outputs=[memory],
+                    api_visibility="private", show_progress="hidden")
+    for control in [*form, lesson]:  # the estimate follows the form, before Start
+        control.change(**estimate)
+    tab.select(**estimate)
     start.click(partial(rh.start_run, wb), [*form, lesson, session], [live, sample, session, timer, status],
                 api_name="start_run", concurrency_id="train")
     stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")

@@ -122,6 +122,23 @@ def load_lesson(wb: Workbench, lesson: str):
     return (*lesson_form(config), text, ok(f"loaded the lesson '{escape(lesson)}' (settings from its preset)"))
 
 
+def memory_estimate(wb: Workbench, objective: str, reward: str, chunks: str, lr, iterations, group, steps, lora_rank,
+                    sde: str, window: str, lesson: str | None = None) -> str:
+    """The Fine-tune form's memory estimate before Start (`train.dry_run`), with a warning when it cannot fit."""
+    from workbench.train.dry_run import estimate_run
+
+    try:
+        config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
+                             lesson)
+        estimate, verdict = estimate_run(config, wb.device)
+    except WorkbenchError as err:
+        return f"Memory estimate: not available until the form is valid ({escape(str(err))})."
+    parts = ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in vars(estimate).items() if value >= 5e7)
+    warn = "⚠ " if verdict.startswith("does not fit") else ""
+    return (f"{warn}**Memory estimate of an iteration** (docs/methods.md; an estimate until measured on this device): "
+            f"{escape(verdict)}" + (f" ({parts})" if parts else "") + ".")
+
+
 @guarded(5)
 def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float, iterations: float, group: float,
               steps: float, lora_rank: float, sde: str, window: str, lesson: str, session: Session):
