@@ -87,3 +87,23 @@ def test_flux_app_generate_uses_the_model_default(flux_dir, tmp_path):
     refused = handlers.generate(wb, "a photo of a cat", 2, 2, 0.7, 0, "adherence", Session())
     assert "reward 'adherence' scores 32x32 px" in refused[-1]
     assert torch.is_tensor(out[5].rewards)
+
+
+def test_bench_takes_sizes_and_runs_on_a_real_model(flux_dir, capsys):
+    args = ["--model", str(flux_dir), "--device", "cpu", "--group", "2", "--steps", "2", "--repeats", "1"]
+    assert cli(["bench", "sampling", *args]) == 0
+    out = capsys.readouterr()
+    assert "sampling  G=2 T=2" in out.out and "sampling G=2 T=2, repeats: 1/1" in out.err
+    assert cli(["bench", "credit", *args, "--branches", "2"]) == 0
+    assert "credit    G=2 T=2 K=2" in capsys.readouterr().out
+
+
+def test_app_refuses_a_device_it_lacks_at_start(capsys, monkeypatch):
+    import app
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stop:
+        app.parse_args(["--device", "cuda"])
+    assert stop.value.code == 2
+    assert "device 'cuda' is not available" in capsys.readouterr().err
+    assert app.parse_args(["--device", "cpu", "--dtype", "bfloat16", "--resolution", "256"]).resolution == 256

@@ -221,7 +221,8 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.cli.bench import run
 
-    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None)
+    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, group=args.group,
+        steps=args.steps, branches=args.branches, repeats=args.repeats)
     return 0
 
 
@@ -281,6 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="print benchmark figures against the targets")
     p.add_argument("which", nargs="?", default="all", choices=["load", "sampling", "credit", "train", "all"])
+    p.add_argument("--group", type=positive_int, default=None, help="G of sampling / credit (default 16 / 8)")
+    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--branches", type=positive_int, default=4, help="credit continuations K (default 4)")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="timed repeats (default 9 sampling, 2 credit); progress goes to stderr")
     add_model_args(p)
     p.set_defaults(func=cmd_bench)
 
