@@ -25,7 +25,7 @@ def test_parts_follow_the_settings():
     base = estimate_memory(model, RUN)
     assert base.total == pytest.approx(sum(vars(base).values()))
     assert base.weights == 2 * 2_243_171_520 and base.trainable == 4 * 4 * 32 * model.lora_params_per_rank
-    assert estimate_memory(model, replace(RUN, checkpointing=False)).activations > 5 * base.activations
+    assert estimate_memory(model, replace(RUN, checkpointing=False)).activations > 3 * base.activations
     assert estimate_memory(model, replace(RUN, transitions_per_pass=9)).activations == pytest.approx(
         base.activations / 8)
     assert estimate_memory(model, replace(RUN, cfg=True)).activations == pytest.approx(2 * base.activations)

@@ -107,3 +107,21 @@ def test_app_refuses_a_device_it_lacks_at_start(capsys, monkeypatch):
     assert stop.value.code == 2
     assert "device 'cuda' is not available" in capsys.readouterr().err
     assert app.parse_args(["--device", "cpu", "--dtype", "bfloat16", "--resolution", "256"]).resolution == 256
+
+
+def test_app_releases_its_models_while_a_fine_tune_holds_the_gpu(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from workbench.ui import run_handlers as rh
+    from workbench.ui.state import Session
+    from workbench.ui.workbench import Workbench
+
+    wb = Workbench(device="cpu", runs_root=str(tmp_path / "runs"))
+    wb.policy()
+    monkeypatch.setattr(wb.jobs, "start", lambda config: SimpleNamespace(run_id="r1"))
+    form = ("chunk_grpo", "", "2,3,4,7", 3e-5, 2, 2, 16, 0, "flow_grpo", "", "none")
+    rh.start_run(wb, *form, Session())
+    assert wb._policies  # on the CPU the app keeps its model (host memory is shared anyway)
+    wb.device = "cuda"
+    rh.start_run(wb, *form, Session())
+    assert not wb._policies and not wb._curves  # loaded again on next use

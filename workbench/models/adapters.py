@@ -254,11 +254,12 @@ PIPELINES: dict[str, type[FlowPolicy]] = {"StableDiffusion3Pipeline": SD3Policy,
 
 
 def load_model(path: str | Path | None = None, device: str | None = None, dtype: str = "float32",
-                **options) -> FlowPolicy:
+               offload_text_encoders: bool = False, **options) -> FlowPolicy:
     """A policy from a local folder, never the network.
 
     None -> the embedded model; a folder with model_index.json -> SD3Policy or FluxPolicy by its
-    `_class_name` (options such as resolution go to their constructors); a folder with config.json +
+    `_class_name` (options such as resolution go to their constructors; offload_text_encoders keeps the text
+    encoders on the CPU, `models.offload`); a folder with config.json +
     model.safetensors -> the embedded format. Every failure is a one-line WorkbenchError.
     """
     device = check_device(device) if device else default_device()
@@ -268,7 +269,7 @@ def load_model(path: str | Path | None = None, device: str | None = None, dtype:
         raise WorkbenchError(f"model folder {folder} does not exist; pass a local SD3/FLUX diffusers folder, "
                              "an embedded model folder, or no model for the embedded one")
     if folder is not None and (folder / "model_index.json").is_file():
-        return _load_pipeline(folder, device, dt, options)
+        return _load_pipeline(folder, device, dt, options, offload_text_encoders)
     if folder is not None and not ((folder / CONFIG_FILE).is_file() and (folder / WEIGHTS_FILE).is_file()):
         raise WorkbenchError(f"{folder} is not a model folder: it has neither model_index.json (diffusers SD3/FLUX) "
                              f"nor {CONFIG_FILE} + {WEIGHTS_FILE} (embedded); point the model path at the folder "
@@ -289,7 +290,7 @@ def _read_index(folder: Path) -> dict:
     return index
 
 
-def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict) -> FlowPolicy:
+def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict, offload: bool) -> FlowPolicy:
     """Check model_index.json against the folder, load the pipeline offline, wrap it in its policy."""
     index = _read_index(folder)
     class_name = index.get("_class_name")
@@ -321,6 +322,22 @@ def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict)
         raise WorkbenchError(f"cannot load {class_name} from {folder} ({first}); "
                              "check that the download is complete") from None
     check_finite_weights(pipe.transformer.named_parameters(), f"{folder / 'transformer'}")
-    policy = policy_cls(pipe.to(device), **options)
+    try:
+        for name, module in pipe.components.items():  # text encoders stay on the CPU when offloaded
+            if isinstance(module, torch.nn.Module) and not (offload and name.startswith("text_encoder")):
+                module.to(device)
+    except (torch.OutOfMemoryError, MemoryError):
+        params = sum(p.numel() for m in pipe.components.values() if isinstance(m, torch.nn.Module)
+                     for p in m.parameters())
+        raise WorkbenchError(f"the weights of {folder.name} do not fit on the {device}: {params / 1e9:.1f} B "
+                             f"parameters in {str(dtype).removeprefix('torch.')}, about "
+                             f"{params * dtype.itemsize / 1e9:.0f} GB before any work; load in bfloat16 (--dtype), "
+                             "keep the text encoders off the device (--offload-text-encoders) or use a larger "
+                             "device") from None
+    policy = policy_cls(pipe, **options)
     policy.name = f"{policy.name}:{folder.name}"
+    if offload:
+        from workbench.models.offload import offload_text_encoders
+
+        offload_text_encoders(policy)
     return policy

@@ -44,6 +44,8 @@ def offload_text_encoders(policy: FlowPolicy) -> None:
     if pipe is None or not hasattr(policy, "text_device"):
         raise WorkbenchError("offload_text_encoders applies to SD3 / FLUX models (the embedded model's text encoder "
                              "is tiny); turn it off")
+    if isinstance(policy.encode, PromptCache):
+        return
     for name in TEXT_ENCODERS:
         encoder = getattr(pipe, name, None)
         if encoder is not None:

@@ -16,9 +16,12 @@ from dataclasses import dataclass, fields
 
 from workbench.core.budget import human_bytes
 
-ACT_PER_TOKEN_WIDTH = 34.0  # activation bytes kept for backward per (token x width x block) per activation byte
-CHECKPOINT_PER_TOKEN_WIDTH = 2.0  # the same with gradient checkpointing (block inputs only)
-RUNTIME_BYTES = {"cpu": 150e6, "cuda": 600e6}  # the framework's own memory: allocator pools, CUDA context, kernels
+# activations kept for backward, in units of one residual-stream tensor (transitions x tokens x width x bytes);
+# calibrated on CPU in float32 (scripts/calibrate_memory.py, docs/methods.md "Memory estimate")
+ACT_PER_BLOCK = 29.0  # per transformer block without checkpointing (measured 24-37 on the embedded model and SD3s)
+CHECKPOINT_PER_BLOCK = 7.3  # per block with checkpointing (the blocks' saved inputs and backward buffers)
+CHECKPOINT_FIXED = 39.0  # with checkpointing, once: the block being recomputed and what lies outside the blocks
+RUNTIME_BYTES = {"cpu": 85e6, "cuda": 600e6}  # the framework's own: CPU measured; a CUDA context, estimated
 REWARD_MODEL_PARAMS = {"clip_score": 428_000_000, "pickscore": 986_000_000}  # CLIP ViT-L/14, PickScore ViT-H/14
 
 
@@ -83,12 +86,12 @@ class MemoryEstimate:
 
 
 def activation_bytes(model: ModelSizes, transitions: int, compute_bytes: int, checkpointing: bool) -> float:
-    """Activations kept for backward: c x transitions x tokens x width x blocks x bytes, with c = 34 without
-    checkpointing (calibrated) and 2 with it, plus one block recomputed at full c."""
-    per_block = transitions * model.tokens * model.width * compute_bytes  # one tensor of the residual stream
+    """Activations kept for backward, u = transitions x tokens x width x bytes (one residual-stream tensor):
+    29 u B without checkpointing, (7.3 B + 39) u with it, for B blocks (constants calibrated on CPU)."""
+    unit = transitions * model.tokens * model.width * compute_bytes
     if not checkpointing:
-        return ACT_PER_TOKEN_WIDTH * per_block * model.blocks
-    return CHECKPOINT_PER_TOKEN_WIDTH * per_block * model.blocks + ACT_PER_TOKEN_WIDTH * per_block
+        return ACT_PER_BLOCK * model.blocks * unit
+    return (CHECKPOINT_PER_BLOCK * model.blocks + CHECKPOINT_FIXED) * unit
 
 
 def estimate_memory(model: ModelSizes, run: RunSizes) -> MemoryEstimate:

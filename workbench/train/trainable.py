@@ -35,7 +35,8 @@ def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
                                  "drop resolution or give an SD3 / FLUX folder")
         return load_model(config.model, device=device)
     options = {} if config.resolution is None else {"resolution": config.resolution}
-    return load_model(config.model, device=device, dtype=config.dtype, **options)
+    return load_model(config.model, device=device, dtype=config.dtype,
+                      offload_text_encoders=config.offload_text_encoders, **options)
 
 
 def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> None:
