@@ -33,7 +33,7 @@ SD3_RUN = {"group": 4, "steps": 4, "chunks": "4"}
 
 def measure(settings: dict, folder: Path) -> dict:
     file = folder / "config.json"
-    file.write_text(json.dumps({"eval_prompts": 0, "report_to": "none", "prompts_per_iteration": 1, **settings}))
+    file.write_text(json.dumps({"eval_prompts": 0, "report_to": "none", **settings}))  # 4 prompts: 4 minibatches
     done = subprocess.run([sys.executable, "-m", "workbench.train.memory_probe", str(file)], capture_output=True,
                           text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])

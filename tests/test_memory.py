@@ -1,6 +1,7 @@
 """The memory estimate of a fine-tune: its parts move the way they should, `workbench train --dry-run` prints it with
 a verdict, the app's Fine-tune tab shows it before Start, and it is within 25 % of the peak memory measured on CPU
-for a training iteration of the embedded model and of a mid-size random SD3."""
+for a training iteration (4 prompts: the allocator's peak after several minibatches, as in a run) of the embedded
+model and of a mid-size random SD3."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("settings", [
-    dict(),  # the embedded model, TrainConfig's defaults but one prompt: full fine-tuning, 128 transitions a pass
+    dict(),  # the embedded model, TrainConfig's defaults: full fine-tuning, 4 minibatches of 128 transitions
     dict(lora_rank=8, gradient_checkpointing=True),
     dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8, gradient_checkpointing=False),
     dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8),

@@ -55,7 +55,7 @@ def test_switch_fields_are_checked_and_defaulted(tmp_path):
 def probe(tmp_path, **settings) -> dict:
     """Peak and estimated memory of one iteration in a fresh process (`workbench.train.memory_probe`)."""
     file = tmp_path / "config.json"
-    file.write_text(json.dumps({"eval_prompts": 0, "report_to": "none", "prompts_per_iteration": 1, **settings}))
+    file.write_text(json.dumps({"eval_prompts": 0, "report_to": "none", **settings}))
     done = subprocess.run([sys.executable, "-m", "workbench.train.memory_probe", str(file)], capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -66,8 +66,9 @@ def probe(tmp_path, **settings) -> dict:
 def test_micro_batches_and_checkpointing_lower_the_measured_peak(tmp_path):
     if not sys.platform.startswith("linux"):
         pytest.skip("peak memory is read from /proc")
-    plain, micro, checkpointed = (probe(tmp_path, **s) for s in ({}, {"micro_batch": 16},
-                                                                   {"gradient_checkpointing": True}))
+    one = {"prompts_per_iteration": 1}
+    plain, micro, checkpointed = (probe(tmp_path, **one, **s) for s in ({}, {"micro_batch": 16},
+                                                                         {"gradient_checkpointing": True}))
     assert micro["peak_bytes"] < 0.7 * plain["peak_bytes"] and checkpointed["peak_bytes"] < 0.8 * plain["peak_bytes"]
 
 

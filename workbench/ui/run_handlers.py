@@ -74,7 +74,7 @@ def form_config(wb: Workbench, objective: str, reward: str, chunks: str, lr, ite
                      iterations=whole_number(iterations, "iterations", 1), group=whole_number(group, "group size", 2),
                      steps=whole_number(steps, "steps", 1), lora_rank=whole_number(lora_rank, "LoRA rank", 0),
                      sde=sde or "", window=parse_window(window), model=wb.model_path, device=wb.explicit_device,
-                     resolution=wb.resolution)
+                     resolution=wb.resolution, dtype="bfloat16" if wb.dtype == "bfloat16" else "float32")
     for name, cap in APP_LIMITS.items():
         if overrides[name] > cap:
             raise WorkbenchError(f"{name} is at most {cap} in the app (got {overrides[name]}); "
