@@ -147,7 +147,8 @@ class TrainConfig:
     seed: int = 0
     """Seed of prompts, noise and minibatch order: everything derives from (seed, iteration)."""
     dtype: str = "float32"
-    """Compute dtype: float32 or bfloat16 (autocast; trained weights stay float32)."""
+    """float32 or bfloat16: SD3 / FLUX weights load in it and autocast computes in it; what trains (LoRA or all
+    weights) stays float32 and is saved in float32, and log-probs are computed in float32."""
     device: str | None = None
     """cuda, mps or cpu; None = the best available."""
     model: str | None = None
