@@ -16,22 +16,30 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def create_app(model: str | None = None, device: str | None = None, runs_root: str = "runs", warm: bool = False):
+def create_app(model: str | None = None, device: str | None = None, runs_root: str = "runs", warm: bool = False,
+               dtype: str = "float32", resolution: int | None = None):
     """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background."""
     from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
-    wb = Workbench(model=model, device=device, runs_root=runs_root)
+    wb = Workbench(model=model, device=device, runs_root=runs_root, dtype=dtype, resolution=resolution)
     if warm:
         wb.warm_up()
     return build_app(wb), wb
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Chunk-GRPO Workbench in the browser.")
+    from workbench.cli.args import Parser, device, positive_int
+
+    p = Parser(prog="app.py", description="Chunk-GRPO Workbench in the browser.")
     p.add_argument("--model", default=None, help="local model folder (SD3/FLUX diffusers or embedded format); "
                    "default: the embedded model")
-    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--device", type=device, default=None,
+                   help="cuda, mps or cpu (default: the best available); one this machine lacks is refused at start")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="weights of an SD3 / FLUX model (default float32)")
+    p.add_argument("--resolution", type=positive_int, default=None,
+                   help="image side in pixels for SD3 / FLUX (default: the model's own)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     p.add_argument("--runs", default="runs", help="folder of fine-tuning runs (default runs/)")
@@ -41,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    demo, wb = create_app(args.model, args.device, args.runs)
+    demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)
     atexit.register(wb.jobs.shutdown)
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,

@@ -62,7 +62,7 @@ def main() -> None:
                   f"{r['s_per_iter']:.2f} s/iteration", flush=True)
     command = "python scripts/experiment_defaults.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     lines = ["# The default fine-tune, with and without the KL term", "", f"Reproduce: `{command.strip()}`", "",
-             f"`TrainConfig()` ({base.objective} [{base.chunks}], {base.reward} reward, "
+             f"`TrainConfig()` ({base.objective} [{base.chunks}], {base.reward_spec(toy_world=True)} reward, "
              f"{base.prompts_per_iteration} prompts x {base.group} samples, lr {base.lr}, {base.iterations} "
              f"iterations, sampler {base.sde} a={base.noise_level}); held-out adherence of {base.eval_prompts} "
              f"prompts (unguided ODE, fixed noise) before and after; KL in the released Flow-GRPO form "

@@ -311,7 +311,7 @@ def test_the_form_brings_each_method_with_its_companions(model_dir, objective, e
                                                    ("lr", float("nan"), "learning rate must be a finite number"),
                                                    ("sde", "ode", "unknown SDE kind"),
                                                    ("window", "0-8", "START,END"),
-                                                   ("reward", "", "reward spec is empty")])
+                                                   ("reward", "nope", "unknown reward 'nope'")])
 def test_start_with_bad_settings_is_a_message_and_starts_nothing(tmp_path, model_dir, field, value, message):
     wb = fake_workbench(tmp_path, model_dir)
     out = start(wb, **{field: value})
@@ -396,7 +396,8 @@ def test_the_lesson_menu_fills_the_form_from_the_preset(model_dir):
     assert tuple(form) == rh.lesson_form(TrainConfig()) and about == ""
     assert "unknown lesson 'nope'" in msg(rh.load_lesson(wb, "nope"))
     config = rh.form_config(wb, *form[:10], "crosses")  # the lesson's evaluation and task come along
-    assert (config.task, config.eval_cfg, config.eval_prompts, config.reward) == ("crosses", True, 49, "adherence")
+    assert (config.task, config.eval_cfg, config.eval_prompts, config.reward) == ("crosses", True, 49, None)
+    assert config.reward_spec(toy_world=True) == "adherence"  # an empty reward box: the model's default
     dapo = rh.form_config(wb, "dapo", *rh.lesson_form(lesson)[1:], "crosses")  # a method keeps its companions
     assert dapo.dynamic_sampling and dapo.task == "crosses" and dapo.window == lesson.window
     props = {c["props"].get("elem_id"): c["props"] for c in build_app(wb).config["components"]}

@@ -43,7 +43,8 @@ def test_the_picker_lists_and_loads_every_kind_of_source(wb, model_dir):
     keys = [key for _, key in wb.sources()]
     run = wb.jobs.root / "lesson"
     assert keys == [BASE, str(run), str(run / "checkpoints" / "iter_0020"), str(run / "checkpoints" / "iter_0010")]
-    assert pol.header(wb, Session()) == f"Policy of every tab: **{model_dir}** on **cpu**.".replace("_", "\\_")
+    header = f"Policy of every tab: **{model_dir}** on **cpu** in **float32**."
+    assert pol.header(wb, Session()) == header.replace("_", "\\_")
     session = generated(wb, Session())
     menu, header, session, gallery, heatmap, rates, *_, status = pol.pick_policy(wb, str(run), session)
     assert menu.value == str(run / "checkpoints" / "iter_0020")

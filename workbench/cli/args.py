@@ -113,6 +113,16 @@ def add_model_args(p: argparse.ArgumentParser, runs: bool = True) -> None:
     p.add_argument("--model", default=None, help="local model folder (diffusers SD3/FLUX or embedded format)"
                    f"{more}; default: the embedded model")
     p.add_argument("--device", type=device, default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="weights of an SD3 / FLUX model (default float32; the sampler's maths stays float32)")
+    p.add_argument("--resolution", type=positive_int, default=None,
+                   help="image side in pixels for SD3 / FLUX (a multiple of 16; default: the model's own)")
+
+
+OUT_OF_MEMORY = ("out of memory; if it happened while the model loaded, its weights do not fit: use --dtype bfloat16, "
+                 "LoRA (--lora-rank) or a larger device; if during sampling or training, lower the sizes (--group, "
+                 "--steps, --branches, --prompts-per-iteration, --resolution) or set --micro-batch and "
+                 "--gradient-checkpointing (`workbench train --dry-run` prints the estimate)")
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -125,13 +135,13 @@ def run_command(args: argparse.Namespace) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except MemoryError:
-        message = "out of memory; lower the sizes (--group, --steps, --branches, --prompts-per-iteration)"
+        message = OUT_OF_MEMORY
     except Exception as err:
         if os.environ.get("WORKBENCH_DEBUG"):
             raise
         text = str(err) or type(err).__name__
         if "out of memory" in text.lower() or "can't allocate memory" in text.lower():
-            message = "out of memory; lower the sizes (--group, --steps, --branches, --prompts-per-iteration)"
+            message = OUT_OF_MEMORY
         else:
             message = f"unexpected {type(err).__name__}: {text} (run with WORKBENCH_DEBUG=1 for the traceback)"
     print(f"error: {one_line(message)}", file=sys.stderr)

@@ -15,6 +15,7 @@ current table.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -26,26 +27,35 @@ from workbench.flow.trajectory import SamplingConfig
 PROMPT = "a large red circle in the top left on a white background"
 
 
-def _timed(fn, repeats: int) -> float:
+def _progress(label: str, done: int, total: int) -> None:
+    """One progress line on stderr, rewritten in place (the figures go to stdout)."""
+    print(f"\r{label}: {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+
+
+def _timed(fn, repeats: int, label: str = "timing") -> float:
     """Median wall time of fn() over `repeats` runs after one warm-up run."""
     fn()
     times = []
-    for _ in range(repeats):
+    for i in range(repeats):
+        _progress(label, i, repeats)
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
+    _progress(label, repeats, repeats)
     return statistics.median(times)
 
 
-def _timed_pair(a, b, repeats: int) -> tuple[list[float], list[float]]:
+def _timed_pair(a, b, repeats: int, label: str = "timing") -> tuple[list[float], list[float]]:
     """Wall times of a() and b(), run alternately so that machine load hits both alike (after one warm-up)."""
     a(), b()
     ta, tb = [], []
-    for _ in range(repeats):
+    for i in range(repeats):
+        _progress(label, i, repeats)
         for fn, times in ((a, ta), (b, tb)):
             start = time.perf_counter()
             fn()
             times.append(time.perf_counter() - start)
+    _progress(label, repeats, repeats)
     return ta, tb
 
 
@@ -65,13 +75,14 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 9) -
         sched = FlowMatchEulerDiscreteScheduler(shift=policy.default_shift)
         sched.set_timesteps(steps)
         cond = policy.encode([PROMPT]).repeat(group)
-        x = torch.randn(group, *policy.latent_shape)
+        x = torch.randn(group, *policy.latent_shape, device=policy.device)  # on the model's device, as sampling's
+        sigmas = sched.sigmas.to(policy.device)
         for i, t in enumerate(sched.timesteps):
-            v = policy.denoise(x, sched.sigmas[i].expand(group), cond.embeds, cond.pooled)
+            v = policy.denoise(x, sigmas[i].expand(group), cond.embeds, cond.pooled)
             x = sched.step(v, t, x).prev_sample
         policy.decode(x)
 
-    recs, plains = _timed_pair(recorded, plain, repeats)
+    recs, plains = _timed_pair(recorded, plain, repeats, f"sampling G={group} T={steps}, repeats")
     t_rec, t_plain = statistics.median(recs), statistics.median(plains)
     pairs = sorted(r / p - 1 for r, p in zip(recs, plains))  # the overhead of each alternating pair
     return {"group": group, "steps": steps, "repeats": repeats, "recorded_traj_per_s": group / t_rec,
@@ -83,17 +94,17 @@ def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, rep
     """Seconds for the default credit measurement and one refinement pass, milliseconds to re-chunk with
     errors and classes, and the share of determined step cells before and after the refinement."""
     from workbench.flow.sampler import sample_group
-    from workbench.rewards import build_reward
+    from workbench.rewards import build_reward, default_reward
     from workbench.rl.credit import measure_credit, refine
 
-    reward = build_reward("adherence")
+    reward = build_reward(default_reward(policy.toy_world))
     g = sample_group(policy, PROMPT, SamplingConfig(group=group, steps=steps))
     holder = {}
 
     def credit():
         holder["c"] = measure_credit(policy, g, reward, branches=branches, chunks=f"{steps}")
 
-    t_credit = _timed(credit, repeats)
+    t_credit = _timed(credit, repeats, f"credit G={group} T={steps} K={branches}, repeats")
     budget = group * (steps - 1) * branches  # the default measurement's continuations (the app's default)
     start = time.perf_counter()
     refined = refine(holder["c"], policy, g, reward, budget)
@@ -105,7 +116,7 @@ def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, rep
             c = refined.rechunk(spec)
             c.rates(), c.chunk_classes()
 
-    t_rechunk = _timed(rechunk, 5) / len(specs)
+    t_rechunk = _timed(rechunk, 5, "re-chunk, repeats") / len(specs)
     odes = {name: measure_credit(policy, g, reward, chunks=f"{steps}", estimator=name).cost["seconds"]
             for name in ("ode", "x0")}
     return {"group": group, "steps": steps, "branches": branches, "credit_s": t_credit, "target_credit_s": 10.0,
@@ -172,8 +183,10 @@ def bench_app(tests: bool) -> dict:
     return out
 
 
-def run(which: str, policy, json_path: str | None = None, tests: bool = False) -> dict:
-    """Run the benchmarks `which` names, print their figures; with json_path also write them to one file."""
+def run(which: str, policy, json_path: str | None = None, tests: bool = False, group: int | None = None,
+        steps: int = 16, branches: int = 4, repeats: int | None = None) -> dict:
+    """Run the benchmarks `which` names and print their figures (sizes default to each benchmark's own: G 16
+    sampling, G 8 credit, T 16); with json_path also write them to one file."""
     import json
 
     others = ThreadGovernor.others_busy(0.5)  # never oversubscribe: take only the cores other processes leave
@@ -187,14 +200,14 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False) -
         print(f"load      embedded weights: {r['load_s']:.2f} s; a run's checkpoint of it (the model picker's "
               f"switch): {r['switch_s']:.2f} s (target < {r['target_load_s']:.0f} s each)")
     if which in ("sampling", "all"):
-        r = figures["sampling"] = bench_sampling(policy)
+        r = figures["sampling"] = bench_sampling(policy, group or 16, steps, repeats or 9)
         print(f"sampling  G={r['group']} T={r['steps']}: recorded {r['recorded_traj_per_s']:.1f} traj/s, "
               f"plain diffusers Euler {r['plain_traj_per_s']:.1f} traj/s, recording overhead "
               f"{100 * r['overhead']:+.1f} % (median of {r['repeats']} alternating pairs, quartiles "
               f"{100 * r['overhead_quartiles'][0]:+.1f} / {100 * r['overhead_quartiles'][1]:+.1f} %; "
               f"target <= {100 * r['target_overhead']:.0f} %)")
     if which in ("credit", "all"):
-        r = figures["credit"] = bench_credit(policy)
+        r = figures["credit"] = bench_credit(policy, group or 8, steps, branches, repeats or 2)
         print(f"credit    G={r['group']} T={r['steps']} K={r['branches']}: {r['credit_s']:.2f} s "
               f"(target < {r['target_credit_s']:.0f} s); one refinement of {r['budget']} continuations "
               f"{r['refine_s']:.2f} s (target < {r['target_refine_s']:.0f} s, K now {r['k_after'][0]}.."

@@ -59,7 +59,8 @@ def load_model(args: argparse.Namespace):
     """The policy --model names: a model folder, a run (its newest complete checkpoint) or one checkpoint."""
     from workbench.train.sources import load_policy
 
-    return load_policy(args.model, device=args.device)
+    options = {} if args.resolution is None else {"resolution": args.resolution}
+    return load_policy(args.model, device=args.device, dtype=args.dtype, **options)
 
 
 def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, branches: int = 0) -> None:
@@ -134,7 +135,7 @@ def _round_or_none(x, digits: int = 6):
 
 def cmd_attribute(args: argparse.Namespace) -> int:
     from workbench.flow.sampler import sample_group
-    from workbench.rewards import build_reward
+    from workbench.rewards import build_reward, default_reward
     from workbench.rl.chunking import parse_chunk_spec
     from workbench.rl.credit import measure_credit
     from workbench.rl.significance import false_call_rate
@@ -144,9 +145,12 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         parse_chunk_spec(args.chunks, config.steps)  # before any sampling
     except WorkbenchError as err:
         raise WorkbenchError(f"--chunks: {err}") from None
-    reward = build_reward(args.reward)
+    if args.reward is not None:
+        build_reward(args.reward)  # a bad spec is refused before the model loads
     policy = load_model(args)
     policy.check_prompt(args.prompt)
+    reward = build_reward(args.reward or default_reward(policy.toy_world))
+    reward.check_images(policy.image_size, [args.prompt])
     check_memory(policy, config.group, config.steps, "--group, --steps or --branches",
                  branches=args.branches if args.estimator == "mc" else 1)  # ode / x0: one look-ahead per state
     group = sample_group(policy, args.prompt, config)
@@ -217,7 +221,8 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.cli.bench import run
 
-    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json, args.tests)
+    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json, args.tests,
+        group=args.group, steps=args.steps, branches=args.branches, repeats=args.repeats)
     return 0
 
 
@@ -244,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(p)
     p.add_argument("--branches", type=positive_int, default=4, help="continuations per state, K (default 4)")
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
-    p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
+    p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
+                   "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
     p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
     p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"],
                    help="credit estimator: mc (K continuations), ode (ODE completion), x0 (denoised prediction)")
@@ -281,6 +287,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write every figure to FILE (with 'all': the browser figures of scripts/bench_app.py too)")
     p.add_argument("--tests", action="store_true",
                    help="with 'all --json': also time `make test` on a fresh clone (scripts/bench_tests.sh, minutes)")
+    p.add_argument("--group", type=positive_int, default=None, help="G of sampling / credit (default 16 / 8)")
+    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--branches", type=positive_int, default=4, help="credit continuations K (default 4)")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="timed repeats (default 9 sampling, 2 credit); progress goes to stderr")
     add_model_args(p)
     p.set_defaults(func=cmd_bench)
 

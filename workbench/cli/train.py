@@ -62,11 +62,18 @@ def register(subparsers) -> None:
     p.add_argument("--threads", type=_threads, default="auto",
                    help="torch CPU threads: a number, or auto (default: the cores other processes leave free, "
                         "re-measured every iteration, so a run shares cores with the app without collapsing)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the memory estimate of an iteration (docs/methods.md) and whether it fits the device; "
+                        "loads no weights and starts nothing")
     docs = field_docs(TrainConfig)
     for f in fields(TrainConfig):  # every flag defaults to None = "keep the preset's value"
         kind, flag, text = f.type.removesuffix(" | None"), "--" + f.name.replace("_", "-"), _help(docs[f.name])
         if f.name == "prompts":
             p.add_argument("--prompt", dest="prompts", action="append", help="a training prompt (repeatable)")
+        elif kind == "bool" and f.default is None:  # unset = the documented automatic choice
+            p.add_argument(flag, action="store_const", const=True, default=None, help=text)
+            p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_const", const=False,
+                           default=None, help="turn off (see above)")
         elif kind == "bool" and f.default:
             p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_const", const=False,
                            default=None, help=f"turn off: {text}")
@@ -114,6 +121,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         else:
             print(f"stop requested: {store.path} saves a checkpoint and stops within one iteration")
         return 0
+    if args.dry_run:
+        return dry_run(args, overrides)
     if args.resume:
         extra = sorted(set(overrides) - {"iterations"}) + (["--preset"] if args.preset else []) \
             + (["--config"] if args.config else []) + (["--out"] if args.out else [])
@@ -152,6 +161,26 @@ def thread_policy(threads: str):
         torch.set_num_threads(int(threads))
         return None
     return ThreadGovernor()
+
+
+def dry_run(args: argparse.Namespace, overrides: dict) -> int:
+    """--dry-run: the estimate, part by part, and the verdict against the device; nothing loads or starts."""
+    from workbench.train import TrainConfig
+    from workbench.train.dry_run import estimate_run
+    from workbench.train.store import RunStore
+
+    if args.resume:
+        config = TrainConfig.from_dict({**RunStore.open(args.resume).config(), **overrides})
+    else:
+        config = new_config(args, overrides)
+    estimate, verdict = estimate_run(config)
+    pixels = f"{config.resolution} px" if config.resolution else "the model's resolution"
+    print(f"memory estimate of one iteration (G={config.group}, T={config.steps}, {config.prompts_per_iteration} "
+          f"prompt(s), LoRA rank {config.lora_rank or 'none: full fine-tuning'}, {config.dtype}, {pixels}, gradient "
+          f"checkpointing {'on' if config.checkpointing else 'off'}; docs/methods.md \"Memory estimate\"):")
+    print(estimate.table())
+    print(verdict)
+    return 0
 
 
 def new_config(args: argparse.Namespace, overrides: dict):

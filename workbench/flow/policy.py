@@ -30,6 +30,11 @@ class Conditioning:
             return None if t is None else t.repeat_interleave(n, dim=0)
         return Conditioning(rep(self.embeds), rep(self.pooled), rep(self.uncond_embeds), rep(self.uncond_pooled))
 
+    def to(self, device) -> Conditioning:
+        def move(t):
+            return None if t is None else t.to(device)
+        return Conditioning(move(self.embeds), move(self.pooled), move(self.uncond_embeds), move(self.uncond_pooled))
+
     def index(self, idx) -> Conditioning:
         def sel(t):
             return None if t is None else t[idx]
@@ -46,10 +51,17 @@ class FlowPolicy:
     default_guidance: float = 1.0  # CFG scale for making pictures when none is given (1 = off)
     name: str = "policy"
     supports_cfg: bool = True
+    toy_world: bool = False  # a model of the toy world (the embedded model): its rewards and prompts are the defaults
+    vae_factor: int = 1  # image pixels per latent pixel (8 for SD3 / FLUX; 1 for the pixel-space embedded model)
 
     @property
     def device(self) -> torch.device:
         return next(self.transformer.parameters()).device
+
+    @property
+    def image_size(self) -> int:
+        """Side in pixels of the square images `decode` returns (what a reward must accept)."""
+        return self.latent_shape[-1] * self.vae_factor
 
     def check_prompt(self, prompt: str) -> None:
         """Raise WorkbenchError if the model cannot take this prompt (default: any text goes)."""

@@ -139,6 +139,8 @@ class SD3Policy(FlowPolicy):
     """
 
     name = "sd3"
+    text_device: torch.device | None = None  # where the text encoders run (`models.offload`); None = self.device
+    decode_batch = 4  # images per VAE decode (1 = sliced, `models.offload.slice_vae`)
 
     def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = 256):
         _check_scheduler(pipe.scheduler.config, "SD3", allow_dynamic=False)
@@ -146,7 +148,7 @@ class SD3Policy(FlowPolicy):
         _freeze(pipe.text_encoder, pipe.text_encoder_2, pipe.text_encoder_3, pipe.vae)
         cfg, vae_scale = pipe.transformer.config, pipe.vae_scale_factor
         size = _latent_size(resolution, cfg.sample_size * vae_scale, vae_scale, cfg.patch_size, "SD3")
-        self.latent_shape = (cfg.in_channels, size, size)
+        self.latent_shape, self.vae_factor = (cfg.in_channels, size, size), vae_scale
         self.default_shift = float(pipe.scheduler.config.shift)
         self.max_sequence_length = max_sequence_length
 
@@ -154,9 +156,9 @@ class SD3Policy(FlowPolicy):
     def encode(self, prompts: list[str], cfg: bool = False) -> Conditioning:
         """The pipeline's `encode_prompt`: embeds (B, 77 + L_T5, D), pooled (B, P); with cfg also for ""."""
         embeds, u_embeds, pooled, u_pooled = self.pipe.encode_prompt(
-            prompt=prompts, prompt_2=None, prompt_3=None, device=self.device, do_classifier_free_guidance=cfg,
-            max_sequence_length=self.max_sequence_length)
-        return Conditioning(embeds, pooled, u_embeds, u_pooled)
+            prompt=prompts, prompt_2=None, prompt_3=None, device=self.text_device or self.device,
+            do_classifier_free_guidance=cfg, max_sequence_length=self.max_sequence_length)
+        return Conditioning(embeds, pooled, u_embeds, u_pooled).to(self.device)
 
     def denoise(self, x, sigma, embeds, pooled):
         """Velocity (B, C, H, W) in float32; the SD3 transformer takes timestep = sigma * 1000."""
@@ -167,7 +169,7 @@ class SD3Policy(FlowPolicy):
         return out.float()
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        return vae_decode(self.pipe.vae, latents)
+        return vae_decode(self.pipe.vae, latents, self.decode_batch)
 
 
 class FluxPolicy(FlowPolicy):
@@ -183,6 +185,8 @@ class FluxPolicy(FlowPolicy):
 
     name = "flux"
     supports_cfg = False
+    text_device: torch.device | None = None  # as SD3Policy
+    decode_batch = 4
 
     def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = 512,
                  guidance: float = 3.5):
@@ -193,6 +197,7 @@ class FluxPolicy(FlowPolicy):
         vae_scale = pipe.vae_scale_factor
         size = _latent_size(resolution, pipe.default_sample_size * vae_scale, vae_scale, 2, "FLUX")
         self.latent_shape = (pipe.transformer.config.in_channels // 4, size, size)  # 4 = one 2x2 token
+        self.vae_factor = vae_scale
         self.image_seq_len = (size // 2) ** 2  # packed tokens per image
         self.max_sequence_length, self.guidance = max_sequence_length, guidance
         self.linear_shift = sched.get("time_shift_type", "exponential") == "linear"
@@ -217,9 +222,10 @@ class FluxPolicy(FlowPolicy):
     @torch.no_grad()
     def encode(self, prompts: list[str], cfg: bool = False) -> Conditioning:
         """T5 embeds (B, L, D) and CLIP pooled (B, P); cfg is ignored (no uncond branch, see class doc)."""
-        embeds, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None, device=self.device,
+        embeds, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None,
+                                                    device=self.text_device or self.device,
                                                     max_sequence_length=self.max_sequence_length)
-        return Conditioning(embeds, pooled)
+        return Conditioning(embeds, pooled).to(self.device)
 
     def velocity(self, x: torch.Tensor, sigma: torch.Tensor, cond: Conditioning,
                  guidance_scale: float = 1.0) -> torch.Tensor:
@@ -241,18 +247,19 @@ class FluxPolicy(FlowPolicy):
         return self.pipe._unpack_latents(out, h * vae_scale, w * vae_scale, vae_scale).float()  # (B, C, H, W)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        return vae_decode(self.pipe.vae, latents)
+        return vae_decode(self.pipe.vae, latents, self.decode_batch)
 
 
 PIPELINES: dict[str, type[FlowPolicy]] = {"StableDiffusion3Pipeline": SD3Policy, "FluxPipeline": FluxPolicy}
 
 
 def load_model(path: str | Path | None = None, device: str | None = None, dtype: str = "float32",
-                **options) -> FlowPolicy:
+               offload_text_encoders: bool = False, **options) -> FlowPolicy:
     """A policy from a local folder, never the network.
 
     None -> the embedded model; a folder with model_index.json -> SD3Policy or FluxPolicy by its
-    `_class_name` (options such as resolution go to their constructors); a folder with config.json +
+    `_class_name` (options such as resolution go to their constructors; offload_text_encoders keeps the text
+    encoders on the CPU, `models.offload`); a folder with config.json +
     model.safetensors -> the embedded format. Every failure is a one-line WorkbenchError.
     """
     device = check_device(device) if device else default_device()
@@ -262,7 +269,7 @@ def load_model(path: str | Path | None = None, device: str | None = None, dtype:
         raise WorkbenchError(f"model folder {folder} does not exist; pass a local SD3/FLUX diffusers folder, "
                              "an embedded model folder, or no model for the embedded one")
     if folder is not None and (folder / "model_index.json").is_file():
-        return _load_pipeline(folder, device, dt, options)
+        return _load_pipeline(folder, device, dt, options, offload_text_encoders)
     if folder is not None and not ((folder / CONFIG_FILE).is_file() and (folder / WEIGHTS_FILE).is_file()):
         raise WorkbenchError(f"{folder} is not a model folder: it has neither model_index.json (diffusers SD3/FLUX) "
                              f"nor {CONFIG_FILE} + {WEIGHTS_FILE} (embedded); point the model path at the folder "
@@ -283,7 +290,7 @@ def _read_index(folder: Path) -> dict:
     return index
 
 
-def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict) -> FlowPolicy:
+def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict, offload: bool) -> FlowPolicy:
     """Check model_index.json against the folder, load the pipeline offline, wrap it in its policy."""
     index = _read_index(folder)
     class_name = index.get("_class_name")
@@ -315,6 +322,22 @@ def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict)
         raise WorkbenchError(f"cannot load {class_name} from {folder} ({first}); "
                              "check that the download is complete") from None
     check_finite_weights(pipe.transformer.named_parameters(), f"{folder / 'transformer'}")
-    policy = policy_cls(pipe.to(device), **options)
+    try:
+        for name, module in pipe.components.items():  # text encoders stay on the CPU when offloaded
+            if isinstance(module, torch.nn.Module) and not (offload and name.startswith("text_encoder")):
+                module.to(device)
+    except (torch.OutOfMemoryError, MemoryError):
+        params = sum(p.numel() for m in pipe.components.values() if isinstance(m, torch.nn.Module)
+                     for p in m.parameters())
+        raise WorkbenchError(f"the weights of {folder.name} do not fit on the {device}: {params / 1e9:.1f} B "
+                             f"parameters in {str(dtype).removeprefix('torch.')}, about "
+                             f"{params * dtype.itemsize / 1e9:.0f} GB before any work; load in bfloat16 (--dtype), "
+                             "keep the text encoders off the device (--offload-text-encoders) or use a larger "
+                             "device") from None
+    policy = policy_cls(pipe, **options)
     policy.name = f"{policy.name}:{folder.name}"
+    if offload:
+        from workbench.models.offload import offload_text_encoders
+
+        offload_text_encoders(policy)
     return policy

@@ -174,6 +174,7 @@ class EmbeddedPolicy(FlowPolicy):
     """The embedded tiny model: pixel space, so latents are images in [-1, 1]."""
 
     name = "embedded"
+    toy_world = True
 
     def __init__(self, model: EmbeddedModel):
         self.model = model

@@ -14,14 +14,19 @@ from workbench.rewards import attributes, clip, pixels  # noqa: F401 (registers 
 from workbench.rewards.base import (
                                     MODEL_REWARDS,
                                     REWARDS,
+                                    Accepts,
                                     RewardFn,
                                     RewardFunction,
                                     build_reward,
                                     check_folders,
+                                    check_reward_images,
+                                    default_reward,
                                     folder_args,
                                     parse_reward_spec,
+                                    reward_accepts,
                                     reward_names,
 )
 
-__all__ = ["MODEL_REWARDS", "REWARDS", "RewardFn", "RewardFunction", "build_reward", "check_folders", "folder_args",
-           "parse_reward_spec", "reward_names"]
+__all__ = ["MODEL_REWARDS", "REWARDS", "Accepts", "RewardFn", "RewardFunction", "build_reward", "check_folders",
+           "check_reward_images", "default_reward", "folder_args", "parse_reward_spec", "reward_accepts",
+           "reward_names"]

@@ -12,9 +12,9 @@ from functools import cache, lru_cache
 import numpy as np
 import torch
 
-from workbench.rewards.base import REWARDS
+from workbench.rewards.base import REWARDS, accepts
 from workbench.toyworld.perception import Detection, detect
-from workbench.toyworld.world import BACKGROUNDS, COLORS, GRID_CENTERS, Scene, parse_prompt, render
+from workbench.toyworld.world import BACKGROUNDS, COLORS, GRID_CENTERS, IMAGE_SIZE, Scene, parse_prompt, render
 
 COLOR_SCALE = 0.12  # RGB distance (0-1 units) scoring exp(-1/2); the closest palette pair is 0.28 apart
 POSITION_SCALE = 4.0  # pixels; the neighbouring grid cell (8 px away) scores exp(-2) = 0.14
@@ -91,6 +91,7 @@ def _mean_scores(images: torch.Tensor, prompts: list[str], attributes: tuple[str
 
 
 @REWARDS.register("adherence")
+@accepts(IMAGE_SIZE, toy_prompts=True)
 def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Prompt adherence in [0, 1]: the mean of the continuous attribute scores the prompt specifies.
 
@@ -107,6 +108,7 @@ def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("color_match")
+@accepts(IMAGE_SIZE, toy_prompts=True)
 def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Colour score of `adherence` alone, in [0, 1] (1 if the prompt names no colour and an object is drawn).
 
@@ -118,6 +120,7 @@ def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("shape_match")
+@accepts(IMAGE_SIZE, toy_prompts=True)
 def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Shape score of `adherence` alone, in [0, 1]: (IoU_target / IoU_best)^20.
 
@@ -129,6 +132,7 @@ def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("position_match")
+@accepts(IMAGE_SIZE, toy_prompts=True)
 def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Position score of `adherence` alone, in [0, 1] (1 if the prompt names no position and an object is drawn).
 
@@ -140,6 +144,7 @@ def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("size_match")
+@accepts(IMAGE_SIZE, toy_prompts=True)
 def size_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Size score of `adherence` alone, in [0, 1] (1 if the prompt names no size and an object is drawn).
 

@@ -6,6 +6,11 @@ of B strings, scores (B,) float32 with a documented range. Weight-free rewards a
 the one setting naming their local model folder (`clip.py`). A spec such as "adherence:1,sharpness:0.5"
 names a weighted sum of rewards, built by `build_reward`.
 
+Each reward declares the images it accepts (`Accepts`, set with `@accepts`): the toy world's rewards
+score 32x32 renders of its own prompts; an undeclared reward takes any size and any prompt. A spec whose
+rewards cannot score a model's images is refused before any sampling (`RewardFunction.check_images`),
+and `default_reward` is a spec that works for every model.
+
     reward = build_reward("adherence:1,sharpness:0.5")
     reward(images, prompts)             # (B,) weighted sum
     reward.components(images, prompts)  # {"adherence": (B,), "sharpness": (B,)}
@@ -25,6 +30,46 @@ from workbench.core.registry import Registry
 
 RewardFn = Callable[[torch.Tensor, list[str]], torch.Tensor]
 REWARDS: Registry[RewardFn] = Registry("reward")
+TOY_REWARD = "adherence"  # the default for the embedded (toy-world) model
+ANY_IMAGE_REWARD = "jpeg_compressibility"  # the default for SD3 / FLUX: any size, no model folder (DDPO's task)
+
+
+@dataclass(frozen=True)
+class Accepts:
+    """The images a reward can score: a square side in pixels (None = any) and the prompts it reads."""
+
+    size: int | None = None  # the one image side it scores, e.g. the toy world's 32; None = any size
+    toy_prompts: bool = False  # it parses the prompt with the toy world's grammar (`toyworld.world.parse_prompt`)
+
+    def describe(self) -> str:
+        size = "any size" if self.size is None else f"{self.size}x{self.size} px images"
+        return size + (" of the toy world's prompts" if self.toy_prompts else "")
+
+
+def accepts(size: int | None = None, toy_prompts: bool = False):
+    """Decorator: declare the images a reward function accepts (rewards without it take any image)."""
+    def decorate(fn: RewardFn) -> RewardFn:
+        fn.accepts = Accepts(size, toy_prompts)
+        return fn
+    return decorate
+
+
+def reward_accepts(name: str) -> Accepts:
+    """What the named reward accepts (model-based rewards resize: any size)."""
+    if name in MODEL_REWARDS:
+        return Accepts()
+    return getattr(REWARDS.get(name), "accepts", Accepts())
+
+
+def any_size_rewards() -> list[str]:
+    """The rewards that score images of every size and prompt."""
+    return [n for n in reward_names() if reward_accepts(n) == Accepts()]
+
+
+def default_reward(toy_world: bool) -> str:
+    """The reward spec a run uses when none is given: adherence for a model of the toy world (its 32x32 images of
+    its prompts), else jpeg_compressibility (DDPO, arXiv 2305.13301): no model folder, any size, any prompt."""
+    return TOY_REWARD if toy_world else ANY_IMAGE_REWARD
 
 
 @dataclass(frozen=True)
@@ -126,6 +171,29 @@ class RewardFunction:
 
     def __call__(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         return self.combine(self.components(images, prompts))
+
+    def check_images(self, image_size: int, prompts: list[str] = ()) -> None:
+        """Refuse, before any sampling, a reward that cannot score `image_size` images of these prompts."""
+        check_reward_images(self.names, image_size, prompts)
+
+
+def check_reward_images(names, image_size: int, prompts=()) -> None:
+    """Every named reward accepts square images of `image_size` px and these prompts, else a WorkbenchError
+    that names the reward, what it accepts and the rewards that take any image."""
+    from workbench.toyworld.world import parse_prompt
+
+    fix = f"use rewards that take any image ({', '.join(any_size_rewards())})"
+    for name in names:
+        need = reward_accepts(name)
+        if need.size is not None and need.size != image_size:
+            raise WorkbenchError(f"reward '{name}' scores {need.describe()}, but this model makes {image_size}x"
+                                 f"{image_size} px images; {fix}")
+        for prompt in prompts if need.toy_prompts else ():
+            try:
+                parse_prompt(prompt)
+            except WorkbenchError as err:
+                raise WorkbenchError(f"reward '{name}' reads the toy world's prompts, and {prompt[:80]!r} is not "
+                                     f"one ({err}); {fix}") from None
 
 
 def _check_scores(name: str, scores: torch.Tensor, prompts: list[str]) -> None:

@@ -18,6 +18,7 @@ from workbench.flow.trajectory import SAMPLING_RANGES, SEED_RANGE, SamplingConfi
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
+from workbench.train.prompt_sets import is_pipeline_folder, read_prompt_file, real_prompts
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
@@ -37,8 +38,9 @@ class TrainConfig:
     """Policy objective from OBJECTIVES: step_grpo (Flow-GRPO), chunk_grpo (GCPO arXiv 2510.21583), gspo, gpg, ..."""
     chunks: str = "2,3,4,7"
     """Chunk sizes over the TRAINED steps, summing to their count (GCPO [2,3,4,7] of 16); used by chunk_grpo."""
-    reward: str = "adherence"
-    """Reward spec for `build_reward`, e.g. 'adherence:1,sharpness:0.5'."""
+    reward: str | None = None
+    """Reward spec for `build_reward`, e.g. 'adherence:1,sharpness:0.5'; None = the model's default: adherence for
+    the embedded model's toy world, jpeg_compressibility for SD3 / FLUX (`rewards.default_reward`)."""
     clip_path: str | None = None
     """Local CLIP folder (CLIPModel and CLIPTokenizer `save_pretrained`) for the reward 'clip_score'."""
     pickscore_path: str | None = None
@@ -55,7 +57,8 @@ class TrainConfig:
     """A named task (TASKS: crosses) that brings its training prompts, held-out prompts and success metric;
     None = the world's training scenes, evaluated on its held-out scenes."""
     prompts: list[str] | None = None
-    """Training prompts; None = the task's or the world's training scenes (never the held-out ones)."""
+    """Training prompts; None = the task's or the world's training scenes (never the held-out ones); for SD3 /
+    FLUX the shipped real prompt set (workbench/data/real_prompts.txt)."""
     prompt_file: str | None = None
     """Text file with one training prompt per line (blank lines and '#' comments skipped); excludes prompts."""
     eval_prompts: int = 16
@@ -155,7 +158,8 @@ class TrainConfig:
     seed: int = 0
     """Seed of prompts, noise and minibatch order: everything derives from (seed, iteration)."""
     dtype: str = "float32"
-    """Compute dtype: float32 or bfloat16 (autocast; trained weights stay float32)."""
+    """float32 or bfloat16: SD3 / FLUX weights load in it and autocast computes in it; what trains (LoRA or all
+    weights) stays float32 and is saved in float32, and log-probs are computed in float32."""
     device: str | None = None
     """cuda, mps or cpu; None = the best available."""
     model: str | None = None
@@ -174,6 +178,22 @@ class TrainConfig:
     keep_checkpoints: int = 1
     """Checkpoints kept in the run folder, newest first: older iterations can be loaded and compared (the app's
     model picker, --model runs/<id>/checkpoints/iter_N); each holds the trained weights and the optimizer state."""
+    # -- real models and memory (docs/methods.md "Memory estimate"; `workbench train --dry-run` prints the estimate)
+    resolution: int | None = None
+    """Square image side in pixels for SD3 / FLUX (a multiple of VAE factor x patch, 16); None = the model's own
+    (SD3.5 and FLUX.1: 1024; Flow-GRPO trains SD3.5-M at 512)."""
+    gradient_checkpointing: bool | None = None
+    """Recompute the transformer's activations in the backward pass instead of keeping them (less memory, about
+    one more forward of time); None = on for LoRA runs of SD3 / FLUX, off otherwise."""
+    micro_batch: int | None = None
+    """Transitions per forward/backward pass: a minibatch's gradient is accumulated over passes of this many
+    transitions (the same gradient, one more forward without gradient; activation memory of micro_batch
+    transitions, docs/methods.md "Micro-batches"); None = the whole minibatch in one pass."""
+    offload_text_encoders: bool = False
+    """SD3 / FLUX: keep the text encoders on the CPU and encode each prompt there once (embeddings cached, moved to
+    the device when used): T5-XXL's 9.5 GB never occupy the device."""
+    vae_tiling: bool = False
+    """SD3 / FLUX: decode one image at a time (sliced), in tiles above the VAE's tile size (diffusers' tiling)."""
 
     def __post_init__(self):
         check_types(self)  # wrong types and non-finite numbers, from any source, name their field
@@ -211,6 +231,12 @@ class TrainConfig:
             raise WorkbenchError(f"group must be >= 2 (advantages compare samples of one prompt), got {self.group}")
         if not 0 <= self.eval_prompts <= 200:
             raise WorkbenchError(f"eval_prompts must be in 0..200 (the held-out scenes), got {self.eval_prompts}")
+        for name in ("resolution", "micro_batch"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise WorkbenchError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
+        if (self.offload_text_encoders or self.vae_tiling) and not is_pipeline_folder(self.model):
+            raise WorkbenchError("offload_text_encoders and vae_tiling apply to SD3 / FLUX models (--model with "
+                                 "model_index.json); turn them off for the embedded model")
         if self.lora_rank < 0:
             raise WorkbenchError(f"lora_rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}")
 
@@ -230,7 +256,7 @@ class TrainConfig:
     def _check_options(self) -> None:
         from workbench.rewards import check_folders, parse_reward_spec
 
-        named = set(parse_reward_spec(self.reward))
+        named = set(parse_reward_spec(self.reward)) if self.reward is not None else set()
         if self.gfpo_metric is not None:
             named |= set(parse_reward_spec(self.gfpo_metric))
         check_folders(named, self.reward_folders())  # model-based rewards need their folder, and only they
@@ -374,13 +400,11 @@ class TrainConfig:
         if self.prompts is not None:
             return [p.strip() for p in self.prompts if p.strip()]
         if self.prompt_file is not None:
-            lines = [line.strip() for line in Path(self.prompt_file).read_text().splitlines()]
-            pool = [line for line in lines if line and not line.startswith("#")]
-            if not pool:
-                raise WorkbenchError(f"prompt file {self.prompt_file} has no prompts")
-            return pool
+            return read_prompt_file(self.prompt_file)
         if self.task is not None:
             return TASKS.get(self.task)().train_prompts
+        if is_pipeline_folder(self.model):
+            return real_prompts()[0]
         from workbench.toyworld.world import split_scenes
         return [s.prompt() for s in split_scenes()[0]]
 
@@ -388,8 +412,23 @@ class TrainConfig:
         """The first eval_prompts held-out prompts: the task's, or the world's held-out scenes."""
         if self.task is not None:
             return TASKS.get(self.task)().eval_prompts[:self.eval_prompts]
+        if is_pipeline_folder(self.model):
+            return real_prompts()[1][:self.eval_prompts]
         from workbench.toyworld.world import split_scenes
         return [s.prompt() for s in split_scenes()[1][:self.eval_prompts]]
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether gradient checkpointing is on: the field, else on for LoRA runs of SD3 / FLUX."""
+        if self.gradient_checkpointing is not None:
+            return self.gradient_checkpointing
+        return bool(self.lora_rank) and is_pipeline_folder(self.model)
+
+    def reward_spec(self, toy_world: bool) -> str:
+        """The reward spec the run uses: `reward`, else the model's default (toy_world: the embedded model's)."""
+        from workbench.rewards import default_reward
+
+        return self.reward if self.reward is not None else default_reward(toy_world)
 
     def reward_folders(self) -> dict[str, str | None]:
         """The model folders of model-based rewards, keyed by the setting that names them (e.g. clip_path)."""

@@ -125,7 +125,12 @@ def load_policy(source: str | Path | PolicySource | None = None, device: str | N
     from workbench.train.trainable import add_lora, copy_weights, load_base_policy
 
     config = _run_config(Path(src.run))
-    policy = load_base_policy(replace(config, device=device or config.device), DistInfo())
+    unknown = sorted(set(options) - {"resolution"})
+    if unknown:
+        raise WorkbenchError(f"a run loads its base model with the run's settings; only resolution may change "
+                             f"(drop {', '.join(unknown)})")
+    config = replace(config, device=device or config.device, resolution=options.get("resolution", config.resolution))
+    policy = load_base_policy(config, DistInfo())
     if config.lora_rank:
         add_lora(policy.transformer, config.lora_rank, config.lora_alpha)
     else:

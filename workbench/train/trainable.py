@@ -7,7 +7,7 @@ attention projections of real SD3 / FLUX transformers (Flow-GRPO r 32 / alpha 64
 
 from __future__ import annotations
 
-from pathlib import Path
+import copy
 
 import torch
 
@@ -15,6 +15,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
 from workbench.train.config import TrainConfig
 from workbench.train.distributed import DistInfo
+from workbench.train.prompt_sets import is_pipeline_folder
 
 # attention projections of diffusers' attention blocks (SD3 / FLUX MMDiT, UNet attn1 / attn2), matched by name suffix
 LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
@@ -28,8 +29,14 @@ def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
     if device == "cuda" and info.world > 1:
         device = f"cuda:{info.local_rank}"
         torch.cuda.set_device(info.local_rank)
-    pipeline = config.model is not None and (Path(config.model) / "model_index.json").is_file()
-    return load_model(config.model, device=device, dtype=config.dtype if pipeline else "float32")
+    if not is_pipeline_folder(config.model):
+        if config.resolution is not None:
+            raise WorkbenchError(f"resolution {config.resolution}: the embedded model makes 32 px images only; "
+                                 "drop resolution or give an SD3 / FLUX folder")
+        return load_model(config.model, device=device)
+    options = {} if config.resolution is None else {"resolution": config.resolution}
+    return load_model(config.model, device=device, dtype=config.dtype,
+                      offload_text_encoders=config.offload_text_encoders, **options)
 
 
 def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> None:
@@ -47,6 +54,59 @@ def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> No
         if "lora_" in name:
             p.data = p.data.float()
             p.requires_grad_(True)
+
+
+def set_adapters(transformer: torch.nn.Module, enabled: bool) -> None:
+    """Turn every LoRA adapter of the transformer on or off (peft's tuner layers); off = the base model."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for module in transformer.modules():
+        if isinstance(module, BaseTunerLayer):
+            module.enable_adapters(enabled)
+
+
+class AdaptersOff:
+    """The transformer with its LoRA adapters disabled during each call: the KL reference of a LoRA run without
+    a copy of the weights (Flow-GRPO's `with transformer.module.disable_adapter()`). Attributes pass through."""
+
+    def __init__(self, transformer: torch.nn.Module):
+        self._transformer = transformer
+
+    def __getattr__(self, name: str):
+        return getattr(self._transformer, name)
+
+    @torch.no_grad()
+    def __call__(self, *args, **kwargs):
+        set_adapters(self._transformer, False)
+        try:
+            return self._transformer(*args, **kwargs)
+        finally:
+            set_adapters(self._transformer, True)
+
+
+def reference_policy(policy: FlowPolicy, lora: bool) -> FlowPolicy:
+    """The KL reference, the initial model: with LoRA the policy with its adapters disabled (call after
+    `add_lora`); for full fine-tuning a frozen deep copy of the transformer (call before training)."""
+    if lora:
+        return policy.with_transformer(AdaptersOff(policy.transformer))
+    return policy.with_transformer(copy.deepcopy(policy.transformer).requires_grad_(False).eval())
+
+
+def enable_checkpointing(transformer: torch.nn.Module) -> None:
+    """Gradient checkpointing (diffusers' `enable_gradient_checkpointing`), else a WorkbenchError saying why."""
+    if not getattr(transformer, "_supports_gradient_checkpointing", False):
+        raise WorkbenchError("this model does not support gradient checkpointing; turn gradient_checkpointing off")
+    transformer.enable_gradient_checkpointing()
+
+
+def apply_memory_switches(policy: FlowPolicy, config: TrainConfig) -> None:
+    """The TrainConfig switches that change how a real policy holds its parts (`models.offload`)."""
+    from workbench.models.offload import offload_text_encoders, slice_vae
+
+    if config.offload_text_encoders:
+        offload_text_encoders(policy)
+    if config.vae_tiling:
+        slice_vae(policy)
 
 
 def trainable_weights(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:

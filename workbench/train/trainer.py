@@ -14,7 +14,6 @@ processes and only rank 0 writes. What trains (all weights or LoRA) is set up in
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -39,12 +38,21 @@ from workbench.train.distributed import gather, init_distributed, sync_gradients
 from workbench.train.evaluation import evaluate
 from workbench.train.events import RunSummary, TrainerEvent
 from workbench.train.lock import lock_run_folder
+from workbench.train.microbatch import backward_in_micro_batches
 from workbench.train.rollout import RolloutSampler
 from workbench.train.step_credit import make_step_credit
 from workbench.train.store import CONFIG, Checkpoint, RunStore
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import make_trackers
-from workbench.train.trainable import add_lora, copy_weights, load_base_policy, trainable_weights
+from workbench.train.trainable import (
+    add_lora,
+    apply_memory_switches,
+    copy_weights,
+    enable_checkpointing,
+    load_base_policy,
+    reference_policy,
+    trainable_weights,
+)
 
 
 # ------------------------------------------------------------------------------------ the loop
@@ -106,11 +114,15 @@ class Trainer:
         checkpoint = self._checkpoint_to_resume() if resume else None
         self.policy = policy or load_base_policy(config, self.dist)
         self._check_memory()
-        self.reference = self._frozen_copy() if config.kl_beta > 0 else None
+        self.reference = reference_policy(self.policy, False) if config.kl_beta > 0 and not config.lora_rank else None
         if config.lora_rank:
             add_lora(self.policy.transformer, config.lora_rank, config.lora_alpha)
-        else:
-            self.policy.transformer.requires_grad_(True)
+            self.reference = reference_policy(self.policy, True) if config.kl_beta > 0 else None
+        else:  # full fine-tuning trains float32 weights; bfloat16 is autocast's compute dtype (config.dtype)
+            self.policy.transformer.float().requires_grad_(True)
+        if config.checkpointing:
+            enable_checkpointing(self.policy.transformer)
+        apply_memory_switches(self.policy, config)
         self.params = trainable_weights(self.policy.transformer)
         self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr,
                                            weight_decay=config.weight_decay)
@@ -163,16 +175,12 @@ class Trainer:
         """Stop after the current iteration with a checkpoint and state 'stopped'."""
         self._stop = True
 
-    def _frozen_copy(self) -> FlowPolicy:
-        """The KL reference: the policy denoising with a frozen copy of the initial transformer."""
-        return self.policy.with_transformer(copy.deepcopy(self.policy.transformer).requires_grad_(False).eval())
-
     def _setup_data(self) -> None:
         from workbench.rewards import build_reward
 
         cfg = self.config
         folders = cfg.reward_folders()
-        self.reward_fn = build_reward(cfg.reward, **folders)
+        self.reward_fn = build_reward(cfg.reward_spec(self.policy.toy_world), **folders)
         self.metric_fn = build_reward(cfg.gfpo_metric, **folders) if cfg.gfpo_metric else None
         self.settings = cfg.objective_settings()
         self.objective = OBJECTIVES.get(cfg.objective)
@@ -181,6 +189,9 @@ class Trainer:
         for prompt in self.pool:
             self.policy.check_prompt(prompt)
         self.eval_prompts = cfg.held_out_prompts()
+        for fn in (self.reward_fn, self.metric_fn):  # before any sampling: a reward that cannot score these images
+            if fn is not None:
+                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts)
         self.task = TASKS.get(cfg.task)() if cfg.task else None
         self.step_credit = make_step_credit(cfg, self.policy, self.reward_fn, self.dist.world)  # ppo, dense_grpo
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
@@ -309,7 +320,6 @@ class Trainer:
             for b, idx in enumerate(torch.randperm(n_rows, generator=gen).split(per_mb)):
                 out = self._loss(stored, idx.to(stored.states.device))
                 if out is not None:
-                    (out.loss / cfg.grad_accum).backward()
                     stats.append(out.stats() | self._chunk_stats(out))
                     trained += float(stored.rows[idx].sum())
                     transitions += float((stored.step_mask[idx] & stored.rows[idx, None]).sum())
@@ -331,7 +341,8 @@ class Trainer:
                 | {f"chunk/ratio_std_{j}": v for j, v in enumerate(out.chunk_ratio_std)})
 
     def _loss(self, stored: _Stored, idx: torch.Tensor):
-        """Objective on the trajectories idx: re-score their trained transitions with gradient."""
+        """Objective on the trajectories idx: re-score their trained transitions with gradient and backpropagate
+        (in micro-batches of config.micro_batch transitions, `microbatch.py`); returns the objective's output."""
         m, s = len(idx), len(stored.steps)
         mask = stored.step_mask[idx] & stored.rows[idx, None]  # (M, S)
         if not bool(mask.any()):
@@ -340,17 +351,24 @@ class Trainer:
         x_next = stored.states[idx][:, stored.steps + 1].flatten(0, 1)  # (M * S, C, H, W)
         step = stored.steps.repeat(m)  # (M * S,)
         cond = stored.cond.index(idx).repeat(s)  # (M * S) rows, row m * S + s is trajectory m
-        with self._autocast():
-            out = transition(self.policy, x, stored.sigmas, step, cond, stored.config, x_next=x_next)
-            kl = None
-            if self.reference is not None:
+
+        def rescore(rows: slice):
+            c, args = cond.index(rows), (stored.sigmas, step[rows])
+            with self._autocast():
+                out = transition(self.policy, x[rows], *args, c, stored.config, x_next=x_next[rows])
+                if self.reference is None:
+                    return out.log_prob, None  # (n,)
                 with torch.no_grad():
-                    ref = transition(self.reference, x, stored.sigmas, step, cond, stored.config, x_next=x_next)
-                kl = transition_kl(out.mean, ref.mean, out.std, out.noise_scale, self.config.kl_form)
-                kl = kl.view(m, s)  # (M, S)
-        inputs = PolicyInputs(out.log_prob.view(m, s), stored.old_log_prob[idx], stored.advantages[idx],
-                              step_mask=mask, step_weights=stored.step_weights, kl=kl)
-        return self.objective(inputs, self.settings)
+                    ref = transition(self.reference, x[rows], *args, c, stored.config, x_next=x_next[rows])
+                return out.log_prob, transition_kl(out.mean, ref.mean, out.std, out.noise_scale, self.config.kl_form)
+
+        def objective(log_prob: torch.Tensor, kl: torch.Tensor | None):
+            inputs = PolicyInputs(log_prob.view(m, s), stored.old_log_prob[idx], stored.advantages[idx],
+                                  step_mask=mask, step_weights=stored.step_weights,
+                                  kl=None if kl is None else kl.view(m, s))  # (M, S)
+            return self.objective(inputs, self.settings)
+
+        return backward_in_micro_batches(rescore, objective, m * s, self.config.micro_batch, 1 / self.config.grad_accum)
 
     def _optimizer_step(self, trained: float) -> float | None:
         """Average gradients over processes, clip, AdamW step; None when no trajectory trained anywhere."""

@@ -43,14 +43,18 @@ def _tracker(progress, label: str):
 def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str, session: Session, progress):
     """Sample and score a group; returns the new session."""
     from workbench.flow.sampler import sample_group
-    from workbench.rewards import build_reward
+    from workbench.rewards import build_reward, default_reward
     from workbench.rl.advantages import ADVANTAGES
 
     if config.group < 2:
         raise WorkbenchError("group size must be at least 2: advantages compare images of the same prompt")
-    reward_fn = build_reward(reward_spec)
+    if reward_spec and reward_spec.strip():
+        build_reward(reward_spec)  # a bad spec is refused before the model loads
     policy = wb.policy(session.source)
     policy.check_prompt(prompt)
+    reward_spec = reward_spec.strip() if reward_spec and reward_spec.strip() else default_reward(policy.toy_world)
+    reward_fn = build_reward(reward_spec)
+    reward_fn.check_images(policy.image_size, [prompt.strip()])  # before sampling: can it score these images?
     group = sample_group(policy, prompt.strip(), config, progress=_tracker(progress, "sampling step"))
     rewards = reward_fn(group.images, [group.prompt] * group.group_size)  # (G,)
     advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]  # (G,)

@@ -20,6 +20,7 @@ from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
+from workbench.train.prompt_sets import is_pipeline_folder
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
@@ -53,6 +54,8 @@ SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a
                 "window that ends a few steps before the end, gives clean images (docs/samplers.md).")
 SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot be undone); cps and an SDE window "
             "that ends before the last steps give clean images (docs/samplers.md)")
+DEFAULT_REWARD_NOTE = "the model's default (adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)"
+REAL_MODEL_LORA_RANK = 32  # the Fine-tune form's LoRA rank for SD3 / FLUX (Flow-GRPO r 32); full FT of 2B+ rarely fits
 
 
 def _generate_tab(wb, session) -> dict:
@@ -71,8 +74,8 @@ def _generate_tab(wb, session) -> dict:
                 window = gr.Textbox("", label="SDE window START,END (empty = all steps)", elem_id="gen-window")
             with gr.Row():
                 seed = gr.Number(0, precision=0, label="Seed")
-                reward = gr.Textbox("adherence", label="Reward spec (name:weight,...)",
-                                    info="rewards: " + ", ".join(reward_names()))
+                reward = gr.Textbox("", label="Reward spec (name:weight,...)", placeholder=DEFAULT_REWARD_NOTE,
+                                    info=f"empty: {DEFAULT_REWARD_NOTE}; rewards: " + ", ".join(reward_names()))
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
     status = gr.Markdown(elem_id="generate-status")
     gallery = gr.Gallery(label="Final images (reward, GRPO advantage, speckle)", columns=4, format="png",
@@ -265,7 +268,8 @@ def _finetune_tab(wb, session, tab) -> None:
                                 info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
                                      "GPG advantages, ...); ppo trains a critic, dense_grpo samples ODE "
                                      "look-aheads (~3.7x the cost of an iteration)")
-        reward = gr.Textbox(defaults.reward, label="Reward spec and weights", info=hint("reward"))
+        reward = gr.Textbox(defaults.reward, label="Reward spec and weights", placeholder=DEFAULT_REWARD_NOTE,
+                            info=hint("reward"))
         chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
                             elem_id="train-chunks", info=hint("chunks"))
     with gr.Row():
@@ -277,11 +281,13 @@ def _finetune_tab(wb, session, tab) -> None:
                           elem_id="train-group", info=hint("group"))
         steps = gr.Slider(2, rh.APP_LIMITS["steps"], defaults.steps, step=1, label="Trained steps T",
                           elem_id="train-steps", info=hint("steps"))
-        lora = gr.Number(defaults.lora_rank, precision=0, label="LoRA rank (real models; 0 = full fine-tuning)")
+        lora = gr.Number(REAL_MODEL_LORA_RANK if is_pipeline_folder(wb.model_path) else defaults.lora_rank,
+                         precision=0, label="LoRA rank (0 = full fine-tuning; SD3 / FLUX default: 32, Flow-GRPO's)")
     with gr.Row():
         sde = gr.Dropdown(list(SDE_KINDS), value=defaults.sde, label="SDE kind", info=SDE_NOTE, elem_id="train-sde")
         window = gr.Textbox("", label="SDE window START,END (empty = every trained step)", info=hint("window"),
                             elem_id="train-window")
+    memory = gr.Markdown(elem_id="train-memory")
     with gr.Row():
         start = gr.Button("Start", variant="primary", elem_id="start-btn")
         stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
@@ -302,6 +308,11 @@ def _finetune_tab(wb, session, tab) -> None:
     timer = gr.Timer(1.0, active=False)
     form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
     lesson.input(partial(rh.load_lesson, wb), [lesson], [*form, about, status], api_name="load_lesson")
+    estimate = dict(fn=partial(rh.memory_estimate, wb), inputs=[*form, lesson], outputs=[memory],
+                    api_visibility="private", show_progress="hidden")
+    for control in [*form, lesson]:  # the estimate follows the form, before Start
+        control.change(**estimate)
+    tab.select(**estimate)
     start.click(partial(rh.start_run, wb), [*form, lesson, session], [live, sample, session, timer, status],
                 api_name="start_run", concurrency_id="train")
     stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")

@@ -34,7 +34,10 @@ def header(wb: Workbench, session: Session) -> str:
         label = wb.source(session.source).label
     except WorkbenchError as err:
         label = f"{session.source} (no longer loadable: {err})"
-    return f"Policy of every tab: **{escape(label)}** on **{wb.device}**."
+    from workbench.train.prompt_sets import is_pipeline_folder
+
+    dtype = wb.dtype if is_pipeline_folder(wb.model_path) else "float32"
+    return f"Policy of every tab: **{escape(label)}** on **{wb.device}** in **{dtype}**."
 
 
 def refresh_choices(wb: Workbench):

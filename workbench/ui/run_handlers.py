@@ -69,10 +69,12 @@ def form_config(wb: Workbench, objective: str, reward: str, chunks: str, lr, ite
     """The TrainConfig of the Fine-tune form: the lesson's preset (its task, evaluation and tuned settings), then
     what the objective's preset adds to its loss (dapo, gpg, gspo, gfpo: DAPO's dynamic sampling, GPG's advantages,
     ...), then the form's values; TrainConfig validates it all."""
-    overrides = dict(reward=reward or "", chunks=(chunks or "").replace(" ", ""), lr=number(lr, "learning rate"),
+    overrides = dict(reward=(reward or "").strip() or None, chunks=(chunks or "").replace(" ", ""),
+                     lr=number(lr, "learning rate"),
                      iterations=whole_number(iterations, "iterations", 1), group=whole_number(group, "group size", 2),
                      steps=whole_number(steps, "steps", 1), lora_rank=whole_number(lora_rank, "LoRA rank", 0),
-                     sde=sde or "", window=parse_window(window), model=wb.model_path, device=wb.explicit_device)
+                     sde=sde or "", window=parse_window(window), model=wb.model_path, device=wb.explicit_device,
+                     resolution=wb.resolution, dtype="bfloat16" if wb.dtype == "bfloat16" else "float32")
     for name, cap in APP_LIMITS.items():
         if overrides[name] > cap:
             raise WorkbenchError(f"{name} is at most {cap} in the app (got {overrides[name]}); "
@@ -120,12 +122,31 @@ def load_lesson(wb: Workbench, lesson: str):
     return (*lesson_form(config), text, ok(f"loaded the lesson '{escape(lesson)}' (settings from its preset)"))
 
 
+def memory_estimate(wb: Workbench, objective: str, reward: str, chunks: str, lr, iterations, group, steps, lora_rank,
+                    sde: str, window: str, lesson: str | None = None) -> str:
+    """The Fine-tune form's memory estimate before Start (`train.dry_run`), with a warning when it cannot fit."""
+    from workbench.train.dry_run import estimate_run
+
+    try:
+        config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
+                             lesson)
+        estimate, verdict = estimate_run(config, wb.device)
+    except WorkbenchError as err:
+        return f"Memory estimate: not available until the form is valid ({escape(str(err))})."
+    parts = ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in vars(estimate).items() if value >= 5e7)
+    warn = "⚠ " if verdict.startswith("does not fit") else ""
+    return (f"{warn}**Memory estimate of an iteration** (docs/methods.md; an estimate until measured on this device): "
+            f"{escape(verdict)}" + (f" ({parts})" if parts else "") + ".")
+
+
 @guarded(5)
 def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float, iterations: float, group: float,
               steps: float, lora_rank: float, sde: str, window: str, lesson: str, session: Session):
     """Start -> (live figure, sample, session, timer update, status); a busy device is a message."""
     config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window, lesson)
     job = wb.jobs.start(config)
+    if wb.device != "cpu":  # the run loads its own copy of the model: the app's copies leave the GPU meanwhile
+        wb.release()
     figure = plots.empty_figure(f"Run {job.run_id}", "starting the training process...")
     task = f", task {config.task}" if config.task else ""
     return (figure, None, replace(session, run_id=job.run_id), gr.Timer(active=True),

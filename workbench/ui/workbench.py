@@ -24,11 +24,14 @@ class Workbench:
     """What all sessions share: the model (loaded once, lazily), cached L1_rel curves, the training jobs."""
 
     def __init__(self, model: str | None = None, device: str | None = None, runs_root: str = "runs",
-                 train_command=TRAIN_COMMAND, curve_prompts: int = CURVE_PROMPTS):
-        from workbench.models.adapters import default_device
+                 train_command=TRAIN_COMMAND, curve_prompts: int = CURVE_PROMPTS, dtype: str = "float32",
+                 resolution: int | None = None):
+        from workbench.models.adapters import default_device, torch_dtype
 
         self.model_path, self.explicit_device, self.curve_prompts = model, device, curve_prompts
         self.device = device or default_device()
+        torch_dtype(dtype)  # an unknown dtype is refused at start
+        self.dtype, self.resolution = dtype, resolution  # how SD3 / FLUX folders load (the embedded model: float32)
         self.jobs = JobManager(runs_root, self.device, train_command)
         self._policies: OrderedDict[str, object] = OrderedDict()  # source key -> FlowPolicy, most recent last
         self._curves: dict[tuple[str, int, float], object] = {}
@@ -64,7 +67,7 @@ class Workbench:
         self.share_cores()
         with self._lock:
             if source not in self._policies:
-                self._policies[source] = load_policy(source, device=self.device)
+                self._policies[source] = load_policy(source, device=self.device, **self._load_options(source))
                 while len(self._policies) > KEEP_POLICIES:
                     self._policies.popitem(last=False)
             self._policies.move_to_end(source)
@@ -84,6 +87,26 @@ class Workbench:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)  # per thread under OpenMP: Gradio runs each handler in a worker thread
         return threads
+
+    def _load_options(self, source) -> dict:
+        """dtype and resolution for an SD3 / FLUX folder (a run keeps its own dtype); none for the embedded model."""
+        from workbench.train.prompt_sets import is_pipeline_folder
+
+        if not is_pipeline_folder(source.model):
+            return {}
+        options = {} if self.resolution is None else {"resolution": self.resolution}
+        return options if source.run is not None else {"dtype": self.dtype, **options}
+
+    def release(self) -> None:
+        """Drop every loaded policy and cached curve (a fine-tune about to use the GPU needs its memory); the next
+        use loads the policy again."""
+        with self._lock, self._curve_lock:
+            self._policies.clear()
+            self._curves.clear()
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def sources(self) -> list[tuple[str, str]]:
         """The picker's choices, (label, key): the base model, then every run on disk (newest first) with its

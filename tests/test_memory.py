@@ -1,0 +1,90 @@
+"""The memory estimate of a fine-tune: its parts move the way they should, `workbench train --dry-run` prints it with
+a verdict, the app's Fine-tune tab shows it before Start, and it is within 25 % of the peak memory measured on CPU
+for a training iteration (4 prompts: the allocator's peak after several minibatches, as in a run) of the embedded
+model and of a mid-size random SD3."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import pytest
+from test_switches import probe
+
+from workbench.cli.main import main as cli
+from workbench.train import TrainConfig
+from workbench.train.dry_run import architecture_sizes, embedded_sizes, estimate_run
+from workbench.train.memory import RunSizes, estimate_memory, verdict
+
+RUN = RunSizes(group=8, sampling_steps=10, trained_steps=9, prompts=4, transitions_per_pass=72, lora_rank=32,
+               weight_bytes=2, compute_bytes=2, checkpointing=True)
+
+
+def test_parts_follow_the_settings():
+    model = architecture_sizes("sd3.5-medium", 512)
+    assert model.tokens == 32 * 32 + 333 and model.width == 1536 and model.blocks == 24
+    base = estimate_memory(model, RUN)
+    assert base.total == pytest.approx(sum(vars(base).values()))
+    assert base.weights == 2 * 2_243_171_520 and base.trainable == 4 * 4 * 32 * model.lora_params_per_rank
+    assert estimate_memory(model, replace(RUN, checkpointing=False)).activations > 3 * base.activations
+    assert estimate_memory(model, replace(RUN, transitions_per_pass=9)).activations == pytest.approx(
+        base.activations / 8)
+    assert estimate_memory(model, replace(RUN, cfg=True)).activations == pytest.approx(2 * base.activations)
+    full = estimate_memory(model, replace(RUN, lora_rank=0, kl=True))
+    assert full.weights == (4 + 2) * 2_243_171_520 and full.trainable == 12 * 2_243_171_520  # float32 + KL copy
+    assert estimate_memory(model, replace(RUN, kl=True)).weights == base.weights  # LoRA: adapters off, no copy
+    big = estimate_memory(architecture_sizes("sd3.5-medium", 1024), RUN)
+    assert big.activations > 3 * base.activations and big.rollout == pytest.approx(4 * base.rollout, rel=1e-6)
+    assert verdict(base, int(base.total) + 1, "cuda").startswith("fits")
+    assert verdict(base, int(base.total) - 1, "cuda").startswith("does not fit: needs about")
+    assert "unknown" in verdict(base, None, "cuda")
+
+
+def test_dry_run_prints_the_estimate_and_a_verdict(capsys):
+    assert cli(["train", "--dry-run", "--device", "cpu", "--group", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "memory estimate of one iteration (G=4" in out and "activations" in out and "total" in out
+    assert "fits: needs about" in out or "does not fit" in out
+
+
+def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):
+    import workbench.train.dry_run as dry_run
+    from workbench.ui import run_handlers as rh
+    from workbench.ui.workbench import Workbench
+
+    wb = Workbench(device="cpu", runs_root=str(tmp_path))
+    form = ("chunk_grpo", "", "2,3,4,7", 3e-5, 30, 8, 16, 0, "flow_grpo", "")
+    assert "**Memory estimate of an iteration**" in rh.memory_estimate(wb, *form)
+    monkeypatch.setattr("workbench.core.budget.free_bytes", lambda device: 1000)
+    assert rh.memory_estimate(wb, *form).startswith("⚠ ") and "does not fit" in rh.memory_estimate(wb, *form)
+    assert "not available until the form is valid" in rh.memory_estimate(wb, *form[:5], 1, *form[6:])
+    assert dry_run.embedded_sizes(None).tokens == 64 + 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("settings", [
+    dict(),  # the embedded model, TrainConfig's defaults: full fine-tuning, 4 minibatches of 128 transitions
+    dict(lora_rank=8, gradient_checkpointing=True),
+    dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8, gradient_checkpointing=False),
+    dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8),
+], ids=["embedded-full", "embedded-lora-checkpointing", "sd3-lora", "sd3-lora-checkpointing"])
+def test_estimate_within_25_percent_of_the_measured_peak(settings, tmp_path_factory):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("peak memory is read from /proc")
+    if settings.get("model") == "SD3":
+        from tiny_pipelines import save_tiny_sd3
+
+        folder = tmp_path_factory.mktemp("sd3mid")  # 4 blocks 256 wide, 589 tokens
+        settings = {**settings, "model": str(save_tiny_sd3(folder, layers=4, heads=8, head_dim=32))}
+    result = probe(tmp_path_factory.mktemp("probe"), **settings)
+    assert result["estimate_bytes"] == pytest.approx(result["peak_bytes"], rel=0.25), result
+
+
+def test_estimate_run_reads_a_pipeline_folder_without_loading(tmp_path):
+    from tiny_pipelines import save_tiny_flux
+
+    config = TrainConfig(model=str(save_tiny_flux(tmp_path / "flux")), lora_rank=4, resolution=64, chunks="16")
+    estimate, _ = estimate_run(config, "cpu")
+    assert estimate.vae > 0 and estimate.text_encoders > 0 and estimate.trainable > 0
+    assert estimate_run(replace(config, resolution=32), "cpu")[0].activations < estimate.activations
+    assert embedded_sizes(None).vae_params == 0
