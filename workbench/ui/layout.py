@@ -181,7 +181,9 @@ def _chunks_tab(wb, session, tab) -> None:
 OBJECTIVES_INTRO = (
     "What each objective does to each step of the group made in **Generate**: the map of an objective shows "
     "its push −w = −dL/d log p on every (trajectory, step), blue raising that step's log-prob, red lowering "
-    "it, on **one colour scale for all maps**. The top row is the first update of an iteration (every ratio "
+    "it, on **one colour scale for all maps** (a map whose largest push is 10x or more below the scale's end "
+    "says so in its title: GPG and Dr. GRPO divide by more, so their maps look pale; choose *a scale per "
+    "objective* to see their pattern). The top row is the first update of an iteration (every ratio "
     "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "
     "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
     "**Click a cell** (or set it below) to see that objective's formula with the cell's numbers.")
@@ -199,6 +201,7 @@ def _objectives_tab(wb, session, tab) -> None:
         run = gr.Button("Compute", variant="primary", elem_id="objectives-btn")
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
+    scale = gr.Radio(list(ob.SCALES), value="shared", label="Colour scale", elem_id="obj-scale")
     maps = gr.Plot(label="Push of every objective", elem_id="objectives-plot")
     with gr.Row():
         name = gr.Dropdown(objective_names(), value="chunk_grpo", label="Objective", elem_id="cell-objective")
@@ -216,7 +219,11 @@ def _objectives_tab(wb, session, tab) -> None:
     point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
-              [maps, summary, formula, view, status], api_name="objectives", **HEAVY)
+              [maps, summary, formula, view, status], api_name="objectives", **HEAVY).then(
+        lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
+        api_visibility="private", show_progress="hidden")
+    scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
+                api_name="objectives_scale", show_progress="hidden")
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
                api_visibility="private")
     gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_cell, wb),
