@@ -122,6 +122,16 @@ def wait_for(predicate, timeout=20.0):
 
 
 # --------------------------------------------------------------------------- generate and attribution
+def test_generate_view_shows_the_sessions_group_with_its_settings(wb, sampled):
+    """Learn's group (or a shared link's) shown in Generate: the controls take the group's settings."""
+    out = h.generate_view(wb, sampled)
+    assert out[:8] == (PROMPT, 3, 4, 0.7, 0, "adherence", sampled.group.config.sde, "")
+    gallery, strip, figure, status = out[8:]
+    assert len(gallery) == 3 and strip is not None and len(figure.data) == 3
+    assert status.startswith("✓ the group of G=3 trajectories of T=4 steps")
+    assert "no group yet" in msg(h.generate_view(wb, Session()))
+
+
 def test_generate_returns_images_captions_and_figures(wb):
     gallery, strip, fig, heatmap, rates, session, status = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())
     assert status.startswith("✓"), status

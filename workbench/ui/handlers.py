@@ -89,6 +89,22 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
     return _gallery(session), strip, figure, cleared, rates_markdown(session), session, ok(note)
 
 
+@guarded(12)
+def generate_view(wb: Workbench, session: Session):
+    """The session's group (from Learn or a shared link) shown in Generate -> (prompt, G, T, noise, seed,
+    reward, sde, window controls set to the group's settings, gallery, filmstrip, log-prob figure, status)."""
+    group = session.group
+    if group is None:
+        raise WorkbenchError("no group yet: generate one, or run the example in Learn")
+    c = group.config
+    window = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
+    figure = plots.logprob_figure(group.log_probs, session.rewards)
+    strip = _filmstrip(wb.policy(session.source), group)
+    return (group.prompt, c.group, c.steps, c.noise_level, c.seed, session.reward_spec, c.sde, window,
+            _gallery(session), strip, figure,
+            ok(f"the group of G={c.group} trajectories of T={c.steps} steps for '{escape(group.prompt)}'"))
+
+
 def rates_markdown(session: Session) -> str:
     """The significance-aware rates of steps and chunks (and the plain sign rate), as Markdown."""
     if session.credit is None:
@@ -191,7 +207,8 @@ def _chunk_outputs(wb: Workbench, session: Session, note: str, slider=None) -> t
     noise = session.group.config.noise_level if session.group is not None else 0.7
     curve = wb.curve(t, noise, session.source)
     low, high = curve.quantiles  # (T,) each
-    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0])
+    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0],
+                                   wb.curve_prompts)
     slider = gr.skip() if slider is None else slider
     return figure, chunk_plot(session), format_sizes(session.sizes), slider, rates_markdown(session), session, ok(note)
 

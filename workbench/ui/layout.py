@@ -13,6 +13,7 @@ import gradio as gr
 from workbench.core.fields import field_docs
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
+from workbench.glossary import gloss
 from workbench.rewards import reward_names
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z
@@ -30,6 +31,7 @@ from workbench.ui.jobs import objective_names
 from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_after, learn_walk
 from workbench.ui.objectives import ROWS
 from workbench.ui.state import BASE, Session
+from workbench.ui.welcome import CHUNKS_INTRO, GENERATE_INTRO, glossary_tab, go_to_learn, welcome_panel
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
 from workbench.viz.plots import empty_figure
@@ -55,6 +57,7 @@ SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot
 
 def _generate_tab(wb, session) -> dict:
     """Generate tab; returns its button and outputs so the Attribution outputs can be wired after they exist."""
+    gr.Markdown(GENERATE_INTRO, elem_id="generate-intro")
     with gr.Row():
         with gr.Column(scale=3):
             prompt = gr.Textbox(EXAMPLE_PROMPTS[0], label="Prompt", elem_id="prompt")
@@ -80,7 +83,8 @@ def _generate_tab(wb, session) -> dict:
                      format="png", elem_id="filmstrip")
     logprob = gr.Plot(label="Log-probs", elem_id="logprob-plot")
     return dict(run=run, inputs=[prompt, group, steps, noise, seed, reward, session, sde, window],
-                outputs=[gallery, strip, logprob], status=status)
+                outputs=[gallery, strip, logprob], status=status,
+                shown=[prompt, group, steps, noise, seed, reward, sde, window, gallery, strip, logprob, status])
 
 
 ATTRIBUTION_INTRO = (
@@ -96,7 +100,7 @@ ATTRIBUTION_INTRO = (
 
 
 def _attribution_tab(wb, session, choices: list) -> dict:
-    gr.Markdown(ATTRIBUTION_INTRO)
+    gr.Markdown(gloss(ATTRIBUTION_INTRO), elem_id="attribution-intro")
     with gr.Row():
         branches = gr.Slider(1, 16, 4, step=1, label="Continuations per state K", elem_id="credit-k")
         estimator = gr.Dropdown(ESTIMATORS.names(), value="mc", label="Credit estimator",
@@ -142,8 +146,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
 
 
 def _chunks_tab(wb, session, tab) -> None:
-    gr.Markdown("Edit the chunk schedule; the curve, the classified chunk credit and the misattribution rates "
-                "update at once (the stored credit and its errors are re-chunked, nothing is sampled again).")
+    gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
         apply = gr.Button("Apply sizes", elem_id="apply-spec-btn", scale=1)
@@ -192,7 +195,7 @@ LATEX = [{"left": "$$", "right": "$$", "display": True}]
 
 def _objectives_tab(wb, session, tab) -> None:
     view = gr.State(None)  # ui.objectives.ObjectivesView of this session
-    gr.Markdown(OBJECTIVES_INTRO)
+    gr.Markdown(gloss(OBJECTIVES_INTRO), elem_id="objectives-intro")
     with gr.Row():
         updates = gr.Slider(0, 10, INNER_UPDATES, step=1, label="Inner updates N", elem_id="obj-updates")
         lr = gr.Number(INNER_LR, label="Learning rate of the inner updates", elem_id="obj-lr")
@@ -330,8 +333,8 @@ def _runs_tab(wb, tab) -> None:
     prepare.click(partial(rh.download, wb), [pick], [files, status], api_name="download_run")
 
 
-def _learn_tab(wb, session) -> None:
-    gr.Markdown(INTRO)
+def _learn_tab(wb, session, gen: dict) -> None:
+    gr.Markdown(gloss(INTRO), elem_id="learn-intro")
     gr.Markdown(example_text())
     run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
     status = gr.Markdown(elem_id="learn-status")
@@ -349,7 +352,8 @@ def _learn_tab(wb, session) -> None:
     after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
                             format="png", elem_id="learn-after-images")
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
-              api_name="learn_example", **HEAVY)
+              api_name="learn_example", **HEAVY).then(
+        partial(h.generate_view, wb), [session], gen["shown"], api_visibility="private", show_progress="hidden")
     after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
                 api_name="learn_after", **HEAVY)
 
@@ -384,7 +388,8 @@ def build_app(wb: Workbench) -> gr.Blocks:
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
         picker = _picker(wb, session, choices)
-        with gr.Tabs():
+        welcome, start = welcome_panel()
+        with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
                 gen = _generate_tab(wb, session)
             with gr.Tab("Attribution", id="attribution") as attribution_tab:
@@ -406,7 +411,10 @@ def build_app(wb: Workbench) -> gr.Blocks:
             with gr.Tab("Runs", id="runs") as runs_tab:
                 _runs_tab(wb, runs_tab)
             with gr.Tab("Learn", id="learn"):
-                _learn_tab(wb, session)
+                _learn_tab(wb, session, gen)
+            with gr.Tab("Glossary", id="glossary"):
+                glossary_tab()
+        start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],

@@ -62,8 +62,11 @@ def logprob_figure(log_probs: torch.Tensor, rewards: torch.Tensor | None = None)
 
 
 def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, sizes: Sequence[int],
-                    trajectories: int) -> go.Figure:
-    """GCPO's L1_rel curve: mean (T,) with a 10-90 % band (low, high (T,)) and the chunk boundaries."""
+                    trajectories: int, prompts: int | None = None) -> go.Figure:
+    """GCPO's L1_rel curve: mean (T,) with a 10-90 % band (low, high (T,)) and the chunk boundaries.
+
+    The curve is the model's, measured on `trajectories` trajectories of `prompts` prompts, not on the group
+    of the Generate tab; the title says so (a band "over 16 trajectories" beside a group of 8 puzzles)."""
     t = mean.shape[0]
     steps = list(range(t))
     fig = go.Figure()
@@ -73,7 +76,9 @@ def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, s
     fig.add_trace(go.Scatter(x=steps, y=mean.tolist(), mode="lines+markers", line=dict(color="rgb(31,119,180)"),
                              name="mean L1_rel"))
     _boundary_legend(fig)
-    fig.update_layout(title=f"Temporal dynamics and chunks {list(sizes)}", xaxis_title=STEP_AXIS,
+    source = f"{trajectories} trajectories of {prompts} prompts" if prompts else f"{trajectories} trajectories"
+    fig.update_layout(title=f"Temporal dynamics and chunks {list(sizes)}<br><sup>the model's curve: {source}, "
+                            "not the Generate group</sup>", xaxis_title=STEP_AXIS,
                       yaxis_title="L1_rel = |x_t - x_t+1|_1 / |x_t|_1 (relative)",
                       xaxis_range=[-0.5, t - 0.5], shapes=_boundary_shapes(sizes), hovermode="x", **LAYOUT)
     return fig  # hovermode "x": a click anywhere above step t selects it (the Chunks tab toggles a boundary)

@@ -1,0 +1,103 @@
+"""In headless chromium, as a learner who has never heard of GRPO: the welcome leads into Learn, Learn's group
+shows in Generate, Attribution, Chunks and Objectives, words hover to their glossary entry, and the Objectives
+maps of an old group do not stay up. Screenshots: test-artifacts/novice_*.png."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
+
+from playwright.sync_api import expect
+
+from tests.test_app_client import free_port
+from tests.test_browser import (  # noqa: F401 - its chromium launch fixture, skip marks and helpers
+    ARTIFACTS,
+    LONG,
+    browser_type_launch_args,
+    generate,
+    pytestmark,
+    set_number,
+)
+from workbench.ui.learn import LEARN, LEARN_PROMPT
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    """The app on a random-init tiny model (no training here)."""
+    from workbench.models.embedded import build_embedded, save_embedded
+    from workbench.ui.layout import build_app
+    from workbench.ui.workbench import Workbench
+
+    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+    wb = Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")), curve_prompts=2)
+    demo = build_app(wb)
+    port = free_port()
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"novice_{name}.png"), full_page=True)
+
+
+def test_welcome_learn_then_every_tab_shows_the_group(page, url):
+    page.goto(url)
+    welcome = page.locator("#welcome")
+    expect(welcome).to_contain_text("New to GRPO?", timeout=LONG)
+    hover = welcome.locator("abbr[title^='GRPO: Group Relative Policy Optimization']")
+    expect(hover).to_have_count(1)  # the word is hovered to its glossary entry, not stripped by the sanitiser
+    shot(page, "welcome")
+    page.click("#welcome-btn")
+    expect(page.locator("#learn-btn")).to_be_visible(timeout=LONG)  # the Learn tab is open
+    expect(page.locator("#learn-intro abbr[title^='credit: ']").first).to_be_attached()
+    page.click("#learn-btn")
+    expect(page.locator("#learn-status")).to_contain_text("example ready", timeout=4 * LONG)
+    shot(page, "learn")
+    g, t = LEARN["group"], LEARN["steps"]
+    page.get_by_role("tab", name="Generate").click()
+    expect(page.locator("#generate-status")).to_contain_text(f"G={g} trajectories of T={t} steps", timeout=LONG)
+    expect(page.locator("#gallery img")).to_have_count(g, timeout=LONG)
+    expect(page.locator("#prompt textarea")).to_have_value(LEARN_PROMPT)
+    expect(page.locator("#logprob-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#generate-intro abbr[title^='log-prob: ']")).to_have_count(1)
+    shot(page, "generate")
+    page.get_by_role("tab", name="Attribution").click()
+    expect(page.locator("#credit-rates")).to_contain_text("Step misattribution", timeout=LONG)
+    expect(page.locator("#credit-plot .js-plotly-plot")).to_be_visible()
+    shot(page, "attribution")
+    page.get_by_role("tab", name="Chunks").click()
+    expect(page.locator("#chunks-status")).to_contain_text(f"over T={t} steps", timeout=LONG)
+    expect(page.locator("#chunk-credit-plot")).to_contain_text("Chunk credit")
+    expect(page.locator("#curve-plot .gtitle")).to_contain_text("not the Generate group")
+    shot(page, "chunks")
+    page.get_by_role("tab", name="Objectives").click()
+    expect(page.locator("#objectives-summary")).to_contain_text("Press Compute", timeout=LONG)
+    page.get_by_role("tab", name="Glossary").click()
+    expect(page.locator("#glossary")).to_contain_text("misattributed")
+    shot(page, "glossary")
+
+
+def test_objectives_maps_go_stale_with_a_new_group_and_take_a_scale_per_objective(page, url):
+    page.goto(url)
+    generate(page, group=3, steps=8)
+    page.get_by_role("tab", name="Objectives").click()
+    set_number(page, "obj-updates", 1)
+    page.click("#objectives-btn")
+    status = page.locator("#objectives-status")
+    expect(status).to_contain_text("explained 7 objectives", timeout=LONG)
+    plot = page.locator("#objectives-plot")
+    expect(plot.locator(".gtitle")).to_contain_text("one colour scale")
+    page.locator("#obj-scale").get_by_text("a scale per objective").click()
+    expect(status).to_contain_text("each map on its own colour scale", timeout=LONG)
+    expect(plot.locator(".gtitle")).to_contain_text("each map on its own colour scale")
+    shot(page, "objectives_each")
+    page.get_by_role("tab", name="Generate").click()
+    generate(page, group=3, steps=6)
+    page.get_by_role("tab", name="Objectives").click()
+    expect(page.locator("#objectives-summary")).to_contain_text("The group changed", timeout=LONG)
+    expect(plot).to_contain_text("the group changed: press Compute")
+    expect(plot.locator(".heatmaplayer")).to_have_count(0)  # the old group's maps are gone
+    shot(page, "objectives_stale")
