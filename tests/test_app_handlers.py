@@ -83,7 +83,7 @@ def wb(model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sampled(wb):
-    """A session holding a G=3, T=4 group and its credit (K=2)."""
+    """A session holding a G=3, T=4 group and its credit (M=2)."""
     out = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())
     session = out[-2]
     return h.attribute(wb, 2, session)[-2]
@@ -205,7 +205,7 @@ def test_estimator_choice_and_agreement_with_the_monte_carlo_credit(wb, sampled)
     heatmap, rates, session, status = h.attribute(wb, 2, sampled, "x0", True, 2.0)
     assert status.startswith("✓ measured credit with the x0 estimator")
     assert session.credit.estimator == "x0" and session.reference is sampled.credit  # the MC credit stays
-    assert "no Monte-Carlo error" in rates and "Against your Monte-Carlo measurement (K=2)" in rates
+    assert "no Monte-Carlo error" in rates and "Against your Monte-Carlo measurement (M=2)" in rates
     assert "valid credit estimators: mc, ode, x0" in msg(h.attribute(wb, 2, sampled, "nope", True, 2.0))
     assert "z (sets the false-call rate) must be >= 0" in msg(h.attribute(wb, 2, sampled, "mc", True, -1))
     assert "no Monte-Carlo error to refine" in msg(list(h.refine_credit(wb, 10, session, 2.0))[-1])
@@ -477,5 +477,5 @@ def test_rates_text_shows_the_spread_between_halves_of_the_continuations():
     credit = Credit("p", rewards, rewards - rewards.mean(), torch.rand(6, 3, 8, generator=gen), [4])
     text = rates_text(credit, 2.0)
     a, b = (half.rates(2.0).step for half in credit.halves())
-    assert "two disjoint halves of the continuations (K=4 each)" in text and f"{100 * a.determined:.1f} %" in text
+    assert "two disjoint halves of the continuations (M=4 each)" in text and f"{100 * a.determined:.1f} %" in text
     assert "fixed by construction" in text  # one chunk of all steps from the shared start

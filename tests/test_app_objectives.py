@@ -172,7 +172,7 @@ def test_the_formula_agrees_with_autograd_on_every_cell(spread, dropped):
 def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
     monkeypatch.setitem(learn.LEARN, "group", 4)
     monkeypatch.setitem(learn.LEARN, "steps", 6)
-    monkeypatch.setitem(learn.LEARN, "branches", 2)
+    monkeypatch.setitem(learn.LEARN, "continuations", 2)
     stages = list(learn.learn_walk(wb, Session()))
     assert [s[-1][:1] for s in stages] == ["…", "…", "✓"]
     gallery, text1, fig1, text2, fig2 = stages[1][:5]

@@ -53,8 +53,8 @@ TERMS = (
          "step gives no more gradient in that iteration (marked x in the maps).", "Objectives"),
     Term("chunk", ("chunk", "chunks", "chunk schedule"),
          "A run of consecutive denoising steps treated as one unit (GCPO, arXiv 2510.21583): the chunk gets "
-         "one importance ratio, the geometric mean of its steps' ratios. The *schedule* lists the sizes, "
-         "e.g. 2,3,4,7 for 16 steps.", "Chunk schedules"),
+         "one importance ratio, the geometric mean of its steps' ratios. The *schedule* lists the sizes of "
+         "its K chunks, e.g. 2,3,4,7 (K = 4) for 16 steps.", "Chunk schedules"),
     Term("temporal dynamics (L1_rel)", ("temporal dynamics", "L1_rel"),
          "How much the image changes at each step: L1_rel = |x_t - x_t+1|_1 / |x_t|_1, averaged over "
          "trajectories of several prompts (the model's curve, not one group's). GCPO puts chunk boundaries "
@@ -65,7 +65,8 @@ TERMS = (
          "image add up to its reward minus the group mean.", "Monte-Carlo credit"),
     Term("continuation", ("continuation", "continuations"),
          "A completion of a trajectory from an intermediate state to a final image, with fresh noise. Each "
-         "state is valued by the mean reward of its continuations; more continuations, smaller errors.",
+         "state is valued by the mean reward of its M continuations (`--continuations`); more continuations, "
+         "smaller errors.",
          "Monte-Carlo credit"),
     Term("determined", ("determined", "undetermined"),
          "A cell (step or chunk of one image) whose credit differs from 0 beyond its standard error at the "

@@ -106,6 +106,21 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+class RenamedFlag(argparse.Action):
+    """An old flag kept as an alias: it sets the new flag's value and says the new name on stderr.
+
+        p.add_argument("--branches", dest="continuations", action=RenamedFlag, new="--continuations", type=int)
+    """
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"note: {option_string} is now {self.new} (same meaning); please use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_model_args(p: argparse.ArgumentParser, runs: bool = True) -> None:
     """--model and --device; runs: --model may also name a fine-tuning run or one of its checkpoints."""
     more = (", a run folder runs/<id> (its newest complete checkpoint) or one checkpoint "
@@ -125,13 +140,13 @@ def run_command(args: argparse.Namespace) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except MemoryError:
-        message = "out of memory; lower the sizes (--group, --steps, --branches, --prompts-per-iteration)"
+        message = "out of memory; lower the sizes (--group, --steps, --continuations, --prompts-per-iteration)"
     except Exception as err:
         if os.environ.get("WORKBENCH_DEBUG"):
             raise
         text = str(err) or type(err).__name__
         if "out of memory" in text.lower() or "can't allocate memory" in text.lower():
-            message = "out of memory; lower the sizes (--group, --steps, --branches, --prompts-per-iteration)"
+            message = "out of memory; lower the sizes (--group, --steps, --continuations, --prompts-per-iteration)"
         else:
             message = f"unexpected {type(err).__name__}: {text} (run with WORKBENCH_DEBUG=1 for the traceback)"
     print(f"error: {one_line(message)}", file=sys.stderr)

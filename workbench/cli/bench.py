@@ -69,7 +69,7 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 9) -
             "plain_traj_per_s": group / t_plain, "overhead": t_rec / t_plain - 1, "target_overhead": 0.10}
 
 
-def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, repeats: int = 2) -> dict:
+def bench_credit(policy, group: int = 8, steps: int = 16, continuations: int = 4, repeats: int = 2) -> dict:
     """Seconds for the default credit measurement and one refinement pass, milliseconds to re-chunk with
     errors and classes, and the share of determined step cells before and after the refinement."""
     from workbench.flow.sampler import sample_group
@@ -81,10 +81,10 @@ def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, rep
     holder = {}
 
     def credit():
-        holder["c"] = measure_credit(policy, g, reward, branches=branches, chunks=f"{steps}")
+        holder["c"] = measure_credit(policy, g, reward, continuations=continuations, chunks=f"{steps}")
 
     t_credit = _timed(credit, repeats)
-    budget = group * (steps - 1) * branches  # the default measurement's continuations (the app's default)
+    budget = group * (steps - 1) * continuations  # the default measurement's continuations (the app's default)
     start = time.perf_counter()
     refined = refine(holder["c"], policy, g, reward, budget)
     t_refine = time.perf_counter() - start
@@ -98,7 +98,8 @@ def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, rep
     t_rechunk = _timed(rechunk, 5) / len(specs)
     odes = {name: measure_credit(policy, g, reward, chunks=f"{steps}", estimator=name).cost["seconds"]
             for name in ("ode", "x0")}
-    return {"group": group, "steps": steps, "branches": branches, "credit_s": t_credit, "target_credit_s": 10.0,
+    return {"group": group, "steps": steps, "continuations": continuations, "credit_s": t_credit,
+            "target_credit_s": 10.0,
             "budget": budget, "refine_s": t_refine, "target_refine_s": 20.0,
             "rechunk_ms": 1000 * t_rechunk, "target_rechunk_ms": 10.0,
             "determined_before": holder["c"].rates().step.determined,
@@ -147,12 +148,13 @@ def run(which: str, policy) -> None:
               f"{100 * r['overhead']:+.1f} % (target <= {100 * r['target_overhead']:.0f} %)")
     if which in ("credit", "all"):
         r = bench_credit(policy)
-        print(f"credit    G={r['group']} T={r['steps']} K={r['branches']}: {r['credit_s']:.2f} s "
+        print(f"credit    G={r['group']} T={r['steps']} M={r['continuations']}: {r['credit_s']:.2f} s "
               f"(target < {r['target_credit_s']:.0f} s); one refinement of {r['budget']} continuations "
-              f"{r['refine_s']:.2f} s (target < {r['target_refine_s']:.0f} s, K now {r['k_after'][0]}.."
+              f"{r['refine_s']:.2f} s (target < {r['target_refine_s']:.0f} s, M now {r['k_after'][0]}.."
               f"{r['k_after'][1]}); re-chunk with errors and classes {r['rechunk_ms']:.2f} ms "
               f"(target < {r['target_rechunk_ms']:.0f} ms)")
-        print(f"          determined step cells at z=2: {100 * r['determined_before']:.0f} % at K={r['branches']}, "
+        print(f"          determined step cells at z=2: {100 * r['determined_before']:.0f} % "
+              f"at M={r['continuations']}, "
               f"{100 * r['determined_after']:.0f} % after one refinement; ode estimator {r['ode_s']:.2f} s, "
               f"x0 estimator {r['x0_s']:.2f} s")
     if which in ("train", "all"):

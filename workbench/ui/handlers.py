@@ -131,26 +131,26 @@ def _z(value) -> float:
 
 
 @guarded(4)
-def attribute(wb: Workbench, branches: float, session: Session, estimator: str = "mc", crn: bool = True,
+def attribute(wb: Workbench, continuations: float, session: Session, estimator: str = "mc", crn: bool = True,
               z: float = Z, progress=gr.Progress()):
     """Attribution tab -> (credit heatmap, rates Markdown, session, status).
 
-    estimator: mc (K continuations per state), ode or x0 (one look-ahead per state, K unused); crn: common
+    estimator: mc (M continuations per state), ode or x0 (one look-ahead per state, M unused); crn: common
     random numbers across a trajectory's continuations."""
     from workbench.rewards import build_reward
     from workbench.rl.credit import measure_credit
 
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    k, z = whole_number(branches, "branches (K)", 1), _z(z)
+    k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     estimator = estimator or "mc"
     group = session.group
-    credit = measure_credit(wb.policy(session.source), group, build_reward(session.reward_spec), branches=k,
+    credit = measure_credit(wb.policy(session.source), group, build_reward(session.reward_spec), continuations=k,
                             chunks=session.sizes, seed=group.config.seed, estimator=estimator, crn=bool(crn),
                             progress=_tracker(progress, "continuations from state"))
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
-    what = f"K={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
+    what = f"M={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
     seconds = credit.cost.get("seconds", 0.0)
     return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with {what} ({seconds:.1f} s)")
 

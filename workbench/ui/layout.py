@@ -41,7 +41,7 @@ EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a large yellow cross in the bottom right on a gray background",
                    "a small green bar in the middle left on a white background",
                    "a purple circle"]
-DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, K=4): a refinement doubles the compute
+DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, M=4): a refinement doubles the compute
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
@@ -88,11 +88,11 @@ def _generate_tab(wb, session) -> dict:
 
 
 ATTRIBUTION_INTRO = (
-    "Branch K continuations from every state of the group made in **Generate** and compare each step's measured "
+    "Branch M continuations from every state of the group made in **Generate** and compare each step's measured "
     "credit (left) with the one advantage GRPO gives the whole trajectory (right). Every cell has a standard "
     "error: it is **misattributed** (x) or **aligned** (dot) only when its credit differs from 0 at the false-call "
     "rate z sets (z = 2: 4.6 % of cells without credit are called; a Student-t test, since each error comes from "
-    "only K continuations), **undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more "
+    "only M continuations), **undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more "
     "continuations where cells are undetermined and tests a cell again at the rate divided by its looks. The "
     "*ode* and *x0* estimators value each state with one deterministic look-ahead "
     "(TP-GRPO; Stepwise-Flow-GRPO, DenseGRPO): cheaper, without Monte-Carlo error, and compared with your "
@@ -102,7 +102,7 @@ ATTRIBUTION_INTRO = (
 def _attribution_tab(wb, session, choices: list) -> dict:
     gr.Markdown(gloss(ATTRIBUTION_INTRO), elem_id="attribution-intro")
     with gr.Row():
-        branches = gr.Slider(1, 16, 4, step=1, label="Continuations per state K", elem_id="credit-k")
+        continuations = gr.Slider(1, 16, 4, step=1, label="Continuations per state M", elem_id="credit-k")
         estimator = gr.Dropdown(ESTIMATORS.names(), value="mc", label="Credit estimator",
                                 info="mc: Monte-Carlo; ode: ODE completion; x0: denoised prediction",
                                 elem_id="credit-estimator")
@@ -120,7 +120,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
                       elem_id="credit-plot")
     gr.Markdown("### Before and after\nThe same prompt and noise under a second policy (default: the base model "
-                "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the K, "
+                "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the M, "
                 "estimator and continuation seed above and drawn on one colour scale.")
     with gr.Row():
         other = gr.Dropdown([("the base model of this session's policy", pol.RUN_BASE), *choices],
@@ -135,11 +135,12 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_text, status]
-    run.click(partial(h.attribute, wb), [branches, session, estimator, crn, z], outputs, api_name="attribute", **HEAVY)
+    run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z], outputs, api_name="attribute",
+              **HEAVY)
     refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **HEAVY)
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
-    compare.click(partial(pol.compare, wb), [other, branches, session, estimator, crn, z],
+    compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit", **HEAVY)
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
                 compare_text=compare_text, both=both)
