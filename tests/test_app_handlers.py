@@ -21,6 +21,7 @@ import torch
 from PIL import Image
 
 from workbench.core.files import read_json, write_json
+from workbench.core.imaging import HEADER
 from workbench.rl.chunking import CHUNKERS
 from workbench.train import TrainConfig, preset
 from workbench.train.store import CONFIG, STATUS, RunStore
@@ -127,7 +128,7 @@ def test_generate_view_shows_the_sessions_group_with_its_settings(wb, sampled):
     out = h.generate_view(wb, sampled)
     assert out[:8] == (PROMPT, 3, 4, 0.7, 0, "adherence", sampled.group.config.sde, "")
     gallery, strip, figure, status = out[8:]
-    assert len(gallery) == 3 and strip is not None and len(figure.data) == 3
+    assert len(gallery) == 3 and strip is not None and len(figure.data) == 3 + 2
     assert status.startswith("✓ the group of G=3 trajectories of T=4 steps")
     assert "no group yet" in msg(h.generate_view(wb, Session()))
 
@@ -141,8 +142,11 @@ def test_generate_returns_images_captions_and_figures(wb):
         assert image.size == (128, 128)
         assert f"reward {float(r):.3f}" in caption and f"A {float(a):+.2f}" in caption
     assert abs(float(session.advantages.sum())) < 1e-3  # GRPO advantages are centred
-    assert strip.size == (4 * (32 * 3 + 2) + 2, 3 * (32 * 3 + 2) + 2)  # one row per trajectory, one column per step
-    assert isinstance(fig, go.Figure) and len(fig.data) == 3 and fig.layout.title.text
+    assert strip.size == (4 * (32 * 3 + 2) + 2, HEADER + 3 * (32 * 3 + 2) + 2)  # a row per trajectory, column per step
+    assert strip.getpixel((strip.width - 20, 5)) == (255, 255, 255)  # the strip above the cells is white ...
+    header = strip.crop((0, HEADER - 16, strip.width, HEADER))  # ... and names each column's step at its bottom
+    assert min(header.convert("L").getdata()) < 100
+    assert isinstance(fig, go.Figure) and len(fig.data) == 3 + 2 and fig.layout.title.text  # G lines, mean, level
     assert list(fig.data[0].y) == pytest.approx(session.group.log_probs[0].tolist())
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
     assert session.credit is None and "Attribution" in rates and isinstance(heatmap, go.Figure)
@@ -281,8 +285,8 @@ def test_new_group_with_other_steps_resets_the_schedule(wb, sampled):
 def test_filmstrip_of_long_trajectories_shows_at_most_16_steps(wb):
     x0 = torch.linspace(-1, 1, 20)[None, :, None, None, None].expand(2, 20, 3, 32, 32)  # (G, T, C, H, W)
     strip = h._filmstrip(wb.policy(), SimpleNamespace(num_steps=20, x0_preds=x0))
-    assert strip.size == (h.FILM_STEPS * (32 * 3 + 2) + 2, 2 * (32 * 3 + 2) + 2)
-    first, last = strip.getpixel((2 + 10, 2 + 10)), strip.getpixel((strip.width - 12, 2 + 10))
+    assert strip.size == (h.FILM_STEPS * (32 * 3 + 2) + 2, HEADER + 2 * (32 * 3 + 2) + 2)
+    first, last = strip.getpixel((2 + 10, HEADER + 12)), strip.getpixel((strip.width - 12, HEADER + 12))
     assert first == (0, 0, 0) and last == (255, 255, 255)  # the first and the last step are both shown
 
 

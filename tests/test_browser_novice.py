@@ -1,8 +1,11 @@
 """In headless chromium, as a learner who has never heard of GRPO: the welcome leads into Learn, Learn's group
 shows in Generate, Attribution, Chunks and Objectives, words hover to their glossary entry, and the Objectives
-maps of an old group do not stay up. Screenshots: test-artifacts/novice_*.png."""
+maps of an old group do not stay up, and a shared link opens the same view with the same numbers.
+Screenshots: test-artifacts/novice_*.png."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -101,3 +104,60 @@ def test_objectives_maps_go_stale_with_a_new_group_and_take_a_scale_per_objectiv
     expect(plot).to_contain_text("the group changed: press Compute")
     expect(plot.locator(".heatmaplayer")).to_have_count(0)  # the old group's maps are gone
     shot(page, "objectives_stale")
+
+
+def test_a_shared_link_opens_the_same_view_with_the_same_numbers(page, url, browser):
+    page.goto(url)
+    generate(page, group=3, steps=6)
+    page.get_by_role("tab", name="Attribution").click()
+    set_number(page, "credit-k", 2)
+    page.click("#credit-btn")
+    expect(page.locator("#credit-status")).to_contain_text("measured credit with M=2", timeout=LONG)
+    rates = page.locator("#credit-rates [data-testid=markdown]").inner_text()  # the text, not a progress timer over it
+    page.click("#share-btn")
+    link_box = page.locator("#share-link textarea")
+    expect(link_box).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?model=base&prompt="), timeout=LONG)
+    link = link_box.input_value()
+    for part in ("G=3", "T=6", "seed=0", "continuations=2", "estimator=mc", "tab=attribution", "chunks="):
+        assert part in link, (part, link)
+    assert page.url == link  # the address bar holds the view too
+    other = browser.new_page()
+    try:
+        other.goto(link)
+        expect(other.locator("#share-status")).to_contain_text("opened a shared link", timeout=4 * LONG)
+        expect(other.locator("#credit-rates")).to_contain_text("Step misattribution", timeout=LONG)
+        assert other.locator("#credit-rates [data-testid=markdown]").inner_text() == rates  # the same numbers
+        expect(other.get_by_role("tab", name="Attribution")).to_have_attribute("aria-selected", "true")
+        expect(other.locator("#credit-k input[type=number]")).to_have_value("2")
+        expect(other.locator("#credit-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
+        other.screenshot(path=str(ARTIFACTS / "novice_shared_link.png"), full_page=True)
+    finally:
+        other.close()
+
+
+def test_the_exported_page_opens_offline_with_every_figure(page, url, browser, tmp_path):
+    page.goto(url)
+    generate(page, group=3, steps=6)
+    page.get_by_role("tab", name="Attribution").click()
+    set_number(page, "credit-k", 2)
+    page.click("#credit-btn")
+    expect(page.locator("#credit-status")).to_contain_text("measured credit with M=2", timeout=LONG)
+    page.click("#export-btn")
+    expect(page.locator("#share-status")).to_contain_text("page written", timeout=LONG)
+    with page.expect_download(timeout=LONG) as download:
+        page.locator("#export-file a").first.click()
+    saved = tmp_path / "page.html"
+    download.value.save_as(saved)
+    assert saved.stat().st_size < 10_000_000
+    offline = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+    try:
+        view = offline.new_page()
+        view.goto(saved.as_uri())
+        view.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=LONG)
+        expect(view.locator(".js-plotly-plot")).to_have_count(4)  # log-probs, step credit, chunk credit, objectives
+        expect(view.locator("img")).to_have_count(2)
+        assert all(view.locator("img").evaluate_all("imgs => imgs.map(i => i.naturalWidth > 0)"))
+        expect(view.locator("body")).to_contain_text("python -m workbench export --prompt")
+        view.screenshot(path=str(ARTIFACTS / "novice_exported_page.png"), full_page=True)
+    finally:
+        offline.close()

@@ -130,3 +130,16 @@ def test_the_old_branches_flag_still_works_and_names_its_successor(model_dir, ca
     assert "--branches is now --continuations" in err
     assert main(argv + ["--continuations", "3"]) == 0
     assert json.loads(capsys.readouterr().out)["credit"] == json.loads(out)["credit"]  # the same measurement
+
+
+def test_export_writes_a_standalone_page(model_dir, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert main(["export", "--prompt", PROMPT, "--group", "2", "--steps", "3", "--continuations", "2", "--chunks",
+                 "1,2", "--model", str(model_dir), "--out", str(out)]) == 0
+    assert "no network needed" in capsys.readouterr().err
+    text = out.read_text()
+    assert len(text.encode()) < 10_000_000 and text.count('class="plotly-graph-div"') == 4
+    assert "--chunks 1,2 --continuations 2 --estimator mc" in text and f"--model {model_dir}" in text
+    assert main(["export", "--prompt", PROMPT, "--steps", "3", "--chunks", "1,1", "--model", str(model_dir),
+                 "--out", str(out)]) == 2  # a schedule that does not cover the steps: a message, no page
+    assert "sum to 2" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import math
 import sys
 from pathlib import Path
 
+from workbench.cli import export
 from workbench.cli.args import (
     Parser,
     RenamedFlag,
@@ -260,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="independent continuations instead of common random numbers across a trajectory's states")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_attribute)
+
+    export.add_parser(sub)
 
     p = sub.add_parser("chunks", help="chunk boundaries from the temporal-dynamics curve",
                        description="Sample trajectories over many prompts, average their L1_rel curve, and cut "

@@ -82,7 +82,7 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
                             sde=sde or "", window=parse_window(window))
     session = _sample(wb, prompt or "", config, reward_spec, session, progress)
     group = session.group
-    figure = plots.logprob_figure(group.log_probs, session.rewards)
+    figure = plots.logprob_figure(group.log_probs, session.rewards, group.stds)
     note = f"sampled G={group.group_size} trajectories of T={group.num_steps} steps for '{escape(group.prompt)}'"
     cleared = plots.empty_figure("Step credit", "measure credit for the new group")
     strip = _filmstrip(wb.policy(session.source), group)
@@ -98,7 +98,7 @@ def generate_view(wb: Workbench, session: Session):
         raise WorkbenchError("no group yet: generate one, or run the example in Learn")
     c = group.config
     window = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
-    figure = plots.logprob_figure(group.log_probs, session.rewards)
+    figure = plots.logprob_figure(group.log_probs, session.rewards, group.stds)
     strip = _filmstrip(wb.policy(session.source), group)
     return (group.prompt, c.group, c.steps, c.noise_level, c.seed, session.reward_spec, c.sde, window,
             _gallery(session), strip, figure,

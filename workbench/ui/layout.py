@@ -25,10 +25,11 @@ from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
+from workbench.ui import share
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
-from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_after, learn_walk
+from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
 from workbench.ui.state import BASE, Session
 from workbench.ui.welcome import CHUNKS_INTRO, GENERATE_INTRO, glossary_tab, go_to_learn, welcome_panel
@@ -135,18 +136,20 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_text, status]
+    busy = dict(show_progress_on=[heatmap], **HEAVY)  # the progress text over the map, not over the rates' text
     run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z], outputs, api_name="attribute",
-              **HEAVY)
-    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **HEAVY)
+              **busy)
+    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy)
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z],
-                  [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit", **HEAVY)
+                  [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
+                  show_progress_on=[compare_plot], **HEAVY)
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
-                compare_text=compare_text, both=both)
+                compare_text=compare_text, both=both, continuations=continuations, estimator=estimator)
 
 
-def _chunks_tab(wb, session, tab) -> None:
+def _chunks_tab(wb, session, tab) -> gr.Textbox:
     gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
@@ -180,6 +183,7 @@ def _chunks_tab(wb, session, tab) -> None:
     merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **fast)
     clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
                   js=forward_js("curve-plot"), trigger_mode="always_last", **fast)  # a click while one runs waits
+    return spec
 
 
 OBJECTIVES_INTRO = (
@@ -334,31 +338,6 @@ def _runs_tab(wb, tab) -> None:
     prepare.click(partial(rh.download, wb), [pick], [files, status], api_name="download_run")
 
 
-def _learn_tab(wb, session, gen: dict) -> None:
-    gr.Markdown(gloss(INTRO), elem_id="learn-intro")
-    gr.Markdown(example_text())
-    run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
-    status = gr.Markdown(elem_id="learn-status")
-    gallery = gr.Gallery(label="The group (reward, advantage)", columns=8, height=220, format="png",
-                         elem_id="learn-gallery")
-    stages = []
-    for n in range(1, 5):
-        stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
-    last = gr.Markdown(elem_id="learn-text-5")
-    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
-    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn")
-    after_status = gr.Markdown(elem_id="learn-after-status")
-    after_text = gr.Markdown(elem_id="learn-after-text")
-    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot")
-    after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
-                            format="png", elem_id="learn-after-images")
-    run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
-              api_name="learn_example", **HEAVY).then(
-        partial(h.generate_view, wb), [session], gen["shown"], api_visibility="private", show_progress="hidden")
-    after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
-                api_name="learn_after", **HEAVY)
-
-
 def _picker(wb, session, choices: list) -> dict:
     """The model picker under the title: the header line and the menu; its Load is wired once the tabs exist."""
     header = gr.Markdown(pol.header(wb, Session()), elem_id="model-header")
@@ -378,7 +357,7 @@ def _picker(wb, session, choices: list) -> dict:
               api_name="pick_policy", **HEAVY)
         refresh.click(partial(pol.refresh_choices, wb), None, [menu, attribution["other"]],
                       api_visibility="private")
-    return dict(load=wire, menu=menu)
+    return dict(load=wire, menu=menu, header=header)
 
 
 def build_app(wb: Workbench) -> gr.Blocks:
@@ -390,6 +369,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
         picker = _picker(wb, session, choices)
         welcome, start = welcome_panel()
+        link = share.share_row()
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
                 gen = _generate_tab(wb, session)
@@ -404,7 +384,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                              [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
                              api_name="generate", **HEAVY)
             with gr.Tab("Chunks", id="chunks") as chunks_tab:
-                _chunks_tab(wb, session, chunks_tab)
+                spec = _chunks_tab(wb, session, chunks_tab)
             with gr.Tab("Objectives", id="objectives") as objectives_tab:
                 _objectives_tab(wb, session, objectives_tab)
             with gr.Tab("Fine-tune", id="finetune") as finetune_tab:
@@ -412,10 +392,16 @@ def build_app(wb: Workbench) -> gr.Blocks:
             with gr.Tab("Runs", id="runs") as runs_tab:
                 _runs_tab(wb, runs_tab)
             with gr.Tab("Learn", id="learn"):
-                _learn_tab(wb, session, gen)
+                learn_tab(wb, session, gen["shown"], HEAVY)
             with gr.Tab("Glossary", id="glossary"):
                 glossary_tab()
         start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)
+        prompt, group, steps, noise, seed, reward, _, sde, window = gen["inputs"]
+        k, estimator = attribution["continuations"], attribution["estimator"]
+        share.wire(wb, demo, link, tabs, session,
+                   [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
+                   [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
+                    attribution["heatmap"], attribution["rates"]])
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],

@@ -10,11 +10,13 @@ state no measurement.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import gradio as gr
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.glossary import gloss
 from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import Credit, Z
 from workbench.rl.credit_stats import MISATTRIBUTED
@@ -266,3 +268,29 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
             f"{rewards[0]:.2f} under {comparison.labels[0]}, {rewards[1]:.2f} under {comparison.labels[1]}. Only the "
             f"lesson's trained steps (its SDE window, chunks {lesson.chunks}) count in the rates.\n\n")
     return figure, images, lead + text, session, ok(f"compared the base model and {escape(comparison.labels[1])}")
+
+
+def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
+    """The tab's page; after the walk, Generate's `shown` controls and views take the example group."""
+    gr.Markdown(gloss(INTRO), elem_id="learn-intro")
+    gr.Markdown(example_text())
+    run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
+    status = gr.Markdown(elem_id="learn-status")
+    gallery = gr.Gallery(label="The group (reward, advantage)", columns=8, height=220, format="png",
+                         elem_id="learn-gallery")
+    stages = []
+    for n in range(1, 5):
+        stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
+    last = gr.Markdown(elem_id="learn-text-5")
+    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
+    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn")
+    after_status = gr.Markdown(elem_id="learn-after-status")
+    after_text = gr.Markdown(elem_id="learn-after-text")
+    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot")
+    after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
+                            format="png", elem_id="learn-after-images")
+    run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
+              api_name="learn_example", **heavy).then(
+        partial(handlers.generate_view, wb), [session], shown, api_visibility="private", show_progress="hidden")
+    after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
+                api_name="learn_after", **heavy)

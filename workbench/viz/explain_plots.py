@@ -81,9 +81,9 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
                       title=dict(text="What each objective pushes on each step: −dL/d log p(i,t), "
                                       + ("each map on its own colour scale" if scale_each else "one colour scale")
                                       + "<br><sup>rows of a map: trajectories i; columns: steps t; "
-                                        "x: a clipped unit (no gradient)</sup>", x=0.5, xanchor="center", y=0.98,
-                                 yanchor="top"),
-                      **{**LAYOUT, "margin": dict(l=110, r=60, t=120, b=50)})
+                                        "x: a clipped unit (no gradient)</sup>", x=0.5, xanchor="center", y=1,
+                                 yanchor="top", pad=dict(t=12)),
+                      **{**LAYOUT, "margin": dict(l=110, r=60, t=130, b=50)})
     fig.update_annotations(font_size=10)
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_yaxes(showticklabels=True, dtick=2, col=1)
