@@ -5,9 +5,13 @@ Screenshots: test-artifacts/novice_*.png."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
+import torch
+from PIL import Image
 
 pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
 
@@ -22,24 +26,37 @@ from tests.test_browser import (  # noqa: F401 - its chromium launch fixture, sk
     pytestmark,
     set_number,
 )
+from workbench.core.imaging import grid
 from workbench.ui.learn import LEARN, LEARN_PROMPT
+from workbench.ui.run_handlers import label_strip
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    """The app on a random-init tiny model (no training here)."""
+def served(tmp_path_factory):
+    """(address, runs folder) of the app on a random-init tiny model (no training here)."""
     from workbench.models.embedded import build_embedded, save_embedded
     from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
-    wb = Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")), curve_prompts=2)
+    runs = tmp_path_factory.mktemp("runs")
+    wb = Workbench(model=str(model), device="cpu", runs_root=str(runs), curve_prompts=2)
     demo = build_app(wb)
     port = free_port()
     demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     ARTIFACTS.mkdir(exist_ok=True)
-    yield f"http://127.0.0.1:{port}/"
+    yield f"http://127.0.0.1:{port}/", runs
     demo.close()
+
+
+@pytest.fixture
+def url(served):
+    return served[0]
+
+
+@pytest.fixture
+def app_runs(served):
+    return served[1]
 
 
 def shot(page, name: str) -> None:
@@ -58,6 +75,7 @@ def test_welcome_learn_then_every_tab_shows_the_group(page, url):
     expect(page.locator("#learn-intro abbr[title^='credit: ']").first).to_be_attached()
     page.click("#learn-btn")
     expect(page.locator("#learn-status")).to_contain_text("example ready", timeout=4 * LONG)
+    assert page.evaluate(CUT_JS, "#learn-gallery .caption-label") == []  # captions were cut ("traj 0: reward 0.9...")
     shot(page, "learn")
     g, t = LEARN["group"], LEARN["steps"]
     page.get_by_role("tab", name="Generate").click()
@@ -161,3 +179,66 @@ def test_the_exported_page_opens_offline_with_every_figure(page, url, browser, t
         view.screenshot(path=str(ARTIFACTS / "novice_exported_page.png"), full_page=True)
     finally:
         offline.close()
+
+
+BOXES_JS = """(sel) => [...document.querySelectorAll(sel)].map(e => e.getBoundingClientRect())
+  .filter(r => r.width > 0).map(r => [r.left, r.top, r.right, r.bottom])"""
+CUT_JS = """(sel) => [...document.querySelectorAll(sel)].filter(e => e.scrollWidth > e.clientWidth + 1)
+  .map(e => e.textContent)"""
+
+
+def overlapping(boxes: list) -> list:
+    """Pairs of boxes [left, top, right, bottom] that intersect (by more than a pixel)."""
+    return [(a, b) for n, a in enumerate(boxes) for b in boxes[n + 1:]
+            if min(a[2], b[2]) - max(a[0], b[0]) > 1 and min(a[3], b[3]) - max(a[1], b[1]) > 1]
+
+
+def lesson_like_run(runs: Path) -> str:
+    """A finished run with training metrics and two held-out grids of 8 prompts x 2 rows (a lesson's size)."""
+    run = runs / "lesson-like"
+    (run / "samples").mkdir(parents=True)
+    rows = [{"iteration": i, "reward/mean": 0.1 * i, "loss/policy": 0.01, "policy/clip_frac": 0.1, "loss/kl": 0.0,
+             "policy/grad_norm": 1.0, "chunk/ratio_mean_0": 1.0, "eval/reward_mean": 0.5} for i in range(3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "status.json").write_text(json.dumps({"state": "finished", "iteration": 2}))
+    (run / "config.json").write_text(json.dumps({"iterations": 2, "objective": "chunk_grpo"}))
+    for it in (0, 2):
+        grid(torch.rand(16, 3, 32, 32), ncol=8, scale=4).save(run / "samples" / f"eval_{it:04d}.png")
+    assert Image.open(run / "samples" / "eval_0000.png").size == (1042, 262)  # 8 x 130 + 2, as the crosses lesson
+    return run.name
+
+
+def test_the_listed_view_defects_are_gone(page, url, app_runs):
+    name = lesson_like_run(app_runs)
+    page.goto(url)
+    generate(page, group=4, steps=8)
+    expect(page.locator("#gallery img")).to_have_count(4, timeout=LONG)
+    assert page.evaluate(CUT_JS, "#gallery .caption-label") == []  # no caption cut ("traj 0: reward 0.9...")
+    strip = page.locator("#filmstrip img")  # the x0 filmstrip carries a strip of step numbers above its cells
+    assert strip.evaluate("i => i.naturalHeight") == 36 + 4 * (32 * 3 + 2) + 2
+    shot(page, "defect_generate")
+    page.get_by_role("tab", name="Attribution").click()
+    page.click("#credit-btn")
+    busy = page.locator("#credit-plot [data-testid=status-tracker]:not(.hide)")
+    expect(busy).to_have_count(1, timeout=LONG)  # the progress shows over the map ...
+    assert page.locator("#credit-rates [data-testid=status-tracker]:not(.hide)").count() == 0  # ... not the rates
+    shot(page, "defect_credit_progress")
+    expect(page.locator("#credit-status")).to_contain_text("measured credit", timeout=LONG)
+    page.get_by_role("tab", name="Fine-tune").click()
+    page.locator("#show-run input").fill(name)
+    page.locator("#show-run input").press("Enter")
+    expect(page.locator("#run-state")).to_contain_text(f"Run {name}", timeout=LONG)
+    expect(page.locator("#train-plot .js-plotly-plot")).to_be_visible()
+    texts = ", ".join(f"#train-plot {c}" for c in (".xtitle", ".ytitle", ".annotation-text", ".xtick", ".ytick"))
+    assert overlapping(page.evaluate(BOXES_JS, texts)) == []  # no subplot label runs into another
+    for which in ("before", "now"):
+        image = page.locator(f"#train-{which} img")
+        expect(image).to_be_visible(timeout=LONG)
+        assert image.bounding_box()["width"] >= 8 * 120  # 8 prompts, each cell well over 75 px wide
+        label = page.locator(f"#train-{which} label").bounding_box()
+        top = image.bounding_box()["y"]
+        scale = image.bounding_box()["height"] / image.evaluate("i => i.naturalHeight")
+        natural = image.evaluate("i => i.naturalHeight")
+        strip = next(s for s in range(40, natural) if s == label_strip(natural - s))  # white rows above the grid
+        assert label["y"] + label["height"] <= top + strip * scale + 1  # the label sits on the white strip
+    shot(page, "defect_finetune")

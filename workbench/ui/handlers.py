@@ -57,12 +57,16 @@ def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str
     return session.with_group(group, reward_spec, rewards, advantages)
 
 
-def _gallery(session: Session) -> list[tuple]:
-    """[(PIL image, caption)] of the group's final images; small images are enlarged to about 128 px."""
+def _gallery(session: Session, short: bool = False) -> list[tuple]:
+    """[(PIL image, caption)] of the group's final images; small images are enlarged to about 128 px.
+
+    Captions fit their thumbnail (a gallery cuts longer ones): "#i reward r, A a, speckle s", or with
+    short=True (Learn's eight columns) "#i r r, A a"."""
     images = session.group.images  # (G, 3, H, W)
     scale = max(1, 128 // images.shape[-1])
     noise = speckle(images)  # (G,)
-    return [(to_pil(img, scale), f"traj {i}: reward {float(r):.3f}, A {float(a):+.2f}, speckle {float(n):.3f}")
+    return [(to_pil(img, scale), f"#{i} r {float(r):.3f}, A {float(a):+.2f}" if short else
+             f"#{i} reward {float(r):.3f}, A {float(a):+.2f}, speckle {float(n):.3f}")
             for i, (img, r, a, n) in enumerate(zip(images, session.rewards, session.advantages, noise))]
 
 

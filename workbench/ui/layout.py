@@ -43,6 +43,7 @@ EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a small green bar in the middle left on a white background",
                    "a purple circle"]
 DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, M=4): a refinement doubles the compute
+BEFORE_NOW_HEIGHT = 340  # px of the Before / Now grids: 8 prompts x 2 rows show cells of about 150 px
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
@@ -287,9 +288,9 @@ def _finetune_tab(wb, session, tab) -> None:
         live = gr.Plot(label="Training curves", elem_id="train-plot", scale=3)
         sample = gr.Image(label="Newest samples", type="pil", format="png", elem_id="train-sample", scale=1)
     gr.Markdown("**Before / Now**: the first held-out prompts drawn with the same noise at every evaluation.")
-    with gr.Row():
-        before = gr.Image(label="Before", type="pil", format="png", elem_id="train-before")
-        now = gr.Image(label="Now", type="pil", format="png", elem_id="train-now")
+    with gr.Column():  # stacked, not side by side: a lesson's grid of 8 prompts needs the width
+        before = gr.Image(label="Before", type="pil", format="png", elem_id="train-before", height=BEFORE_NOW_HEIGHT)
+        now = gr.Image(label="Now", type="pil", format="png", elem_id="train-now", height=BEFORE_NOW_HEIGHT)
     heldout = gr.Plot(label="Held-out evaluation", elem_id="train-heldout")
     timer = gr.Timer(1.0, active=False)
     form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
@@ -325,9 +326,9 @@ def _runs_tab(wb, tab) -> None:
     bar = gr.HTML(elem_id="runs-progress")
     line = gr.Markdown(elem_id="runs-line")
     curves = gr.Plot(label="Training curves", elem_id="runs-curves")
-    with gr.Row():
-        before = gr.Image(label="Before", type="pil", format="png", elem_id="runs-before")
-        now = gr.Image(label="Now", type="pil", format="png", elem_id="runs-now")
+    with gr.Column():  # stacked, not side by side: a lesson's grid of 8 prompts needs the width
+        before = gr.Image(label="Before", type="pil", format="png", elem_id="runs-before", height=BEFORE_NOW_HEIGHT)
+        now = gr.Image(label="Now", type="pil", format="png", elem_id="runs-now", height=BEFORE_NOW_HEIGHT)
     heldout = gr.Plot(label="Held-out evaluation", elem_id="runs-heldout")
     listing = [table, chosen, pick, metric, status]
     shown = [curves, before, now, heldout, bar, line, status]

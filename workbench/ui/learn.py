@@ -204,7 +204,7 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
     ex = explain(old, old, session.advantages, ObjectiveSettings(chunks=session.sizes), ["step_grpo", "chunk_grpo"],
                  step_mask=session.group.config.sde_mask().expand_as(old))
     waiting = f"Branching M={LEARN['continuations']} continuations from every state to value it..."
-    yield (handlers._gallery(session), group_text(session),
+    yield (handlers._gallery(session, short=True), group_text(session),
            explain_plots.advantage_figure(session.rewards, session.advantages),
            step_grpo_text(ex, session.advantages), explain_plots.push_figure(ex, "step_grpo", "Step GRPO's push "
                                                                              "−w at ratio 1: one value per image"),
@@ -276,7 +276,7 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
     gr.Markdown(example_text())
     run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
     status = gr.Markdown(elem_id="learn-status")
-    gallery = gr.Gallery(label="The group (reward, advantage)", columns=8, height=220, format="png",
+    gallery = gr.Gallery(label="The group (#image, reward r, advantage A)", columns=8, height=240, format="png",
                          elem_id="learn-gallery")
     stages = []
     for n in range(1, 5):
