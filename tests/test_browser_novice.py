@@ -224,6 +224,9 @@ def test_the_listed_view_defects_are_gone(page, url, app_runs):
     assert page.locator("#credit-rates [data-testid=status-tracker]:not(.hide)").count() == 0  # ... not the rates
     shot(page, "defect_credit_progress")
     expect(page.locator("#credit-status")).to_contain_text("measured credit", timeout=LONG)
+    expect(page.locator("#credit-plot .legend")).to_be_visible()
+    boxes = page.evaluate(BOXES_JS, "#credit-plot .legend, #credit-plot .xtitle")
+    assert len(boxes) == 3 and overlapping(boxes) == []  # the legend under the axis titles, not over them
     page.get_by_role("tab", name="Fine-tune").click()
     page.locator("#show-run input").fill(name)
     page.locator("#show-run input").press("Enter")

@@ -136,6 +136,7 @@ def test_rechunk_reuses_the_samples(random_policy, group):
     m1, m5 = other.misattribution(), credit.misattribution()
     assert m1["chunk_misattribution"] == pytest.approx(m1["step_misattribution"])  # chunk size 1 == steps
     assert torch.allclose(other.chunk_se, other.step_se, equal_nan=True)
+    assert other.rates(2.0).chunk == other.rates(2.0).step  # the classified rates too (notebook 02's slider at 1)
     assert m5["step_misattribution"] == m1["step_misattribution"]
     with pytest.raises(WorkbenchError, match="sum"):
         credit.rechunk("2,2")

@@ -52,12 +52,13 @@ def test_gloss_hovers_the_first_use_only_and_leaves_code_latex_and_headings_alon
     ("chunks", {"chunk", "importance ratio", "temporal dynamics (L1_rel)", "trajectory"}),
     ("objectives", {"push (-w)", "log-prob", "clipping", "chunk_grpo", "credit"}),
     ("learn", {"GRPO", "advantage", "credit", "continuation", "misattributed", "chunk", "importance ratio"}),
+    ("finetune", {"advantage", "chunk_grpo", "chunk", "clipping", "importance ratio"}),
 ])
 def test_each_tab_hovers_its_terms_where_it_first_uses_them(tab, expected):
     from workbench.ui import layout, learn, welcome
 
     texts = {"generate": welcome.GENERATE_INTRO, "attribution": gloss(layout.ATTRIBUTION_INTRO),
              "chunks": welcome.CHUNKS_INTRO, "objectives": gloss(layout.OBJECTIVES_INTRO),
-             "learn": gloss(learn.INTRO)}
+             "learn": gloss(learn.INTRO), "finetune": welcome.FINETUNE_INTRO}
     names = {t if t != "undetermined" else "determined" for t in expected}
     assert names <= set(glossed(texts[tab])), (tab, names - set(glossed(texts[tab])))

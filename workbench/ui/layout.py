@@ -32,7 +32,14 @@ from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
 from workbench.ui.state import BASE, Session
-from workbench.ui.welcome import CHUNKS_INTRO, GENERATE_INTRO, glossary_tab, go_to_learn, welcome_panel
+from workbench.ui.welcome import (
+    CHUNKS_INTRO,
+    FINETUNE_INTRO,
+    GENERATE_INTRO,
+    glossary_tab,
+    go_to_learn,
+    welcome_panel,
+)
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
 from workbench.viz.plots import empty_figure
@@ -245,6 +252,7 @@ def _objectives_tab(wb, session, tab) -> None:
 def _finetune_tab(wb, session, tab) -> None:
     """Every control starts at TrainConfig's default and says what its field's docstring says."""
     defaults, docs = TrainConfig(), field_docs(TrainConfig)
+    gr.Markdown(FINETUNE_INTRO, elem_id="finetune-intro")
 
     def hint(name: str, limit: int = 150) -> str:
         return docs[name] if len(docs[name]) <= limit else docs[name][:limit].rsplit(" ", 1)[0] + " ..."

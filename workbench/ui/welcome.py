@@ -32,6 +32,12 @@ CHUNKS_INTRO = gloss(
     "chunk credit and the misattribution rates update at once (the stored credit and its errors are "
     "re-chunked, nothing is sampled again).")
 
+FINETUNE_INTRO = gloss(
+    "Fine-tune the policy: every iteration samples a group per prompt, turns rewards into advantages and "
+    "updates the model with the chosen objective (Chunk-GRPO uses the chunk schedule below; every objective "
+    "clips its importance ratio at the clip range). Runs go in a separate process; Before / Now show the same "
+    "held-out prompts and noise before and after.")
+
 
 def welcome_panel() -> tuple[gr.Accordion, gr.Button]:
     """The welcome, open on every visit, and its button into Learn (wired by the layout to the tabs)."""

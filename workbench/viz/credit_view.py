@@ -122,7 +122,7 @@ def chunk_figure(credit: Credit, z: float) -> go.Figure:
     fig.update_layout(title=f"Chunk credit V(end) - V(start), classified at z = {z:g} ({_k_text(credit)})",
                       xaxis_title=STEP_AXIS, yaxis_title="trajectory i", xaxis_range=[-0.5, t - 0.5],
                       yaxis=dict(autorange="reversed", dtick=1), shapes=_boundary_shapes(credit.sizes),
-                      height=360, **LAYOUT)
+                      height=420, **LAYOUT)
     return fig
 
 

@@ -19,8 +19,10 @@ from workbench.train.store import metric_series
 
 STEP_AXIS = "denoising step t (0 = pure noise)"
 BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")
-LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=50),
-              legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=60, b=100),
+              legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, x=0))
+# the legend sits at the bottom of the figure, under the x-axis title: placed relative to the plot area
+# (y=-0.35), a two-row legend ran into the axis title and, in short figures, into the last row of a map
 # Training metrics shown live, one panel each: (panel title, y-axis name, metric keys)
 TRAIN_PANELS = (
     ("Reward", "reward (reward units)", ("reward/mean", "eval/reward_mean")),
@@ -76,7 +78,7 @@ def logprob_figure(log_probs: torch.Tensor, rewards: torch.Tensor | None = None,
     fig.update_layout(title=f"Per-step log-prob of each sampled transition (G={g}, T={t})<br><sup>a mean over the "
                             "latent's elements, so every trajectory sits near the level the step's noise scale σ_t "
                             "sets</sup>", xaxis_title=STEP_AXIS, yaxis_title="log p(x_t+1 | x_t), nats per element",
-                      **{**LAYOUT, "margin": dict(l=60, r=20, t=80, b=50)})
+                      **{**LAYOUT, "margin": dict(l=60, r=20, t=80, b=100)})
     return fig
 
 
@@ -119,8 +121,7 @@ def training_figure(rows: list[dict], title: str) -> go.Figure:
             if x:
                 fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=key), row=row + 1, col=col + 1)
     fig.update_xaxes(title_text="iteration", row=2)
-    fig.update_layout(title=title, height=620, **{**LAYOUT, "margin": dict(l=50, r=20, t=90, b=50),
-                                                  "legend": dict(orientation="h", y=-0.18, x=0)})
+    fig.update_layout(title=title, height=660, **{**LAYOUT, "margin": dict(l=50, r=20, t=90, b=130)})
     return fig
 
 
