@@ -5,7 +5,7 @@ tab, memory. Prints figures.
 
 1. Start `python app.py` and time it to HTTP 200 with the page title, and to the Generate button
    visible in headless chromium (target 10 s).
-2. Generate a group (G=8, T=16), measure its credit (K=4), then type chunk specs in the Chunks tab and time
+2. Generate a group (G=8, T=16), measure its credit (M=4), then type chunk specs in the Chunks tab and time
    each from Enter to the plot title and status showing the new chunks (target 150 ms, issue 24).
 3. Click the temporal-dynamics curve to toggle boundaries and time each from the click to the plot title
    and status showing the new chunks (target 150 ms).
@@ -228,7 +228,7 @@ def main() -> None:
     edits, rss = timings["edit_ms"], timings["rss_mb"]
     print(f"start-up      HTTP 200 with the page: {http_s:.1f} s; Generate button visible in chromium: "
           f"{timings['interactive_s']:.1f} s (target 10 s)")
-    print(f"generate      G=8, T=16: {timings['generate_s']:.1f} s; credit K=4: {timings['credit_s']:.1f} s")
+    print(f"generate      G=8, T=16: {timings['generate_s']:.1f} s; credit M=4: {timings['credit_s']:.1f} s")
     print(f"chunk edit    Enter -> plot and status updated: median {statistics.median(edits):.0f} ms, "
           f"max {max(edits):.0f} ms over {len(edits)} edits (target 150 ms)")
     clicks = timings["click_ms"]

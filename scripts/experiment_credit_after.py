@@ -9,7 +9,7 @@
    runner; finished runs with the same settings are reused).
 2. On the same held-out cross prompts, sample each group with the same seed (the same x_T and SDE noise)
    under the base model and under every fine-tuned checkpoint, and measure its credit with the measuring
-   views' estimator (Monte-Carlo, K continuations per state, common random numbers) under the lesson's
+   views' estimator (Monte-Carlo, M continuations per state, common random numbers) under the lesson's
    reward and sampling (SDE window 0..8 of 16 steps: only those steps are trained and counted), on several
    continuation seeds. The raw continuation rewards are cached (credit_cache.pt), so the report can be redone
    with another classification without sampling again.
@@ -66,7 +66,7 @@ def train_all(args, overrides: dict) -> dict[str, Path]:
     return runs
 
 
-def measure(policy, prompts: list[str], config, reward_fn, branches: int, chunks: str, cont_seeds: int) -> list:
+def measure(policy, prompts: list[str], config, reward_fn, continuations: int, chunks: str, cont_seeds: int) -> list:
     """[(prompt index, continuation seed, raw Credit fields, cross accuracy of the group)] for one policy."""
     from workbench.train.tasks import shape_accuracy
 
@@ -75,7 +75,7 @@ def measure(policy, prompts: list[str], config, reward_fn, branches: int, chunks
         group = sample_group(policy, prompt, replace(config, seed=1000 + p))  # same x_T and noise for every policy
         accuracy = shape_accuracy("cross")(group.images, [prompt] * group.group_size)["cross_accuracy"]
         for c in range(cont_seeds):
-            credit = measure_credit(policy, group, reward_fn, branches=branches, chunks=chunks, seed=c)
+            credit = measure_credit(policy, group, reward_fn, continuations=continuations, chunks=chunks, seed=c)
             out.append((p, c, {k: getattr(credit, k) for k in RAW}, accuracy))
         print(f"    prompt {p}: reward {credit.rewards.mean():.3f}, crosses {accuracy:.2f}", flush=True)
     return out
@@ -87,7 +87,7 @@ def measure_all(args, runs: dict[str, Path], overrides: dict) -> dict:
     prompts = TASKS.get("crosses")().eval_prompts[:args.prompts]
     config = replace(lesson.sampling_config(1), group=lesson.group)
     chunks = ",".join(map(str, lesson.credit_chunks()))
-    key = dict(prompts=prompts, branches=args.branches, cont_seeds=args.cont_seeds, chunks=chunks,
+    key = dict(prompts=prompts, continuations=args.continuations, cont_seeds=args.cont_seeds, chunks=chunks,
                config=repr(config))
     path = Path(args.runs) / CACHE
     cache = torch.load(path, weights_only=False) if path.is_file() else {}
@@ -99,7 +99,8 @@ def measure_all(args, runs: dict[str, Path], overrides: dict) -> dict:
             continue
         print(f"credit under {label}:", flush=True)
         policy = load_policy(source)
-        cache["results"][label] = measure(policy, prompts, config, reward_fn, args.branches, chunks, args.cont_seeds)
+        cache["results"][label] = measure(policy, prompts, config, reward_fn, args.continuations, chunks,
+                                          args.cont_seeds)
         torch.save(cache, path)
     return cache
 
@@ -208,10 +209,10 @@ def reading(changes: list[str]) -> list[str]:
     return ["## Reading", "",
             "Established (beyond two standard errors): " + ("; ".join(beyond) if beyond else "nothing") + ".", "",
             "Not established (within noise): " + "; ".join(within) + ". With the calibrated test only a few per "
-            "cent of the step cells are determined at K = 4 (a cell's credit must stand out of the spread of 4 "
+            "cent of the step cells are determined at M = 4 (a cell's credit must stand out of the spread of 4 "
             "continuations at a 4.6 % false-call rate), so a misattributed share among determined cells rests on a "
             "handful of cells per group and moves by 10-15 points between continuation seeds; more continuations "
-            "(Refine, or --branches) or more prompts are what would resolve it. The credit mass against the "
+            "(Refine, or --continuations) or more prompts are what would resolve it. The credit mass against the "
             "advantage needs no significance test and is the steadiest figure here. The rates of the fine-tuned "
             "models are measured on groups whose rewards rose and flattened (shape_match is exactly 1 for a right "
             "cross), so fewer trajectories carry a large advantage: part of a change is the group, not the "
@@ -252,7 +253,7 @@ def report(cache: dict, args, out: Path, command: str) -> Path:
              f"The crosses lesson (`--preset crosses`, {args.iterations or 80} iterations) trained with chunk_grpo "
              f"[1,2,2,3] and with step_grpo at equal compute, {args.seeds} seeds each. Credit measured on "
              f"{len(key['prompts'])} held-out cross prompts (G = 8, the same x_T and SDE noise under every policy), "
-             f"Monte-Carlo with K = {key['branches']} continuations per state and common random numbers, "
+             f"Monte-Carlo with M = {key['continuations']} continuations per state and common random numbers, "
              f"{key['cont_seeds']} continuation seeds, the lesson's reward (`shape_match`) and SDE window (its "
              f"trained steps 0-7 are counted, the ODE steps after them are not; chunks {key['chunks']}, the last one "
              "untrained). Rates are the classified ones of the Attribution tab (`Credit.rates()`): misattributed "
@@ -274,7 +275,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per objective (default 3)")
     parser.add_argument("--iterations", type=int, default=None, help="iterations per run (default: the preset's 80)")
     parser.add_argument("--prompts", type=int, default=4, help="held-out cross prompts measured (default 4)")
-    parser.add_argument("--branches", type=int, default=4, help="continuations per state K (default 4, the app's)")
+    parser.add_argument("--continuations", type=int, default=4, help="continuations per state M (default 4, the app's)")
     parser.add_argument("--cont-seeds", type=int, default=3, help="continuation seeds per group (default 3)")
     parser.add_argument("--runs", default=None, help="run folders and the credit cache (default runs/credit_after)")
     parser.add_argument("--out", default=None, help="folder for credit_after.md and .png (default docs/)")
@@ -284,7 +285,7 @@ def main() -> None:
     overrides |= {"iterations": args.iterations} if args.iterations else {}
     if args.quick:
         overrides = {"iterations": 2, "eval_every": 1, "eval_prompts": 4, "sample_every": 10**6} | overrides
-        args.seeds, args.prompts, args.cont_seeds, args.branches = 1, 1, 2, 2
+        args.seeds, args.prompts, args.cont_seeds, args.continuations = 1, 1, 2, 2
     args.runs = args.runs or ("runs/credit_after_quick" if args.quick else "runs/credit_after")
     out = Path(args.out or ("runs/credit_after_quick" if args.quick else "docs"))
     out.mkdir(parents=True, exist_ok=True)

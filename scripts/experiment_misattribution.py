@@ -7,9 +7,9 @@
 For every prompt: sample a group with the Flow-GRPO SDE; measure Monte-Carlo credit (docs/methods.md
 "Monte-Carlo credit", "Credit uncertainty") with common random numbers (CRN) and with independent
 continuations, each repeated with several continuation seeds on the same group (the rates move with the
-seed, not only between trajectories); the first K continuations of a measurement are themselves a
-measurement with K, so rates as K grows come from nested subsets. Also: the cheap estimators (ODE
-completion, x0 prediction) against the highest-K CRN reference, and chunk schedules re-chunked from that
+seed, not only between trajectories); the first M continuations of a measurement are themselves a
+measurement with M, so rates as M grows come from nested subsets. Also: the cheap estimators (ODE
+completion, x0 prediction) against the highest-M CRN reference, and chunk schedules re-chunked from that
 reference. Writes docs/misattribution.md, .png and .json.
 """
 
@@ -82,8 +82,9 @@ def seed_rows(policy, reward, group, args, chunks, i: int) -> tuple[list[dict], 
     rows, crns, inds = [], [], []
     for s in range(args.seeds):
         seed = i + 1000 * s
-        crn = measure_credit(policy, group, reward, branches=args.k_crn, chunks=chunks, seed=seed, crn=True)
-        ind = measure_credit(policy, group, reward, branches=args.k_independent, chunks=chunks, seed=seed, crn=False)
+        crn = measure_credit(policy, group, reward, continuations=args.k_crn, chunks=chunks, seed=seed, crn=True)
+        ind = measure_credit(policy, group, reward, continuations=args.k_independent, chunks=chunks, seed=seed,
+                             crn=False)
         rows.append({"seed": seed, "crn": {k: rate_row(first_k(crn, k), args.z) for k in ks_upto(args.k_crn)},
                      "independent": {k: rate_row(first_k(ind, k), args.z) for k in ks_upto(args.k_independent)},
                      "overlap_with_seed_0": determined_overlap(crn, crns[0], args.z) if crns else 1.0})
@@ -117,7 +118,7 @@ def per_prompt(policy, reward, group, args, plans, i: int) -> dict:
             "chunk": agreement(est.chunk_credit, crn.chunk_credit, crn.chunk_valid, ref_chunk_det),
             "rates": rate_row(est, args.z)}
     k4 = first_k(crn, 4)  # the app's default measurement, against the same reference
-    out["estimators"]["mc K=4"] = {
+    out["estimators"]["mc K=4"] = {  # key kept as docs/misattribution.json has it (K was M then)
         "cost": {"nfe": crn.cost["nfe"] * 4 // args.k_crn, "seconds": crn.cost["seconds"] * 4 / args.k_crn},
         "step": agreement(k4.step_credit, crn.step_credit, crn.step_valid, ref_det),
         "chunk": agreement(k4.chunk_credit, crn.chunk_credit, crn.chunk_valid, ref_chunk_det),
@@ -172,7 +173,7 @@ def main() -> None:
     if args.from_json is not None:
         result = json.loads(args.from_json.read_text())
     else:
-        result = json.loads(json.dumps(run(args)))  # the keys as the saved file has them (K as text)
+        result = json.loads(json.dumps(run(args)))  # the keys as the saved file has them
         (args.out / "misattribution.json").write_text(json.dumps(result, indent=1))
     write(result, args.out)
 

@@ -10,7 +10,7 @@ Compared here, on the shipped weights:
   cps                  Coefficients-Preserving Sampling, a = 0.7, all 16 trained steps
   flow_grpo (0, 15)    Flow-GRPO's SDE on steps 0-14, ODE on the last ones (an SDE window, Flow-GRPO-Fast)
 For each: (A) speckle (`workbench.core.imaging.speckle`), adherence and its spread within groups on
-16 held-out prompts x 8 samples; (B) Monte-Carlo credit (K=8) on 4 held-out prompts: the plain sign rates;
+16 held-out prompts x 8 samples; (B) Monte-Carlo credit (M=8) on 4 held-out prompts: the plain sign rates;
 (C) the default fine-tune (30 iterations, Chunk-GRPO) with that sampler, 3 seeds: held-out adherence of 48
 prompts (unguided ODE). Writes docs/samplers.md (or --out).
 """
@@ -58,7 +58,7 @@ def rollouts(policy, config: TrainConfig, prompts: list[str]) -> dict:
             "group_std": float(r.std(dim=1, unbiased=False).mean())}
 
 
-def credit_rates(policy, config: TrainConfig, prompts: list[str], branches: int) -> dict:
+def credit_rates(policy, config: TrainConfig, prompts: list[str], continuations: int) -> dict:
     """Plain sign misattribution rates (steps, and chunks of the variant's schedule) over the prompts."""
     reward, step, chunk = build_reward("adherence"), [], []
     scfg = replace(config.sampling_config(1), steps=config.steps)  # the trained steps only: credit spans T
@@ -66,7 +66,7 @@ def credit_rates(policy, config: TrainConfig, prompts: list[str], branches: int)
     for i, prompt in enumerate(prompts):
         group = sample_groups(policy, [prompt], replace(scfg, seed=i))[0]
         chunks = config.chunks if config.window is None else ",".join(map(str, CHUNKERS.get("temporal")(config.steps)))
-        m = measure_credit(policy, group, reward, branches=branches, chunks=chunks, seed=i).misattribution()
+        m = measure_credit(policy, group, reward, continuations=continuations, chunks=chunks, seed=i).misattribution()
         step.append(m["step_misattribution"])
         chunk.append(m["chunk_misattribution"])
     return {"step": float(np.mean(step)), "chunk": float(np.mean(chunk))}
@@ -91,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     held_out = [s.prompt() for s in split_scenes()[1]]
-    n_roll, n_credit, branches, seeds = (4, 1, 2, 1) if args.quick else (16, 4, 8, 3)
+    n_roll, n_credit, continuations, seeds = (4, 1, 2, 1) if args.quick else (16, 4, 8, 3)
     seeds = args.seeds or seeds
     base = TrainConfig(eval_prompts=4 if args.quick else 48, eval_every=10**6, sample_every=10**6,
                        checkpoint_every=10**6, iterations=2 if args.quick else 30)
@@ -105,7 +105,7 @@ def main() -> None:
         config = replace(base, **overrides)
         print(f"{name}: rollouts, credit, fine-tune", flush=True)
         results[name] = {"rollouts": rollouts(policy, config, held_out[:n_roll]),
-                         "credit": credit_rates(policy, config, held_out[n_roll:n_roll + n_credit], branches),
+                         "credit": credit_rates(policy, config, held_out[n_roll:n_roll + n_credit], continuations),
                          "tune": fine_tune(config, seeds, root)}
         print(f"  {results[name]['rollouts']}  credit {results[name]['credit']}", flush=True)
     command = "python scripts/experiment_samplers.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -114,7 +114,7 @@ def main() -> None:
              f"(T={base.steps} trained + 1), noise level {base.noise_level}. Speckle = mean |difference| of "
              f"neighbouring pixels (`workbench.core.imaging.speckle`); the unguided ODE on the same prompts: "
              f"speckle {ode_row['speckle']:.4f}, adherence {ode_row['adherence']:.4f}. Credit: plain sign rates, "
-             f"K={branches}, {n_credit} other held-out prompts. Fine-tune: the default run ({base.iterations} "
+             f"M={continuations}, {n_credit} other held-out prompts. Fine-tune: the default run ({base.iterations} "
              f"iterations) with that sampler, held-out adherence of {base.eval_prompts} prompts (unguided ODE), "
              f"{seeds} seed(s).", "",
              "| sampler | speckle | rollout adherence | within-group std | step misattribution | "

@@ -33,7 +33,7 @@ def _num(values: list[float], digits: int = 2) -> str:
 
 
 def _k_table(prompts: list[dict]) -> list[str]:
-    lines = ["| continuations | K | plain sign rate | misattributed among determined | determined | credit mass "
+    lines = ["| continuations | M | plain sign rate | misattributed among determined | determined | credit mass "
              "against A | chunks 2,3,4,7: plain | misattributed among determined | determined |",
              "|---|---|---|---|---|---|---|---|---|"]
     for mode, label in (("crn", "CRN"), ("independent", "independent")):
@@ -48,25 +48,27 @@ def _k_table(prompts: list[dict]) -> list[str]:
 
 
 def _estimator_table(prompts: list[dict], k_ref: int) -> list[str]:
-    lines = [f"| estimator | cost (transformer evaluations) | seconds | same sign as MC K={k_ref} | same sign, cells "
+    lines = [f"| estimator | cost (transformer evaluations) | seconds | same sign as MC M={k_ref} | same sign, cells "
              "the reference determines | correlation (steps) | correlation (chunks 2,3,4,7) | its plain sign rate |",
              "|---|---|---|---|---|---|---|---|"]
     for name in prompts[0]["estimators"]:
         e = [p["estimators"][name] for p in prompts]
-        lines.append(f"| {name} | {_num([x['cost']['nfe'] for x in e], 0)} | {_num([x['cost']['seconds'] for x in e])} "
+        shown = name.replace("K=", "M=")  # the saved result's keys predate the name M
+        lines.append(f"| {shown} | {_num([x['cost']['nfe'] for x in e], 0)} "
+                     f"| {_num([x['cost']['seconds'] for x in e])} "
                      f"| {_pct([x['step']['sign_agreement'] for x in e])} "
                      f"| {_pct([x['step']['sign_agreement_determined'] for x in e])} "
                      f"| {_num([x['step']['correlation'] for x in e])} "
                      f"| {_num([x['chunk']['correlation'] for x in e])} "
                      f"| {_pct([x['rates']['step']['plain'] for x in e])} |")
     ref = [p["cost_crn"] for p in prompts]
-    lines.append(f"| mc K={k_ref} (the reference) | {_num([x['nfe'] for x in ref], 0)} "
+    lines.append(f"| mc M={k_ref} (the reference) | {_num([x['nfe'] for x in ref], 0)} "
                  f"| {_num([x['seconds'] for x in ref])} | – | – | – | – | – |")
     return lines
 
 
 def _schedule_table(prompts: list[dict], plans: dict, k_ref: int) -> list[str]:
-    lines = [f"| schedule (CRN, K={k_ref}) | sizes | plain sign rate | misattributed among determined | determined "
+    lines = [f"| schedule (CRN, M={k_ref}) | sizes | plain sign rate | misattributed among determined | determined "
              "| credit mass against A |", "|---|---|---|---|---|---|"]
     for name, sizes in plans.items():
         r = [p["schedules"][name] for p in prompts]
@@ -96,9 +98,9 @@ def _figure(result: dict, out: Path) -> None:
             ax[0].errorbar(ks, [x[0] for x in m], yerr=[x[1] for x in m], linestyle=style, marker="o", color=color,
                            capsize=3, label=f"{label} ({'CRN' if mode == 'crn' else 'independent'})")
     ax[0].set_xscale("log", base=2)
-    ax[0].set_xlabel("continuations per state K")
+    ax[0].set_xlabel("continuations per state M")
     ax[0].set_ylabel("share of (trajectory, step) cells")
-    ax[0].set_title("Step cells as K grows")
+    ax[0].set_title("Step cells as M grows")
     ax[0].legend(fontsize=7)
     names = list(prompts[0]["estimators"])
     for j, (key, label) in enumerate((("sign_agreement", "same sign"),
@@ -108,7 +110,7 @@ def _figure(result: dict, out: Path) -> None:
         ax[1].bar(np.arange(len(names)) + 0.27 * (j - 1), [x[0] for x in m], 0.27, yerr=[x[1] for x in m],
                   capsize=2, label=label)
     ax[1].set_xticks(range(len(names)), names)
-    ax[1].set_title(f"Against Monte-Carlo K={result['settings']['k_crn']} (steps)")
+    ax[1].set_title(f"Against Monte-Carlo M={result['settings']['k_crn']} (steps)")
     ax[1].legend(fontsize=7)
     plans = result["plans"]
     for j, (key, label) in enumerate((("plain", "plain sign rate"), ("misattributed", "among determined"))):
@@ -136,18 +138,18 @@ def _findings(result: dict) -> list[str]:
     lines = [
         f"- **Misattribution is not Monte-Carlo noise.** Among the determined step cells (false-call rate "
         f"4.6 %, z={s['z']:g}), {_pct([x['misattributed'] for x in step[k_hi]])} are against the trajectory's "
-        f"advantage at K={k_hi} (± between prompts, seed 0; over continuation seeds "
+        f"advantage at M={k_hi} (± between prompts, seed 0; over continuation seeds "
         f"{_spread(_seed_means(result, 'crn', k_hi)) if 'seeds' in p[0] else 'not measured'}); "
-        f"{_pct([x['misattributed'] for x in step[k_lo]])} at K={k_lo}; "
+        f"{_pct([x['misattributed'] for x in step[k_lo]])} at M={k_lo}; "
         f"{_pct([x['mass_against'] for x in step[k_hi]])} of the absolute credit points against A.",
-        f"- **The plain sign rate mixes noise in.** It is {_pct([x['plain'] for x in step[k_lo]])} at K={k_lo} and "
-        f"{_pct([x['plain'] for x in step[k_hi]])} at K={k_hi}; at K={k_lo} only "
+        f"- **The plain sign rate mixes noise in.** It is {_pct([x['plain'] for x in step[k_lo]])} at M={k_lo} and "
+        f"{_pct([x['plain'] for x in step[k_hi]])} at M={k_hi}; at M={k_lo} only "
         f"{_pct([x['determined'] for x in step[k_lo]])} of the step cells are determined "
-        f"({_pct([x['determined'] for x in step[k_hi]])} at K={k_hi}).",
+        f"({_pct([x['determined'] for x in step[k_hi]])} at M={k_hi}).",
         "- **Common random numbers** shrink the per-step standard error at equal compute by a factor "
-        + ", ".join(f"{_num(v)} (K={k})" for k, v in ratio.items())
+        + ", ".join(f"{_num(v)} (M={k})" for k, v in ratio.items())
         + " (median over cells of independent / CRN error, mean over prompts); for chunk credits, whose end states "
-        "are further apart and share fewer steps, by " + ", ".join(f"{_num(v)} (K={k})" for k, v in ratio_chunk.items())
+        "are further apart and share fewer steps, by " + ", ".join(f"{_num(v)} (M={k})" for k, v in ratio_chunk.items())
         + ".",
     ]
     for name, rows in est.items():
@@ -157,9 +159,9 @@ def _findings(result: dict) -> list[str]:
                      f"{_pct([x['sign_agreement'] for x in rows])} of the cells, "
                      f"{_pct([x['sign_agreement_determined'] for x in rows])} of the cells the reference determines, "
                      f"correlation {_num([x['correlation'] for x in rows])}.")
-    if "mc K=4" in est:
+    if "mc K=4" in est:  # the saved result's key (docs/misattribution.json predates the name M)
         rows = est["mc K=4"]
-        lines.append(f"- For scale, Monte-Carlo with K=4 (its first 4 continuations) agrees in sign on "
+        lines.append(f"- For scale, Monte-Carlo with M=4 (its first 4 continuations) agrees in sign on "
                      f"{_pct([x['sign_agreement'] for x in rows])} and "
                      f"{_pct([x['sign_agreement_determined'] for x in rows])}, "
                      f"correlation {_num([x['correlation'] for x in rows])}.")
@@ -188,7 +190,7 @@ def _seed_section(result: dict) -> list[str]:
     common = str(min(int(k_crn), int(k_ind)))
     lines = [f"Each group was measured {len(p[0]['seeds'])} times with different continuation seeds (same images, "
              "same advantages). Means over prompts, one figure per seed:", "",
-             "| continuations | K | misattributed among determined | determined |", "|---|---|---|---|"]
+             "| continuations | M | misattributed among determined | determined |", "|---|---|---|---|"]
     rows = [("crn", "CRN", k_crn)] + ([("crn", "CRN", common)] if common != k_crn else [])
     for mode, label, k in rows + [("independent", "independent", common)]:
         lines.append(f"| {label} | {k} | {_spread(_seed_means(result, mode, k))} "
@@ -196,9 +198,9 @@ def _seed_section(result: dict) -> list[str]:
     overlap = [_mean_se([x["seeds"][j]["overlap_with_seed_0"] for x in p])[0] for j in range(1, len(p[0]["seeds"]))]
     crn, ind = _seed_means(result, "crn", common), _seed_means(result, "independent", common)
     gap = abs(np.mean(crn) - np.mean(ind))
-    lines += ["", f"Two CRN measurements at K={k_crn} with different seeds (seed 0 against each other seed) both "
+    lines += ["", f"Two CRN measurements at M={k_crn} with different seeds (seed 0 against each other seed) both "
               "determine " + ", ".join(f"{100 * v:.0f} %" for v in overlap) + " of the step cells that either of "
-              "them determines (intersection over union); the rest is determined by one seed only. At equal K="
+              "them determines (intersection over union); the rest is determined by one seed only. At equal M="
               f"{common}, CRN and independent continuations differ by {100 * gap:.1f} points on average, against "
               f"a spread of {100 * (max(crn) - min(crn)):.1f} (CRN) and {100 * (max(ind) - min(ind)):.1f} "
               "(independent) points between seeds: "
@@ -218,9 +220,9 @@ def _beside_gcpo(result: dict) -> str:
         where = "outside"
     else:
         where = "partly inside"
-    return (f"over continuation seeds ours ranges {100 * lo:.1f}-{100 * hi:.1f} % at K={k_hi}, {where} the paper's "
+    return (f"over continuation seeds ours ranges {100 * lo:.1f}-{100 * hi:.1f} % at M={k_hi}, {where} the paper's "
             "37-44 %. That is as far as the comparison goes: the two figures count different cells (ours only "
-            "those the continuations resolve, at a power that grows with K) on different models and rewards.")
+            "those the continuations resolve, at a power that grows with M) on different models and rewards.")
 
 
 def write(result: dict, out: Path) -> None:
@@ -238,14 +240,14 @@ def write(result: dict, out: Path) -> None:
         f"Reproduce: `{command}` ({minutes:.0f} minutes on one CPU thread; "
         "`--from-json docs/misattribution.json` rewrites this page from the saved numbers).", "",
         f"{len(p)} held-out prompts, G={s['group']}, T={s['steps']} (every step trained), noise level "
-        f"{s['noise_level']}, reward `{s['reward']}`. Per prompt: Monte-Carlo credit with K={k_ref} continuations "
-        f"per state with common random numbers (CRN, the reference) and K={s['k_independent']} independent "
-        "continuations; rates at smaller K use the first K continuations of the same measurement. A cell is "
+        f"{s['noise_level']}, reward `{s['reward']}`. Per prompt: Monte-Carlo credit with M={k_ref} continuations "
+        f"per state with common random numbers (CRN, the reference) and M={s['k_independent']} independent "
+        "continuations; rates at smaller M use the first M continuations of the same measurement. A cell is "
         f"*determined* when its credit differs from 0 at a false-call rate of 4.6 % (z={s['z']:g}; a Student-t test "
         "with the cell's degrees of freedom, docs/methods.md \"False-call rate\"); *misattributed among "
         "determined* counts the determined cells whose credit is against the trajectory's GRPO advantage. ± is "
         "the standard error between prompts; the spread over continuation seeds is in its own section."
-        + (f" K stops at {k_ref} and the prompts at {s['prompts']} so that the run, with "
+        + (f" M stops at {k_ref} and the prompts at {s['prompts']} so that the run, with "
            f"{s.get('seeds', 1)} continuation seeds per prompt, fits in about 30 minutes of one CPU thread."
            if k_ref < 64 else ""),
         "",
@@ -255,12 +257,12 @@ def write(result: dict, out: Path) -> None:
         "under a rule-based reward, not a learned step-aware reward on FLUX) and counts only the cells the "
         f"continuations resolve; {_beside_gcpo(result)}", "",
         "Caveats: a cell with no true credit is called determined 4.6 % of the time (either side; the Student-t "
-        "test holds this at every K, docs/methods.md \"False-call rate\"), so at small K, where few cells are "
+        "test holds this at every M, docs/methods.md \"False-call rate\"), so at small M, where few cells are "
         "determined, part of the determined cells are false calls. Which cells are determined depends on power "
         "and on the continuation seed, so *misattributed among determined* is a share of a different set of "
-        "cells under each seed and each K; the determined cells are the ones with large credit, so it describes "
+        "cells under each seed and each M; the determined cells are the ones with large credit, so it describes "
         "those steps, not the near-zero ones.", "",
-        "## Rates as K grows", "", *_k_table(p), "",
+        "## Rates as M grows", "", *_k_table(p), "",
         "## Cheap estimators against the Monte-Carlo reference", "",
         "ode: the reward of the deterministic ODE completion from each state (TP-GRPO, arXiv 2602.06422); x0: the "
         "reward of the model's x0 prediction at each state (Stepwise-Flow-GRPO, arXiv 2603.28718; DenseGRPO, arXiv "

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python scripts/null_calibration.py            # ~1 CPU-minute; prints a Markdown table
 
 Rewards are drawn independently of the state, so no cell that ends before the image has credit; under CRN
-the k-th continuations of a trajectory share a component (as shared noise would give). For K = 2, 4, 16,
+the k-th continuations of a trajectory share a component (as shared noise would give). For M = 2, 4, 16,
 CRN and independent, over `--seeds` draws of `--group` trajectories with T = 4: the share of null cells
 called determined at z = 2 (nominal 4.6 %) by the workbench's test, by a normal z test, and, for the cells
 next to the group-mean start, by plain Welch-Satterthwaite instead of Hsu's bound; then after refinement,
@@ -25,7 +25,7 @@ T = 4  # steps 0..2 end before the image
 
 
 def null_credit(k: int, crn: bool, gen: torch.Generator, g: int):
-    """A credit of state-independent rewards (G trajectories, K continuations) and its continuation sampler."""
+    """A credit of state-independent rewards (G trajectories, M continuations) and its continuation sampler."""
     common = torch.randn(g, 1, 64, generator=gen) if crn else torch.zeros(g, 1, 64)  # (G, 1, K_max)
 
     def draw(rows: torch.Tensor, spent: int = 0) -> torch.Tensor:
@@ -69,7 +69,7 @@ def main() -> None:
                 credit, _ = null_credit(k, crn, torch.Generator().manual_seed(1000 * k + 10 * s + crn), args.group)
                 for key, v in shares(credit, args.z).items():
                     acc[key] = acc.get(key, 0.0) + v / args.seeds
-            rows.append((f"K={k} {'CRN' if crn else 'independent'}", acc))
+            rows.append((f"M={k} {'CRN' if crn else 'independent'}", acc))
     for crn in (True, False):
         acc = {}
         for s in range(args.seeds):
@@ -78,7 +78,7 @@ def main() -> None:
             last = list(refine_with(credit, draw, budget=args.group // 3 * (T - 1) * 12, z=args.z))[-1]
             for key, c in (("refined, alpha / looks", last), ("refined, no correction", replace(last, looks=None))):
                 acc[key] = acc.get(key, 0.0) + _null(c, args.z) / args.seeds
-        rows.append((f"K=4 then refined to <= {int(last.counts.max())}, {'CRN' if crn else 'independent'}", acc))
+        rows.append((f"M=4 then refined to <= {int(last.counts.max())}, {'CRN' if crn else 'independent'}", acc))
     keys = list(dict.fromkeys(key for _, acc in rows for key in acc))
     print("| case | " + " | ".join(keys) + " |")
     print("|---|" + "---|" * len(keys))

@@ -36,7 +36,7 @@ def test_generate_endpoint(client):
     gallery, strip, logprob, heatmap, rates, status = client.predict(PROMPT, 3, 4, 0.7, 0, "adherence",
                                                                      api_name="/generate")
     assert status.startswith("✓ sampled G=3 trajectories of T=4 steps")
-    assert len(gallery) == 3 and all(item["caption"].startswith(f"traj {i}: reward ") for i, item in enumerate(gallery))
+    assert len(gallery) == 3 and all(item["caption"].startswith(f"#{i} reward ") for i, item in enumerate(gallery))
     assert strip.endswith(".png")
     assert logprob["type"] == "plotly" and "Per-step log-prob" in logprob["plot"]
 

@@ -21,6 +21,7 @@ import torch
 from PIL import Image
 
 from workbench.core.files import read_json, write_json
+from workbench.core.imaging import HEADER
 from workbench.rl.chunking import CHUNKERS
 from workbench.train import TrainConfig, preset
 from workbench.train.store import CONFIG, STATUS, RunStore
@@ -83,7 +84,7 @@ def wb(model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sampled(wb):
-    """A session holding a G=3, T=4 group and its credit (K=2)."""
+    """A session holding a G=3, T=4 group and its credit (M=2)."""
     out = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())
     session = out[-2]
     return h.attribute(wb, 2, session)[-2]
@@ -122,6 +123,16 @@ def wait_for(predicate, timeout=20.0):
 
 
 # --------------------------------------------------------------------------- generate and attribution
+def test_generate_view_shows_the_sessions_group_with_its_settings(wb, sampled):
+    """Learn's group (or a shared link's) shown in Generate: the controls take the group's settings."""
+    out = h.generate_view(wb, sampled)
+    assert out[:8] == (PROMPT, 3, 4, 0.7, 0, "adherence", sampled.group.config.sde, "")
+    gallery, strip, figure, status = out[8:]
+    assert len(gallery) == 3 and strip is not None and len(figure.data) == 3 + 2
+    assert status.startswith("✓ the group of G=3 trajectories of T=4 steps")
+    assert "no group yet" in msg(h.generate_view(wb, Session()))
+
+
 def test_generate_returns_images_captions_and_figures(wb):
     gallery, strip, fig, heatmap, rates, session, status = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())
     assert status.startswith("✓"), status
@@ -131,8 +142,11 @@ def test_generate_returns_images_captions_and_figures(wb):
         assert image.size == (128, 128)
         assert f"reward {float(r):.3f}" in caption and f"A {float(a):+.2f}" in caption
     assert abs(float(session.advantages.sum())) < 1e-3  # GRPO advantages are centred
-    assert strip.size == (4 * (32 * 3 + 2) + 2, 3 * (32 * 3 + 2) + 2)  # one row per trajectory, one column per step
-    assert isinstance(fig, go.Figure) and len(fig.data) == 3 and fig.layout.title.text
+    assert strip.size == (4 * (32 * 3 + 2) + 2, HEADER + 3 * (32 * 3 + 2) + 2)  # a row per trajectory, column per step
+    assert strip.getpixel((strip.width - 20, 5)) == (255, 255, 255)  # the strip above the cells is white ...
+    header = strip.crop((0, HEADER - 16, strip.width, HEADER))  # ... and names each column's step at its bottom
+    assert min(header.convert("L").getdata()) < 100
+    assert isinstance(fig, go.Figure) and len(fig.data) == 3 + 2 and fig.layout.title.text  # G lines, mean, level
     assert list(fig.data[0].y) == pytest.approx(session.group.log_probs[0].tolist())
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
     assert session.credit is None and "Attribution" in rates and isinstance(heatmap, go.Figure)
@@ -195,7 +209,7 @@ def test_estimator_choice_and_agreement_with_the_monte_carlo_credit(wb, sampled)
     heatmap, rates, session, status = h.attribute(wb, 2, sampled, "x0", True, 2.0)
     assert status.startswith("✓ measured credit with the x0 estimator")
     assert session.credit.estimator == "x0" and session.reference is sampled.credit  # the MC credit stays
-    assert "no Monte-Carlo error" in rates and "Against your Monte-Carlo measurement (K=2)" in rates
+    assert "no Monte-Carlo error" in rates and "Against your Monte-Carlo measurement (M=2)" in rates
     assert "valid credit estimators: mc, ode, x0" in msg(h.attribute(wb, 2, sampled, "nope", True, 2.0))
     assert "z (sets the false-call rate) must be >= 0" in msg(h.attribute(wb, 2, sampled, "mc", True, -1))
     assert "no Monte-Carlo error to refine" in msg(list(h.refine_credit(wb, 10, session, 2.0))[-1])
@@ -271,8 +285,8 @@ def test_new_group_with_other_steps_resets_the_schedule(wb, sampled):
 def test_filmstrip_of_long_trajectories_shows_at_most_16_steps(wb):
     x0 = torch.linspace(-1, 1, 20)[None, :, None, None, None].expand(2, 20, 3, 32, 32)  # (G, T, C, H, W)
     strip = h._filmstrip(wb.policy(), SimpleNamespace(num_steps=20, x0_preds=x0))
-    assert strip.size == (h.FILM_STEPS * (32 * 3 + 2) + 2, 2 * (32 * 3 + 2) + 2)
-    first, last = strip.getpixel((2 + 10, 2 + 10)), strip.getpixel((strip.width - 12, 2 + 10))
+    assert strip.size == (h.FILM_STEPS * (32 * 3 + 2) + 2, HEADER + 2 * (32 * 3 + 2) + 2)
+    first, last = strip.getpixel((2 + 10, HEADER + 12)), strip.getpixel((strip.width - 12, HEADER + 12))
     assert first == (0, 0, 0) and last == (255, 255, 255)  # the first and the last step are both shown
 
 
@@ -468,5 +482,5 @@ def test_rates_text_shows_the_spread_between_halves_of_the_continuations():
     credit = Credit("p", rewards, rewards - rewards.mean(), torch.rand(6, 3, 8, generator=gen), [4])
     text = rates_text(credit, 2.0)
     a, b = (half.rates(2.0).step for half in credit.halves())
-    assert "two disjoint halves of the continuations (K=4 each)" in text and f"{100 * a.determined:.1f} %" in text
+    assert "two disjoint halves of the continuations (M=4 each)" in text and f"{100 * a.determined:.1f} %" in text
     assert "fixed by construction" in text  # one chunk of all steps from the shared start

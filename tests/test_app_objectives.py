@@ -99,9 +99,33 @@ def test_objectives_follow_schedule_edits_and_new_groups(wb, sampled, computed):
     chunk_lines = [s for s in figure.layout.shapes if s.type == "line"]
     assert [s.x0 for s in chunk_lines] == [1.5, 1.5]  # one boundary in each row's chunk_grpo map
     fresh = h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", session)[-2]
-    stale = ob.objectives_view(wb, view, fresh)
-    assert stale[1] == ob.NO_VIEW and is_skip(stale[0])
+    stale = ob.objectives_view(wb, view, fresh)  # the old group's maps are replaced, not left under "Compute"
+    assert stale[1] == ob.STALE and stale[2] == "" and stale[3] is None
+    assert not stale[0].data and "press Compute" in stale[0].layout.annotations[0].text
+    assert is_skip(ob.objectives_view(wb, None, fresh)[0])
     assert "press Compute" in msg(ob.objectives_cell(wb, "gspo", "moved", 0, 0, view, fresh))
+
+
+def test_a_colour_scale_per_objective_and_the_note_on_the_shared_one(wb, sampled, computed):
+    view = computed[3]
+    shared, _, _ = ob.objectives_scale(wb, "shared", view, sampled)
+    assert is_skip(shared)  # already on the shared scale: nothing to redraw
+    figure, each, status = ob.objectives_scale(wb, "each", view, sampled)
+    assert each.scale_each and status == "✓ each map on its own colour scale"
+    maps = [tr for tr in figure.data if tr.type == "heatmap" and "|" in (tr.name or "")]
+    for tr in maps:  # every map reaches the end of its own symmetric range
+        top = max(abs(v) for row in tr.z for v in row)
+        assert tr.zmax == pytest.approx(-tr.zmin) and (top == 0 or tr.zmax >= top)
+    assert {tr.zmax for tr in maps} != {maps[0].zmax}
+    rows = ob.explanations(view, sampled.sizes)
+    top = max(float(ex.weight.abs().max()) for _, _, ex in rows)
+    shared_figure = ob._render(view, sampled, "")[0]
+    titles = [a.text for a in shared_figure.layout.annotations]
+    for o, name in enumerate(rows[0][2].names):
+        own = max(float(ex.weight[o].abs().max()) for _, _, ex in rows)
+        noted = [t for t in titles if t.startswith(name + "<br>") and "of the scale" in t]
+        assert bool(noted) == (own > 0 and top / own >= 10), (name, top / own, noted)
+    assert "'shared' or 'each'" in msg(ob.objectives_scale(wb, "nope", view, sampled))
 
 
 def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
@@ -148,7 +172,7 @@ def test_the_formula_agrees_with_autograd_on_every_cell(spread, dropped):
 def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
     monkeypatch.setitem(learn.LEARN, "group", 4)
     monkeypatch.setitem(learn.LEARN, "steps", 6)
-    monkeypatch.setitem(learn.LEARN, "branches", 2)
+    monkeypatch.setitem(learn.LEARN, "continuations", 2)
     stages = list(learn.learn_walk(wb, Session()))
     assert [s[-1][:1] for s in stages] == ["…", "…", "✓"]
     gallery, text1, fig1, text2, fig2 = stages[1][:5]

@@ -138,7 +138,7 @@ def test_learn_closes_with_a_cross_group_before_and_after_the_lesson(model_dir, 
     make_run(wb.jobs.root, model_dir, iterations=(10,), name="other")  # not the lesson: never picked
     make_run(wb.jobs.root, model_dir, iterations=(80,), name="crosses", task="crosses")
     monkeypatch.setitem(learn.LEARN, "group", 3)
-    monkeypatch.setitem(learn.LEARN, "branches", 2)
+    monkeypatch.setitem(learn.LEARN, "continuations", 2)
     figure, images, text, session, status = learn.learn_after(wb, Session())
     assert session.comparison.labels == (model_dir.name, "run crosses @ 80") and status.startswith("✓")
     assert session.comparison.groups[0].prompt == learn.LESSON_CROSS and session.comparison.credits[0].sizes == \

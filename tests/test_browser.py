@@ -91,16 +91,16 @@ def test_chunk_edits_valid_and_invalid(page, url):
     generate(page, group=3, steps=8)
     page.get_by_role("tab", name="Attribution").click()
     page.click("#credit-btn")
-    expect(page.locator("#credit-status")).to_contain_text("measured credit with K=4", timeout=LONG)
+    expect(page.locator("#credit-status")).to_contain_text("measured credit with M=4", timeout=LONG)
     expect(page.locator("#credit-rates")).to_contain_text("Step misattribution")
     expect(page.locator("#credit-rates")).to_contain_text("of the determined cells are misattributed")
     expect(page.locator("#credit-plot")).to_contain_text("undetermined: not significant at z")  # the legend
     page.screenshot(path=str(ARTIFACTS / "browser_attribution.png"), full_page=True)
     set_number(page, "refine-budget", 20)
     page.click("#refine-btn")
-    # G=3, T=8, K=4 leaves undetermined cells (seeded), so the refinement must run: "nothing to refine" fails
+    # G=3, T=8, M=4 leaves undetermined cells (seeded), so the refinement must run: "nothing to refine" fails
     expect(page.locator("#credit-status")).to_contain_text("refined with 20 continuations", timeout=LONG)
-    expect(page.locator("#credit-plot")).to_contain_text("K=4..")
+    expect(page.locator("#credit-plot")).to_contain_text("M=4..")
     page.screenshot(path=str(ARTIFACTS / "browser_refined.png"), full_page=True)
     page.get_by_role("tab", name="Chunks").click()
     status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")

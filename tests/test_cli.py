@@ -42,7 +42,7 @@ def test_sample_json_summary(model_dir, tmp_path, capsys):
 
 
 def test_attribute_json(model_dir, capsys):
-    assert main(["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "4", "--branches", "2",
+    assert main(["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "4", "--continuations", "2",
                  "--chunks", "1,3", "--json", "--model", str(model_dir)]) == 0
     s = json.loads(capsys.readouterr().out)
     assert len(s["advantage"]) == 3 and len(s["credit"][0]) == 4 and len(s["chunk_credit"][0]) == 2
@@ -112,10 +112,34 @@ def test_every_command_has_help(command):
 
 
 def test_attribute_marks_a_whole_trajectory_chunk_fixed_by_construction(model_dir, capsys):
-    args = ["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "3", "--branches", "2", "--chunks", "3",
+    args = ["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "3", "--continuations", "2", "--chunks", "3",
             "--model", str(model_dir)]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "fixed by construction" in out and "other continuation noise" in out
     assert main([*args, "--no-shared-noise"]) == 0  # own x_T per trajectory: V(x_T^i) is measured, not the mean
     assert "fixed by construction" not in capsys.readouterr().out
+
+
+def test_the_old_branches_flag_still_works_and_names_its_successor(model_dir, capsys):
+    """--branches was renamed --continuations (K is the number of chunks, as in GCPO): it keeps working."""
+    argv = ["attribute", "--prompt", PROMPT, "--group", "2", "--steps", "3", "--chunks", "3", "--json",
+            "--model", str(model_dir)]
+    assert main(argv + ["--branches", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert "--branches is now --continuations" in err
+    assert main(argv + ["--continuations", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["credit"] == json.loads(out)["credit"]  # the same measurement
+
+
+def test_export_writes_a_standalone_page(model_dir, tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert main(["export", "--prompt", PROMPT, "--group", "2", "--steps", "3", "--continuations", "2", "--chunks",
+                 "1,2", "--model", str(model_dir), "--out", str(out)]) == 0
+    assert "no network needed" in capsys.readouterr().err
+    text = out.read_text()
+    assert len(text.encode()) < 10_000_000 and text.count('class="plotly-graph-div"') == 4
+    assert "--chunks 1,2 --continuations 2 --estimator mc" in text and f"--model {model_dir}" in text
+    assert main(["export", "--prompt", PROMPT, "--steps", "3", "--chunks", "1,1", "--model", str(model_dir),
+                 "--out", str(out)]) == 2  # a schedule that does not cover the steps: a message, no page
+    assert "sum to 2" in capsys.readouterr().err

@@ -27,7 +27,7 @@ def group(random_policy):
 
 
 def test_credits_telescope_to_the_raw_advantage(random_policy, group):
-    credit = measure_credit(random_policy, group, mean_red, branches=3, chunks="2,3")
+    credit = measure_credit(random_policy, group, mean_red, continuations=3, chunks="2,3")
     assert credit.step_credit.shape == (4, 5) and credit.chunk_credit.shape == (4, 2)
     assert credit.step_se.shape == (4, 5) and credit.chunk_se.shape == (4, 2)
     raw = credit.rewards - credit.rewards.mean()
@@ -37,18 +37,18 @@ def test_credits_telescope_to_the_raw_advantage(random_policy, group):
 
 
 def test_continuations_restart_from_the_stored_state(random_policy):
-    """With noise level 0 every continuation is the ODE from its state: K branches agree."""
+    """With noise level 0 every continuation is the ODE from its state: M continuations agree."""
     g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=4, noise_level=0.0))
-    branch = continuation_rewards(random_policy, g, mean_red, branches=3)
+    branch = continuation_rewards(random_policy, g, mean_red, continuations=3)
     final = mean_red(g.images, [PROMPT] * 2)
     assert torch.allclose(branch, final[:, None, None].expand(2, 3, 3), atol=1e-5)
 
 
 @pytest.mark.parametrize("crn", [True, False])
 def test_branches_differ_under_the_sde_and_repeat_with_the_seed(random_policy, group, crn):
-    branch = continuation_rewards(random_policy, group, mean_red, branches=3, seed=0, crn=crn)
+    branch = continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn)
     assert branch.shape == (4, 4, 3) and branch.std(-1).mean() > 0
-    assert torch.equal(branch, continuation_rewards(random_policy, group, mean_red, branches=3, seed=0, crn=crn))
+    assert torch.equal(branch, continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn))
 
 
 def _one_step(policy, group, traj: int, k: int, s: int, seed: int) -> torch.Tensor:
@@ -82,7 +82,8 @@ def test_common_random_numbers_from_identical_states_give_identical_rewards(rand
 def test_per_cell_errors_match_repeated_measurements(random_policy, crn):
     """The spread of each credit over 40 repeated measurements (new seeds) matches its estimated error."""
     g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=4, seed=3, noise_level=1.2))
-    runs = [measure_credit(random_policy, g, mean_red, branches=6, chunks="1,3", seed=s, crn=crn) for s in range(40)]
+    runs = [measure_credit(random_policy, g, mean_red, continuations=6, chunks="1,3", seed=s, crn=crn)
+            for s in range(40)]
     credit = torch.stack([c.step_credit for c in runs])[:, :, 1:]  # (R, G, T - 1): step 0 uses the fixed r mean
     se = torch.stack([c.step_se for c in runs])[:, :, 1:]
     brute, estimated = credit.std(0), se.pow(2).mean(0).sqrt()  # (G, T - 1)
@@ -95,15 +96,15 @@ def test_per_cell_errors_match_repeated_measurements(random_policy, crn):
 
 def test_common_random_numbers_shrink_the_errors(random_policy):
     g = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=6, seed=2, noise_level=1.2))
-    crn = measure_credit(random_policy, g, mean_red, branches=8, chunks="6", crn=True)
-    ind = measure_credit(random_policy, g, mean_red, branches=8, chunks="6", crn=False)
+    crn = measure_credit(random_policy, g, mean_red, continuations=8, chunks="6", crn=True)
+    ind = measure_credit(random_policy, g, mean_red, continuations=8, chunks="6", crn=False)
     assert float(crn.step_se[:, 1:-1].median()) < float(ind.step_se[:, 1:-1].median())
 
 
 def test_plain_rates_by_hand():
     rewards = torch.tensor([1.0, 0.0])  # mean 0.5, A = [+, -]
     # values: [0.5, v1, v2, r]; trajectory 0: 0.5 -> 0.2 -> 0.9 -> 1.0 (first step misattributed)
-    branch = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])  # (G=2, T-1=2, K=2)
+    branch = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])  # (G=2, T-1=2, M=2)
     c = Credit("p", rewards, torch.tensor([1.0, -1.0]), branch, [1, 2])
     assert torch.allclose(c.step_credit, torch.tensor([[-0.3, 0.7, 0.1], [-0.2, 0.3, -0.6]]))
     assert c.misattributed_steps().tolist() == [[True, False, False], [False, True, False]]
@@ -111,7 +112,7 @@ def test_plain_rates_by_hand():
     assert m["step_misattribution"] == pytest.approx(2 / 6)
     # chunks [1, 2]: traj 0: -0.3 | 0.8 ; traj 1: -0.2 | -0.3  -> one misattributed chunk of four
     assert m["chunk_misattribution"] == pytest.approx(1 / 4)
-    # identical branches: no Monte-Carlo error inside; only the first step carries the start value's error
+    # identical continuations: no Monte-Carlo error inside; only the first step carries the start value's error
     assert c.step_se[:, 1:].abs().max() == 0 and c.step_se[:, 0].min() > 0
     classes = c.classify(2.0)  # first step: |d| = 0.3 or 0.2 against an error of sqrt(0.5 / 2) = 0.5
     assert classes.step.tolist() == [[0, 1, 1], [0, -1, 1]]
@@ -129,19 +130,20 @@ def test_untrained_steps_are_left_out_of_every_rate():
 
 
 def test_rechunk_reuses_the_samples(random_policy, group):
-    credit = measure_credit(random_policy, group, mean_red, branches=2, chunks="5")
+    credit = measure_credit(random_policy, group, mean_red, continuations=2, chunks="5")
     other = credit.rechunk("1,1,1,1,1")
     assert torch.equal(other.branch_rewards, credit.branch_rewards)
     m1, m5 = other.misattribution(), credit.misattribution()
     assert m1["chunk_misattribution"] == pytest.approx(m1["step_misattribution"])  # chunk size 1 == steps
     assert torch.allclose(other.chunk_se, other.step_se, equal_nan=True)
+    assert other.rates(2.0).chunk == other.rates(2.0).step  # the classified rates too (notebook 02's slider at 1)
     assert m5["step_misattribution"] == m1["step_misattribution"]
     with pytest.raises(WorkbenchError, match="sum"):
         credit.rechunk("2,2")
 
 
 def test_refinement_never_decreases_k_and_stops_at_the_budget(random_policy, group):
-    credit = measure_credit(random_policy, group, mean_red, branches=2, chunks="2,3")
+    credit = measure_credit(random_policy, group, mean_red, continuations=2, chunks="2,3")
     before, counts = credit.counts, [credit.counts]
     rounds = list(refine_rounds(credit, random_policy, group, mean_red, budget=37, z=50.0))  # z=50: all undetermined
     for r in rounds:
@@ -158,13 +160,13 @@ def test_refinement_never_decreases_k_and_stops_at_the_budget(random_policy, gro
 
 
 def test_refinement_serves_states_next_to_undetermined_cells_first(random_policy, group):
-    credit = measure_credit(random_policy, group, mean_red, branches=2, chunks="5")
+    credit = measure_credit(random_policy, group, mean_red, continuations=2, chunks="5")
     only_1 = replace(credit, advantages=torch.tensor([0.0, 1.0, 0.0, 0.0]))  # other rows count in no rate
     refined = refine(only_1, random_policy, group, mean_red, budget=4, z=50.0)
     grown = (refined.counts > credit.counts).nonzero()
-    assert grown[:, 0].tolist() == [1, 1]  # two states of trajectory 1 doubled their K (2 + 2)
+    assert grown[:, 0].tolist() == [1, 1]  # two states of trajectory 1 doubled their M (2 + 2)
     even = refine(only_1, random_policy, group, mean_red, budget=8, z=50.0)
-    assert even.counts[1].tolist() == [4, 4, 4, 4] and torch.equal(even.counts[0], credit.counts[0])  # equal K
+    assert even.counts[1].tolist() == [4, 4, 4, 4] and torch.equal(even.counts[0], credit.counts[0])  # equal M
     with pytest.raises(WorkbenchError, match="no Monte-Carlo error"):
         x0 = measure_credit(random_policy, group, mean_red, estimator="x0", chunks="5")
         refine(x0, random_policy, group, mean_red, 4)
@@ -196,7 +198,7 @@ def test_x0_estimator_is_the_reward_of_the_denoised_prediction(random_policy, gr
 
 
 def test_measure_credit_with_a_registered_reward(random_policy, group):
-    credit = measure_credit(random_policy, group, build_reward("adherence"), branches=2, chunks="2,3")
+    credit = measure_credit(random_policy, group, build_reward("adherence"), continuations=2, chunks="2,3")
     s = credit.summary()
     assert len(s["credit"]) == 4 and len(s["credit"][0]) == 5 and len(s["chunk_credit"][0]) == 2
     assert len(s["credit_se"][0]) == 5 and set(sum(s["step_classes"], [])) <= {-1, 0, 1}
@@ -205,8 +207,8 @@ def test_measure_credit_with_a_registered_reward(random_policy, group):
 
 
 def test_bad_inputs(random_policy, group):
-    with pytest.raises(WorkbenchError, match="branches"):
-        measure_credit(random_policy, group, mean_red, branches=0)
+    with pytest.raises(WorkbenchError, match="continuations"):
+        measure_credit(random_policy, group, mean_red, continuations=0)
     with pytest.raises(WorkbenchError, match="sum"):
         measure_credit(random_policy, group, mean_red, chunks="2,2")
     with pytest.raises(WorkbenchError, match="valid credit estimators: mc, ode, x0"):
@@ -216,7 +218,7 @@ def test_bad_inputs(random_policy, group):
 
 def test_refinement_spends_on_undetermined_steps_when_only_a_whole_trajectory_chunk_is_within_reach(
         random_policy, group):
-    credit = measure_credit(random_policy, group, mean_red, branches=2, chunks="5")
+    credit = measure_credit(random_policy, group, mean_red, continuations=2, chunks="5")
     mean = float(credit.rewards.mean())
     g, s, _ = credit.branch_rewards.shape
     noisy = torch.stack([torch.full((g, s), mean - 1.0), torch.full((g, s), mean + 1.0)], dim=-1)  # V = mean, se ~1
@@ -230,7 +232,7 @@ def test_refinement_spends_on_undetermined_steps_when_only_a_whole_trajectory_ch
 
 def test_a_chunk_from_the_shared_start_to_the_image_is_fixed_by_construction():
     rewards = torch.tensor([1.0, 0.0, 0.4])
-    branch = torch.rand(3, 3, 4)  # (G, T - 1 = 3, K = 4)
+    branch = torch.rand(3, 3, 4)  # (G, T - 1 = 3, M = 4)
     c = Credit("p", rewards, rewards - rewards.mean(), branch, [4])
     assert c.chunk_fixed.all() and c.rates().chunk.by_construction and c.rates().chunk.fixed_cells == 3
     assert torch.allclose(c.chunk_credit[:, 0], rewards - rewards.mean())  # the raw advantage: never against A
@@ -242,7 +244,7 @@ def test_a_chunk_from_the_shared_start_to_the_image_is_fixed_by_construction():
 
 def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuations(random_policy):
     own = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=4, seed=2, shared_noise=False))
-    credit = measure_credit(random_policy, own, mean_red, branches=3, chunks="4")
+    credit = measure_credit(random_policy, own, mean_red, continuations=3, chunks="4")
     assert credit.start_branches.shape == (3, 3) and credit.cost["nfe"] == 3 * 3 * (4 + 3 + 2 + 1)
     assert torch.allclose(credit.values[:, 0], credit.start_branches.mean(1))  # V(x_T^i), not the group mean
     assert torch.allclose(credit.chunk_credit[:, 0], credit.rewards - credit.start_branches.mean(1), atol=1e-6)
@@ -254,12 +256,12 @@ def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuation
 
 def test_two_halves_of_the_continuations_are_two_measurements():
     rewards = torch.tensor([1.0, 0.0, 0.4])
-    branch = torch.rand(3, 3, 6)  # (G, T - 1, K = 6)
+    branch = torch.rand(3, 3, 6)  # (G, T - 1, M = 6)
     c = Credit("p", rewards, rewards - rewards.mean(), branch, [2, 2], start_branches=torch.rand(3, 6))
     a, b = c.halves()
     assert torch.equal(a.branch_rewards, branch[..., :3]) and torch.equal(b.branch_rewards, branch[..., 3:])
     assert torch.equal(b.start_branches, c.start_branches[:, 3:]) and a.rates().step.cells == c.rates().step.cells
     uneven = branch.clone()
-    uneven[0, 0, 4:] = float("nan")  # one state with K = 4 (refined elsewhere): halves would not pair
+    uneven[0, 0, 4:] = float("nan")  # one state with M = 4 (refined elsewhere): halves would not pair
     assert replace(c, branch_rewards=uneven).halves() is None and replace(c, branch_rewards=branch[..., :2]).halves() \
         is None

@@ -2,7 +2,7 @@
 
 A reward that ignores the image gives every state the same value, so no cell that ends before the final
 image has credit; the share of such cells called determined must stay within the nominal false-call rate
-(binomial error) at K = 2, 4 and 16, with common random numbers and without, and after refinement. The
+(binomial error) at M = 2, 4 and 16, with common random numbers and without, and after refinement. The
 numbers go through the real `Credit` classification; only the continuation rewards are drawn here.
 """
 
@@ -28,9 +28,9 @@ def null_credit(k: int, crn: bool, seed: int, g: int = G) -> tuple[Credit, torch
         return common[rows[:, 0], 0, rows[:, 2]] + torch.randn(len(rows), generator=gen)
 
     rows = torch.cartesian_prod(torch.arange(g), torch.arange(1, T), torch.arange(k))
-    branches = draw(rows).view(g, T - 1, k)
+    continuations = draw(rows).view(g, T - 1, k)
     rewards = torch.randn(g, generator=gen) * math.sqrt(2 if crn else 1)  # same spread as a continuation
-    credit = Credit("null", rewards, rewards - rewards.mean(), branches, [2, T - 2], crn=crn)
+    credit = Credit("null", rewards, rewards - rewards.mean(), continuations, [2, T - 2], crn=crn)
     return credit, draw
 
 
@@ -53,13 +53,13 @@ def test_null_reward_false_calls_hold_the_nominal_rate(k, crn):
     credit, _ = null_credit(k, crn, seed=k + 10 * crn)
     share, n = null_share(credit)
     alpha = false_call_rate(2.0)
-    assert share <= alpha + bound(n), f"K={k} crn={crn}: {share:.3f} determined, nominal {alpha:.3f}"
-    # not bought by a blunt test: at K >= 4 the rate is the nominal one (K = 2 is conservative, ~2-4 %)
-    assert k == 2 or share >= alpha - bound(n), f"K={k} crn={crn}: {share:.3f} determined, too conservative"
+    assert share <= alpha + bound(n), f"M={k} crn={crn}: {share:.3f} determined, nominal {alpha:.3f}"
+    # not bought by a blunt test: at M >= 4 the rate is the nominal one (M = 2 is conservative, ~2-4 %)
+    assert k == 2 or share >= alpha - bound(n), f"M={k} crn={crn}: {share:.3f} determined, too conservative"
 
 
 def test_a_normal_threshold_would_not_hold_it():
-    """The check has teeth: the same cells tested against the normal (z = 2 errors) overshoot at K = 4."""
+    """The check has teeth: the same cells tested against the normal (z = 2 errors) overshoot at M = 4."""
     credit, _ = null_credit(4, True, seed=3)
     steps = credit.step_credit[:, : T - 1] / credit.step_se[:, : T - 1]
     assert float((steps.abs() > 2).double().mean()) > 0.1

@@ -21,7 +21,8 @@ def reward(images, prompts):
 
 
 def test_the_same_policy_on_both_sides_gives_identical_maps(random_policy):
-    c = compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, CONFIG, reward, branches=2, chunks="1,3")
+    c = compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, CONFIG, reward, continuations=2,
+                       chunks="1,3")
     (ga, gb), (ca, cb) = c.groups, c.credits
     assert torch.equal(ga.images, gb.images) and torch.equal(ga.states, gb.states)
     assert torch.equal(ca.step_credit, cb.step_credit) and torch.equal(ca.step_classes(), cb.step_classes())
@@ -34,7 +35,7 @@ def test_another_policy_changes_the_group_from_the_same_noise(random_policy):
     with torch.no_grad():
         for p in moved.transformer.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    c = compare_credit((random_policy, moved), ("base", "moved"), PROMPT, CONFIG, reward, branches=2, chunks="4")
+    c = compare_credit((random_policy, moved), ("base", "moved"), PROMPT, CONFIG, reward, continuations=2, chunks="4")
     (ga, gb), (ca, cb) = c.groups, c.credits
     assert torch.equal(ga.states[:, 0], gb.states[:, 0])  # the same x_T
     assert not torch.equal(ga.images, gb.images) and not torch.equal(ca.step_credit, cb.step_credit)

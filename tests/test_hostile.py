@@ -97,11 +97,11 @@ def copy_run(trained: Path, tmp_path: Path) -> Path:
 
 # --------------------------------------------------------------------------- the command line: flags
 SAMPLE = ["sample", "--prompt", PROMPT, "--steps", "2", "--num", "2"]
-ATTRIBUTE = ["attribute", "--prompt", PROMPT, "--steps", "3", "--group", "2", "--branches", "1", "--chunks", "1,2"]
+ATTRIBUTE = ["attribute", "--prompt", PROMPT, "--steps", "3", "--group", "2", "--continuations", "1", "--chunks", "1,2"]
 REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line must hold)
     (SAMPLE + ["--num", 10**12], ["needs at least", "--num"]),
     (SAMPLE + ["--steps", 10**12], ["needs at least", "--steps"]),
-    (ATTRIBUTE + ["--branches", 10**12], ["K=1000000000000", "--branches"]),
+    (ATTRIBUTE + ["--continuations", 10**12], ["M=1000000000000", "--continuations"]),
     (SAMPLE + ["--num", "two"], ["--num", "positive integer"]),
     (SAMPLE + ["--num", "0"], ["--num", "positive integer"]),
     (SAMPLE + ["--steps", "-3"], ["--steps", "positive integer"]),
@@ -170,7 +170,7 @@ def test_the_estimate_is_a_pure_function_of_the_sizes():
     one = rollout_bytes(8, 16, (3, 32, 32))
     assert one == 4 * 8 * 2 * (3 * 16 + 1) * 3072
     assert rollout_bytes(8, 16, (3, 32, 32), prompts=4) == 4 * one
-    assert rollout_bytes(8, 16, (3, 32, 32), branches=2) == one + 4 * 8 * 2 * 15 * 2 * 3072
+    assert rollout_bytes(8, 16, (3, 32, 32), continuations=2) == one + 4 * 8 * 2 * 15 * 2 * 3072
     with pytest.raises(WorkbenchError, match="needs at least 9.6 MB .* 1.0 MB free; lower --num"):
         check_fits(one, "cpu", "G=8 x T=16", "lower --num", free=10**6)
 
@@ -614,7 +614,7 @@ def test_a_killed_writer_leaves_no_temp_files_after_the_next_writer(capsys, trai
 # --------------------------------------------------------------------------- no NaN shown as a figure (issue 22)
 @pytest.fixture(scope="module")
 def sampled(app):
-    """A session holding a G=3, T=4 group of the app's model, with its credit (K=2)."""
+    """A session holding a G=3, T=4 group of the app's model, with its credit (M=2)."""
     _, wb = app
     session = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())[-2]
     return h.attribute(wb, 2, session)[-2]

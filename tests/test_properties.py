@@ -115,9 +115,9 @@ def test_chunk_sum_of_step_differences_telescopes(data, t, g):
 @given(data=st.data(), t=st.integers(2, 10), g=st.integers(2, 4), k=st.integers(1, 4))
 def test_measured_chunk_credit_telescopes_under_any_rechunking(data, t, g, k):
     rewards = torch.tensor(data.draw(st.lists(st.floats(0, 1), min_size=g, max_size=g)))
-    branches = torch.tensor(data.draw(st.lists(st.floats(0, 1), min_size=g * (t - 1) * k,
+    continuations = torch.tensor(data.draw(st.lists(st.floats(0, 1), min_size=g * (t - 1) * k,
                                                max_size=g * (t - 1) * k))).view(g, t - 1, k)  # (G, T - 1, K)
-    credit = Credit("p", rewards, rewards - rewards.mean(), branches, [t])
+    credit = Credit("p", rewards, rewards - rewards.mean(), continuations, [t])
     values = credit.values  # (G, T + 1)
     for sizes in (data.draw(schedule(t)), data.draw(schedule(t))):
         other = credit.rechunk(sizes)

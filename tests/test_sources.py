@@ -132,8 +132,8 @@ def test_the_command_line_takes_a_run_or_a_checkpoint_as_model(model_dir, tmp_pa
     assert main(["sample", "--prompt", prompt, "--num", "2", "--steps", "3", "--out", str(tmp_path / "g.png"),
                  "--model", str(run)]) == 0
     assert (tmp_path / "g.png").is_file()
-    assert main(["attribute", "--prompt", prompt, "--group", "2", "--steps", "3", "--branches", "2", "--chunks", "3",
-                 "--json", "--model", str(run / "checkpoints" / "iter_0010")]) == 0
+    assert main(["attribute", "--prompt", prompt, "--group", "2", "--steps", "3", "--continuations", "2",
+                 "--chunks", "3", "--json", "--model", str(run / "checkpoints" / "iter_0010")]) == 0
     assert '"chunks": [3]' in capsys.readouterr().out
     shutil.rmtree(run / "checkpoints")
     assert main(["sample", "--prompt", prompt, "--out", str(tmp_path / "h.png"), "--model", str(run)]) == 2

@@ -106,6 +106,21 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+class RenamedFlag(argparse.Action):
+    """An old flag kept as an alias: it sets the new flag's value and says the new name on stderr.
+
+        p.add_argument("--branches", dest="continuations", action=RenamedFlag, new="--continuations", type=int)
+    """
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"note: {option_string} is now {self.new} (same meaning); please use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_model_args(p: argparse.ArgumentParser, runs: bool = True) -> None:
     """--model and --device; runs: --model may also name a fine-tuning run or one of its checkpoints."""
     more = (", a run folder runs/<id> (its newest complete checkpoint) or one checkpoint "
@@ -121,7 +136,7 @@ def add_model_args(p: argparse.ArgumentParser, runs: bool = True) -> None:
 
 OUT_OF_MEMORY = ("out of memory; if it happened while the model loaded, its weights do not fit: use --dtype bfloat16, "
                  "LoRA (--lora-rank) or a larger device; if during sampling or training, lower the sizes (--group, "
-                 "--steps, --branches, --prompts-per-iteration, --resolution) or set --micro-batch and "
+                 "--steps, --continuations, --prompts-per-iteration, --resolution) or set --micro-batch and "
                  "--gradient-checkpointing (`workbench train --dry-run` prints the estimate)")
 
 

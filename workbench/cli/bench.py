@@ -90,7 +90,7 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 9) -
             "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]), "target_overhead": 0.05}
 
 
-def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, repeats: int = 2) -> dict:
+def bench_credit(policy, group: int = 8, steps: int = 16, continuations: int = 4, repeats: int = 2) -> dict:
     """Seconds for the default credit measurement and one refinement pass, milliseconds to re-chunk with
     errors and classes, and the share of determined step cells before and after the refinement."""
     from workbench.flow.sampler import sample_group
@@ -102,10 +102,10 @@ def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, rep
     holder = {}
 
     def credit():
-        holder["c"] = measure_credit(policy, g, reward, branches=branches, chunks=f"{steps}")
+        holder["c"] = measure_credit(policy, g, reward, continuations=continuations, chunks=f"{steps}")
 
-    t_credit = _timed(credit, repeats, f"credit G={group} T={steps} K={branches}, repeats")
-    budget = group * (steps - 1) * branches  # the default measurement's continuations (the app's default)
+    t_credit = _timed(credit, repeats, f"credit G={group} T={steps} M={continuations}, repeats")
+    budget = group * (steps - 1) * continuations  # the default measurement's continuations (the app's default)
     start = time.perf_counter()
     refined = refine(holder["c"], policy, g, reward, budget)
     t_refine = time.perf_counter() - start
@@ -119,7 +119,8 @@ def bench_credit(policy, group: int = 8, steps: int = 16, branches: int = 4, rep
     t_rechunk = _timed(rechunk, 5, "re-chunk, repeats") / len(specs)
     odes = {name: measure_credit(policy, g, reward, chunks=f"{steps}", estimator=name).cost["seconds"]
             for name in ("ode", "x0")}
-    return {"group": group, "steps": steps, "branches": branches, "credit_s": t_credit, "target_credit_s": 10.0,
+    return {"group": group, "steps": steps, "continuations": continuations, "credit_s": t_credit,
+            "target_credit_s": 10.0,
             "budget": budget, "refine_s": t_refine, "target_refine_s": 20.0,
             "rechunk_ms": 1000 * t_rechunk, "target_rechunk_ms": 10.0,
             "determined_before": holder["c"].rates().step.determined,
@@ -184,7 +185,7 @@ def bench_app(tests: bool) -> dict:
 
 
 def run(which: str, policy, json_path: str | None = None, tests: bool = False, group: int | None = None,
-        steps: int = 16, branches: int = 4, repeats: int | None = None) -> dict:
+        steps: int = 16, continuations: int = 4, repeats: int | None = None) -> dict:
     """Run the benchmarks `which` names and print their figures (sizes default to each benchmark's own: G 16
     sampling, G 8 credit, T 16); with json_path also write them to one file."""
     import json
@@ -207,13 +208,14 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
               f"{100 * r['overhead_quartiles'][0]:+.1f} / {100 * r['overhead_quartiles'][1]:+.1f} %; "
               f"target <= {100 * r['target_overhead']:.0f} %)")
     if which in ("credit", "all"):
-        r = figures["credit"] = bench_credit(policy, group or 8, steps, branches, repeats or 2)
-        print(f"credit    G={r['group']} T={r['steps']} K={r['branches']}: {r['credit_s']:.2f} s "
+        r = figures["credit"] = bench_credit(policy, group or 8, steps, continuations, repeats or 2)
+        print(f"credit    G={r['group']} T={r['steps']} M={r['continuations']}: {r['credit_s']:.2f} s "
               f"(target < {r['target_credit_s']:.0f} s); one refinement of {r['budget']} continuations "
-              f"{r['refine_s']:.2f} s (target < {r['target_refine_s']:.0f} s, K now {r['k_after'][0]}.."
+              f"{r['refine_s']:.2f} s (target < {r['target_refine_s']:.0f} s, M now {r['k_after'][0]}.."
               f"{r['k_after'][1]}); re-chunk with errors and classes {r['rechunk_ms']:.2f} ms "
               f"(target < {r['target_rechunk_ms']:.0f} ms)")
-        print(f"          determined step cells at z=2: {100 * r['determined_before']:.0f} % at K={r['branches']}, "
+        print(f"          determined step cells at z=2: {100 * r['determined_before']:.0f} % "
+              f"at M={r['continuations']}, "
               f"{100 * r['determined_after']:.0f} % after one refinement; ode estimator {r['ode_s']:.2f} s, "
               f"x0 estimator {r['x0_s']:.2f} s")
     if which in ("train", "all"):

@@ -12,8 +12,10 @@ import math
 import sys
 from pathlib import Path
 
+from workbench.cli import export
 from workbench.cli.args import (
     Parser,
+    RenamedFlag,
     add_model_args,
     negative_values_inline,
     non_negative_float,
@@ -63,12 +65,12 @@ def load_model(args: argparse.Namespace):
     return load_policy(args.model, device=args.device, dtype=args.dtype, **options)
 
 
-def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, branches: int = 0) -> None:
+def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, continuations: int = 0) -> None:
     """Refuse sizes whose tensors cannot fit on the policy's device (`core.budget`), before any sampling."""
     from workbench.core.budget import check_fits, rollout_bytes
 
-    needed = rollout_bytes(group, steps, policy.latent_shape, prompts=prompts, branches=branches)
-    check_fits(needed, policy.device, f"G={group} x T={steps}" + (f" x K={branches}" if branches else ""),
+    needed = rollout_bytes(group, steps, policy.latent_shape, prompts=prompts, continuations=continuations)
+    check_fits(needed, policy.device, f"G={group} x T={steps}" + (f" x M={continuations}" if continuations else ""),
                f"lower {flags}")
 
 
@@ -151,10 +153,10 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     policy.check_prompt(args.prompt)
     reward = build_reward(args.reward or default_reward(policy.toy_world))
     reward.check_images(policy.image_size, [args.prompt])
-    check_memory(policy, config.group, config.steps, "--group, --steps or --branches",
-                 branches=args.branches if args.estimator == "mc" else 1)  # ode / x0: one look-ahead per state
+    check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
+                 continuations=args.continuations if args.estimator == "mc" else 1)  # ode / x0: one look-ahead
     group = sample_group(policy, args.prompt, config)
-    credit = measure_credit(policy, group, reward, branches=args.branches, chunks=args.chunks,
+    credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=args.chunks,
                             advantage=args.advantage, seed=args.seed, progress=_progress("branching"),
                             estimator=args.estimator, crn=not args.no_crn)
     summary = credit.summary(args.z)
@@ -162,7 +164,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks"
                        and not k.endswith("_classes") else v for k, v in summary.items()}))
         return 0
-    k = f"K={args.branches}" if args.estimator == "mc" else "one look-ahead per state"
+    k = f"M={args.continuations}" if args.estimator == "mc" else "one look-ahead per state"
     print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "
           f"{'independent' if args.no_crn else 'common random numbers'}) chunks {credit.sizes}, z={args.z:g}")
     rate = 100 * false_call_rate(args.z)
@@ -189,7 +191,7 @@ def _figure(summary: dict, key: str) -> str:
     """'0.250 +- 0.031', or why the figure is not defined (a rate among determined cells when none is)."""
     value, se = summary[key], summary[key + "_se"]
     if isinstance(value, float) and not math.isfinite(value):
-        return "not defined (no cell is determined: raise --branches or lower --z)"
+        return "not defined (no cell is determined: raise --continuations or lower --z)"
     return f"{value:.3f} +- {se:.3f}" if isinstance(se, float) and math.isfinite(se) else f"{value:.3f}"
 
 
@@ -222,7 +224,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.cli.bench import run
 
     run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json, args.tests,
-        group=args.group, steps=args.steps, branches=args.branches, repeats=args.repeats)
+        group=args.group, steps=args.steps, continuations=args.continuations, repeats=args.repeats)
     return 0
 
 
@@ -244,23 +246,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("attribute", help="measure step vs chunk advantage misattribution (Monte-Carlo credit)",
-                       description="Sample a group, branch K continuations from every state, and compare "
+                       description="Sample a group, branch M continuations from every state, and compare "
                                    "each step's measured credit with the uniform GRPO advantage.")
     add_sampling_args(p)
-    p.add_argument("--branches", type=positive_int, default=4, help="continuations per state, K (default 4)")
+    p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
+                   help="continuations sampled from every state, M (default 4)")
+    p.add_argument("--branches", type=positive_int, dest="continuations", action=RenamedFlag, new="--continuations",
+                   metavar="M",
+                   help="old name of --continuations (K now means the number of chunks, as in GCPO)")
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
     p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
                    "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
     p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
     p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"],
-                   help="credit estimator: mc (K continuations), ode (ODE completion), x0 (denoised prediction)")
+                   help="credit estimator: mc (M continuations), ode (ODE completion), x0 (denoised prediction)")
     p.add_argument("--z", type=non_negative_float, default=2.0,
                    help="sets the false-call rate P(|N(0,1)| > z) of a cell without credit (default 2: 4.6 %%); "
-                        "cells are tested with Student-t quantiles (K - 1 degrees of freedom under CRN)")
+                        "cells are tested with Student-t quantiles (M - 1 degrees of freedom under CRN)")
     p.add_argument("--no-crn", action="store_true",
                    help="independent continuations instead of common random numbers across a trajectory's states")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_attribute)
+
+    export.add_parser(sub)
 
     p = sub.add_parser("chunks", help="chunk boundaries from the temporal-dynamics curve",
                        description="Sample trajectories over many prompts, average their L1_rel curve, and cut "
@@ -289,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with 'all --json': also time `make test` on a fresh clone (scripts/bench_tests.sh, minutes)")
     p.add_argument("--group", type=positive_int, default=None, help="G of sampling / credit (default 16 / 8)")
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
-    p.add_argument("--branches", type=positive_int, default=4, help="credit continuations K (default 4)")
+    p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
+                   help="credit continuations per state, M (default 4)")
     p.add_argument("--repeats", type=positive_int, default=None,
                    help="timed repeats (default 9 sampling, 2 credit); progress goes to stderr")
     add_model_args(p)

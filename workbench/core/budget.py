@@ -15,18 +15,18 @@ from workbench.core.errors import WorkbenchError
 FLOAT_BYTES = 4  # every stored state, prediction and mean is float32
 
 
-def rollout_bytes(group: int, steps: int, latent_shape: tuple[int, ...], prompts: int = 1, branches: int = 0,
+def rollout_bytes(group: int, steps: int, latent_shape: tuple[int, ...], prompts: int = 1, continuations: int = 0,
                   copies: int = 2) -> int:
     """Bytes of the float32 tensors a rollout keeps: for each of `prompts` groups of G trajectories over T steps,
     the states (T + 1 per trajectory), x0 predictions and step means (T each), held `copies` times (per-step
-    lists, then stacked); with K `branches` per intermediate state (Monte-Carlo credit) also the (T - 1) G K
+    lists, then stacked); with M `continuations` per intermediate state (Monte-Carlo credit) also the (T - 1) G M
     continuation rows and their noise. A lower bound: the model's activations come on top.
 
         rollout_bytes(8, 16, (3, 32, 32))  # -> 9633792 (about 9.6 MB)
     """
     latent = math.prod(latent_shape)  # elements of one state, C * H * W
     per_trajectory = copies * (3 * steps + 1) * latent
-    per_branch_row = 2 * max(steps - 1, 0) * branches * latent  # rows and their noise
+    per_branch_row = 2 * max(steps - 1, 0) * continuations * latent  # rows and their noise
     return FLOAT_BYTES * prompts * group * (per_trajectory + per_branch_row)
 
 

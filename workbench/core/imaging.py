@@ -41,6 +41,24 @@ def filmstrip(x0_preds: torch.Tensor, scale: int = 3) -> Image.Image:
     return grid(x0_preds.reshape(g * t, *x0_preds.shape[2:]), ncol=t, scale=scale)
 
 
+HEADER = 36  # pixels of the strip `with_header` puts above a grid for its column labels
+
+
+def with_header(image: Image.Image, labels: list[str], cell_w: int, pad: int = 2, height: int = HEADER) -> Image.Image:
+    """`image` (a grid of columns `cell_w` pixels apart after `pad`) under a white strip that writes labels[c]
+    above column c, at its bottom: the top of the strip is left free for a viewer's own label badge."""
+    from PIL import ImageDraw
+
+    canvas = Image.new("RGB", (image.width, image.height + height), "white")
+    canvas.paste(image, (0, height))
+    draw = ImageDraw.Draw(canvas)
+    for c, text in enumerate(labels):
+        left, top, right, bottom = draw.textbbox((0, 0), text)
+        x = pad + c * cell_w + (cell_w - pad - (right - left)) // 2
+        draw.text((x, height - (bottom - top) - 4), text, fill="black")
+    return canvas
+
+
 def save_image(image: Image.Image, path: str | Path) -> Path:
     """Write a PIL image, creating parent folders; an unwritable path is a WorkbenchError."""
     path = Path(path)

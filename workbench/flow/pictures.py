@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from PIL import Image
 
-from workbench.core.imaging import filmstrip
+from workbench.core.imaging import filmstrip, with_header
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 
@@ -16,7 +16,8 @@ def x0_filmstrip(policy: FlowPolicy, group: TrajectoryGroup, max_columns: int | 
     """One row per trajectory, one column per step (or `max_columns` evenly spaced steps, the last included).
 
     Decoded through the policy; cells larger than `thumb` pixels (real models decode 512-1024 px) are
-    shrunk to it with area averaging; smaller ones are enlarged to about `cell` pixels.
+    shrunk to it with area averaging; smaller ones are enlarged to about `cell` pixels. A white strip on top
+    names each column's step ("t=0" ... "t=T-1").
     """
     t = group.num_steps
     steps = torch.linspace(0, t - 1, min(t, max_columns or t)).round().long()  # (S,)
@@ -24,4 +25,6 @@ def x0_filmstrip(policy: FlowPolicy, group: TrajectoryGroup, max_columns: int | 
     images = policy.decode(x0.flatten(0, 1).to(policy.device)).cpu()  # (G * S, 3, H, W)
     if thumb is not None and images.shape[-1] > thumb:
         images = torch.nn.functional.interpolate(images, size=(thumb, thumb), mode="area")
-    return filmstrip(images.unflatten(0, tuple(x0.shape[:2])), scale=max(1, cell // images.shape[-1]))
+    scale = max(1, cell // images.shape[-1])
+    strip = filmstrip(images.unflatten(0, tuple(x0.shape[:2])), scale=scale)
+    return with_header(strip, [f"t={int(s)}" for s in steps], images.shape[-1] * scale + 2)  # grid's pad is 2

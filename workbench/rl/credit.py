@@ -4,9 +4,9 @@
 Step GRPO gives every step of trajectory i the same advantage A_i. What a step actually contributed is
 measured here from the value of the states around it:
 
-    V(x_t^i)  = mean reward of K continuations sampled from x_t^i with the same policy
+    V(x_t^i)  = mean reward of M continuations sampled from x_t^i with the same policy
     V(x_T)    = the group mean reward when all trajectories start from the same noise; else the mean of
-                K continuations from each trajectory's own x_T^i;                      V(x_0^i) = r_i
+                M continuations from each trajectory's own x_T^i;                      V(x_0^i) = r_i
     d_{i,t}   = V(x_{t+1}^i) - V(x_t^i)      (state index t = 0 is noise; step t goes t -> t + 1)
 
 The credits of a trajectory telescope to r_i - V(x_T). Every cell has a standard error from the spread
@@ -67,12 +67,12 @@ class CreditClasses:
 
 @dataclass
 class Credit:
-    """Step and chunk credit of one group. G trajectories, T steps, up to K continuations per state."""
+    """Step and chunk credit of one group. G trajectories, T steps, up to M continuations per state."""
 
     prompt: str
     rewards: torch.Tensor  # (G,) r_i of the final images
     advantages: torch.Tensor  # (G,) A_i the objective would use (only its sign matters here)
-    branch_rewards: torch.Tensor  # (G, T - 1, K) continuation rewards from states 1..T-1, NaN past a state's K
+    branch_rewards: torch.Tensor  # (G, T - 1, M) continuation rewards from states 1..T-1, NaN past a state's M
     sizes: list[int]  # chunk sizes over the T steps
     seed: int = 0  # continuation noise seed
     trained: torch.Tensor | None = None  # (T,) bool: steps that carry a log-prob; None = all
@@ -81,7 +81,7 @@ class Credit:
     start: torch.Tensor | None = None  # (G,) V(x_T) of a look-ahead estimator; None = group mean reward
     deterministic: bool = False  # look-ahead estimators have no Monte-Carlo error
     cost: dict = field(default_factory=dict)  # {"nfe": transformer evaluations, "seconds": wall time}
-    start_branches: torch.Tensor | None = None  # (G, K) continuations from each own x_T (no shared start noise)
+    start_branches: torch.Tensor | None = None  # (G, M) continuations from each own x_T (no shared start noise)
     looks: torch.Tensor | None = None  # (G, T - 1) refinement rounds that grew each state; None = 0
 
     @property
@@ -204,10 +204,10 @@ class Credit:
         return replace(self, sizes=parse_chunk_spec(spec, self.num_steps))
 
     def halves(self) -> tuple[Credit, Credit] | None:
-        """Two measurements of the same group from disjoint halves of the continuations (K / 2 each): their
+        """Two measurements of the same group from disjoint halves of the continuations (M / 2 each): their
         continuation noise is independent (noise is seeded by the index k), so how far their rates differ
-        shows how much a rate moves with the continuation seed at K / 2. None when K differs between states
-        (after refinement), K < 4, or the estimator has no Monte-Carlo noise."""
+        shows how much a rate moves with the continuation seed at M / 2. None when M differs between states
+        (after refinement), M < 4, or the estimator has no Monte-Carlo noise."""
         k = self.counts
         if self.deterministic or int(k.min()) != int(k.max()) or int(k.min()) < 4:
             return None
@@ -251,31 +251,31 @@ def _finite(t: torch.Tensor) -> list:
     return [[None if v != v else v for v in row] for row in t.tolist()]
 
 
-def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branches: int = 4,
+def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                          seed: int = 0, progress=None, crn: bool = True) -> torch.Tensor:
-    """Rewards (G, T - 1, K) of K continuations from every intermediate state x_1 .. x_{T-1}."""
-    return ESTIMATORS.get("mc")(policy, group, reward_fn, branches, seed, crn, progress).branch_rewards
+    """Rewards (G, T - 1, M) of M continuations from every intermediate state x_1 .. x_{T-1}."""
+    return ESTIMATORS.get("mc")(policy, group, reward_fn, continuations, seed, crn, progress).branch_rewards
 
 
-def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, branches: int = 4,
+def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                    chunks="2,3,4,7", advantage: str = "grpo", seed: int = 0, progress=None,
                    estimator: str = "mc", crn: bool = True) -> Credit:
     """Credit of a sampled group under `reward_fn` (a RewardFunction or any rewards callable).
 
-    estimator: "mc" (K = `branches` continuations per state), "ode" or "x0" (one look-ahead per state).
+    estimator: "mc" (M = `continuations` per state), "ode" or "x0" (one look-ahead per state).
     crn: common random numbers across the continuations of a trajectory (False: independent noise).
     """
     from workbench.rl.advantages import ADVANTAGES
 
     fn = ESTIMATORS.get(estimator)
-    if branches < 1:
-        raise WorkbenchError(f"branches (K) must be a positive integer, got {branches}")
+    if continuations < 1:
+        raise WorkbenchError(f"continuations (M) must be a positive integer, got {continuations}")
     if group.num_steps < 2:
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to branch from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
-    est = fn(policy, group, reward_fn, branches, seed, crn, progress)
+    est = fn(policy, group, reward_fn, continuations, seed, crn, progress)
     return Credit(group.prompt, rewards, advantages, est.branch_rewards, sizes, seed, group.config.sde_mask(), crn,
                   estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
                   est.start_branches)
@@ -314,8 +314,8 @@ def _allocate(priority: torch.Tensor, counts: torch.Tensor, remaining: int) -> t
 
     priority (G, S): undetermined cells next to each state. Trajectories with the most such cells go first;
     in each, every state from the first to the last one next to an undetermined cell is brought to twice
-    the largest K of that span, so neighbouring states keep equal K and, under CRN, pair all their
-    continuations (a cell between states with K = 16 and K = 4 would pair only 4). Within a span the
+    the largest M of that span, so neighbouring states keep equal M and, under CRN, pair all their
+    continuations (a cell between states with M = 16 and M = 4 would pair only 4). Within a span the
     states with the most undetermined neighbours are served first when the budget runs out."""
     rows = []
     for i in priority.sum(1).argsort(descending=True, stable=True).tolist():
@@ -335,7 +335,7 @@ def _allocate(priority: torch.Tensor, counts: torch.Tensor, remaining: int) -> t
 
 
 def _with_rows(credit: Credit, rows: torch.Tensor, rewards: torch.Tensor) -> Credit:
-    """The credit with new continuation rewards (R,) at rows (R, 3) = (i, s, k) added; K only grows."""
+    """The credit with new continuation rewards (R,) at rows (R, 3) = (i, s, k) added; M only grows."""
     g, s, k = credit.branch_rewards.shape
     grown = torch.full((g, s, max(k, int(rows[:, 2].max()) + 1)), torch.nan)
     grown[..., :k] = credit.branch_rewards
@@ -351,8 +351,8 @@ def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, re
                   z: float = Z, progress=None) -> Iterator[Credit]:
     """Spend up to `budget` more continuations where cells are undetermined; yields the credit after each round.
 
-    Each round doubles K over the span of states next to undetermined cells of each trajectory (most such
-    cells first; `_allocate`); rounds stop when every cell is determined or the budget is spent. K never
+    Each round doubles M over the span of states next to undetermined cells of each trajectory (most such
+    cells first; `_allocate`); rounds stop when every cell is determined or the budget is spent. M never
     decreases anywhere; noise follows the credit's seed and CRN setting, so new continuations pair with the
     old ones.
     """

@@ -1,10 +1,10 @@
 """Credit of one prompt under two policies, before and after a fine-tune (docs/methods.md "Before and after").
 
 Both groups are sampled with the same SamplingConfig (the same x_T and the same SDE noise draws), scored by
-the same reward, and measured with the same estimator, K and continuation seed, so what differs between
+the same reward, and measured with the same estimator, M and continuation seed, so what differs between
 the two credit maps is the policy. Each group gets its own GRPO advantages from its own rewards.
 
-    comparison = compare_credit((base, tuned), ("base", "tuned"), prompt, config, reward_fn, branches=4)
+    comparison = compare_credit((base, tuned), ("base", "tuned"), prompt, config, reward_fn, continuations=4)
     comparison.differences(z=2)   # per rate: before, after, after - before and its standard error
 """
 
@@ -69,7 +69,7 @@ class CreditComparison:
 
 
 def compare_credit(policies: tuple[FlowPolicy, FlowPolicy], labels: tuple[str, str], prompt: str,
-                   config: SamplingConfig, reward_fn, branches: int = 4, chunks="2,3,4,7", seed: int = 0,
+                   config: SamplingConfig, reward_fn, continuations: int = 4, chunks="2,3,4,7", seed: int = 0,
                    estimator: str = "mc", crn: bool = True, progress=None) -> CreditComparison:
     """Sample `prompt` with `config` under both policies and measure each group's credit the same way.
 
@@ -80,7 +80,7 @@ def compare_credit(policies: tuple[FlowPolicy, FlowPolicy], labels: tuple[str, s
             if progress is not None:
                 progress(n * total + done, 2 * total)
         group = sample_group(policy, prompt, config)
-        credit = measure_credit(policy, group, reward_fn, branches=branches, chunks=chunks, seed=seed,
+        credit = measure_credit(policy, group, reward_fn, continuations=continuations, chunks=chunks, seed=seed,
                                 progress=within, estimator=estimator, crn=crn)
         groups.append(group)
         credits.append(credit)

@@ -1,9 +1,9 @@
 """Credit estimators: ways to value the states of a sampled group (docs/methods.md "Credit estimators").
 
-Every estimator is `fn(policy, group, reward_fn, branches, seed, crn, progress) -> Estimate` and values
+Every estimator is `fn(policy, group, reward_fn, continuations, seed, crn, progress) -> Estimate` and values
 states 1..T-1 of every trajectory (and, for the look-ahead estimators, the start state 0):
 
-- `mc`  Monte-Carlo: the mean reward of K continuations sampled with the same policy (the reference);
+- `mc`  Monte-Carlo: the mean reward of M continuations sampled with the same policy (the reference);
 - `ode` ODE completion: the reward of the deterministic Euler completion from the state (TP-GRPO, arXiv
         2602.06422);
 - `x0`  denoised prediction: the reward of the model's x0 prediction at the state (Stepwise-Flow-GRPO,
@@ -31,12 +31,12 @@ from workbench.flow.trajectory import TrajectoryGroup
 class Estimate:
     """State values of one group from one estimator."""
 
-    branch_rewards: torch.Tensor  # (G, T - 1, K) rewards per state 1..T-1 (K = 1 for look-ahead estimators)
+    branch_rewards: torch.Tensor  # (G, T - 1, M) rewards per state 1..T-1 (M = 1 for look-ahead estimators)
     start: torch.Tensor | None  # (G,) value of state 0, or None: the group mean reward (Monte-Carlo)
     deterministic: bool  # no Monte-Carlo noise: every credit has error 0
     nfe: int  # transformer evaluations of one latent (the cost that dominates)
     seconds: float = 0.0
-    start_branches: torch.Tensor | None = None  # (G, K) continuation rewards from each own x_T (no shared start)
+    start_branches: torch.Tensor | None = None  # (G, M) continuation rewards from each own x_T (no shared start)
 
 
 ESTIMATORS: Registry = Registry("credit estimator")
@@ -103,7 +103,7 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
 
 
 def grid_rows(g: int, states: range, ks: range) -> torch.Tensor:
-    """Rows (G * S * K, 3) = (i, s, k) for every trajectory, state and continuation index, k fastest."""
+    """Rows (G * S * M, 3) = (i, s, k) for every trajectory, state and continuation index, k fastest."""
     return torch.cartesian_prod(torch.arange(g), torch.tensor(list(states)), torch.tensor(list(ks)))
 
 
@@ -113,24 +113,24 @@ def continuation_cost(rows: torch.Tensor, steps: int) -> int:
 
 
 @ESTIMATORS.register("mc")
-def monte_carlo(policy, group, reward_fn, branches: int = 4, seed: int = 0, crn: bool = True,
+def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0, crn: bool = True,
                 progress=None) -> Estimate:
-    """K continuations from every state 1..T-1 with the group's own sampler; V = their mean reward.
+    """M continuations from every state 1..T-1 with the group's own sampler; V = their mean reward.
 
     Without shared start noise the trajectories start from different x_T, so the group mean is not their
-    start value: K continuations from each x_T^i are sampled too (T more steps each)."""
+    start value: M continuations from each x_T^i are sampled too (T more steps each)."""
     g, t = group.group_size, group.num_steps
     first = 1 if group.config.shared_noise else 0
-    rows = grid_rows(g, range(first, t), range(branches))
+    rows = grid_rows(g, range(first, t), range(continuations))
     start = time.perf_counter()
     rewards = run_continuations(policy, group, reward_fn, rows, seed, crn, progress=progress)
-    rewards = rewards.view(g, t - first, branches)  # (G, S, K)
-    own = None if first else rewards[:, 0]  # (G, K) from each x_T^i
+    rewards = rewards.view(g, t - first, continuations)  # (G, S, M)
+    own = None if first else rewards[:, 0]  # (G, M) from each x_T^i
     return Estimate(rewards[:, 1 - first:], None, False, continuation_cost(rows, t), time.perf_counter() - start, own)
 
 
 @ESTIMATORS.register("ode")
-def ode_completion(policy, group, reward_fn, branches: int = 1, seed: int = 0, crn: bool = True,
+def ode_completion(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
                    progress=None) -> Estimate:
     """V(x_s) = reward of the deterministic Euler ODE completion from x_s, for states 0..T-1 (TP-GRPO)."""
     g, t = group.group_size, group.num_steps
@@ -143,7 +143,7 @@ def ode_completion(policy, group, reward_fn, branches: int = 1, seed: int = 0, c
 
 @ESTIMATORS.register("x0")
 @torch.no_grad()
-def denoised_prediction(policy, group, reward_fn, branches: int = 1, seed: int = 0, crn: bool = True,
+def denoised_prediction(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
                         progress=None) -> Estimate:
     """V(x_s) = reward of the x0 prediction x_s - t_s v(x_s) stored at sampling, for states 0..T-1.
 

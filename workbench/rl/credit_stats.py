@@ -19,7 +19,7 @@ MISATTRIBUTED, UNDETERMINED, ALIGNED = -1, 0, 1
 
 
 def state_counts(branches: torch.Tensor) -> torch.Tensor:
-    """Continuations per state (G, S) of NaN-padded rewards (G, S, K)."""
+    """Continuations per state (G, S) of NaN-padded rewards (G, S, M)."""
     return (~branches.isnan()).sum(-1)
 
 
@@ -31,18 +31,18 @@ def state_means(branches: torch.Tensor) -> torch.Tensor:
 def _mean_variance(branches: torch.Tensor) -> torch.Tensor:
     """Var of each state's mean (G, S): unbiased sample variance / n; NaN where n < 2 (no estimate)."""
     n = state_counts(branches).float()  # (G, S)
-    dev = branches - state_means(branches)[..., None]  # (G, S, K)
+    dev = branches - state_means(branches)[..., None]  # (G, S, M)
     var = dev.pow(2).nansum(-1) / (n - 1)  # (G, S)
     return torch.where(n >= 2, var / n, torch.nan)
 
 
 def _paired_covariance(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
-    """Cov(V_a, V_b) of two means (..., ) from rewards (..., K) whose k-th entries share noise.
+    """Cov(V_a, V_b) of two means (..., ) from rewards (..., M) whose k-th entries share noise.
 
     Only the m = min(n_a, n_b) pairs present in both share noise, so Cov = m c / (n_a n_b) with c the sample
     covariance over those pairs; 0 where m < 2 (no estimate, and none of the start or end states has pairs).
     """
-    both = ~(xa.isnan() | xb.isnan())  # (..., K)
+    both = ~(xa.isnan() | xb.isnan())  # (..., M)
     m = both.sum(-1).float()
     na, nb = (~xa.isnan()).sum(-1).float(), (~xb.isnan()).sum(-1).float()
     a, b = torch.where(both, xa, 0.0), torch.where(both, xb, 0.0)
@@ -55,8 +55,8 @@ def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list
                     start_branches: torch.Tensor | None = None) -> torch.Tensor:
     """Variance (G, J) of the credit V(e_{j+1}) - V(e_j) of every unit between consecutive edges.
 
-    branches: (G, T - 1, K) continuation rewards of states 1..T-1, NaN-padded; start_var (G,): variance of
-    V(x_T) (state 0), or start_branches (G, K): the start's own continuations (trajectories that do not share
+    branches: (G, T - 1, M) continuation rewards of states 1..T-1, NaN-padded; start_var (G,): variance of
+    V(x_T) (state 0), or start_branches (G, M): the start's own continuations (trajectories that do not share
     x_T), which then count like any state; the final state's value is the reward itself (variance 0).
     edges: state indices 0 = e_0 < ... < e_J = T. paired: continuations share noise (CRN), so Cov(V_a, V_b)
     is subtracted:
@@ -75,7 +75,7 @@ def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list
 
 def _extended(branches: torch.Tensor, start_var: torch.Tensor,
               start_branches: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Variances of the means (G, T + 1) of states 0..T and the continuations (G, T + 1, K) with the final
+    """Variances of the means (G, T + 1) of states 0..T and the continuations (G, T + 1, M) with the final
     state, and the start state unless it has continuations of its own, as empty (NaN) rows."""
     g, s, k = branches.shape
     k = k if start_branches is None else max(k, start_branches.shape[1])
@@ -83,8 +83,8 @@ def _extended(branches: torch.Tensor, start_var: torch.Tensor,
     first = pad.clone()
     if start_branches is not None:
         first[:, 0, : start_branches.shape[1]] = start_branches
-    body = torch.cat([branches, torch.full((g, s, k - branches.shape[2]), torch.nan)], dim=2)  # (G, T - 1, K)
-    ext = torch.cat([first, body, pad], dim=1)  # (G, T + 1, K): states 0..T
+    body = torch.cat([branches, torch.full((g, s, k - branches.shape[2]), torch.nan)], dim=2)  # (G, T - 1, M)
+    ext = torch.cat([first, body, pad], dim=1)  # (G, T + 1, M): states 0..T
     var = _mean_variance(ext)  # (G, T + 1)
     if start_branches is None:
         var[:, 0] = start_var
@@ -101,7 +101,7 @@ def credit_dof(branches: torch.Tensor, start_var: torch.Tensor, start_dof: float
     continuations, and units that touch the final state: Welch-Satterthwaite over the two terms
     (`significance.welch_dof`). Units from the group-mean start: min(nu_a, nu_b) (Hsu's conservative bound;
     the start's term is ~1/G of the variance, and Welch's estimate jumps to G - 1 whenever a state's few
-    continuations happen to agree, which overshoots the rate at K = 2). Paired (CRN) units between two states
+    continuations happen to agree, which overshoots the rate at M = 2). Paired (CRN) units between two states
     with continuations: m - 1, m the pairs (the variance of m paired differences). NaN where a state has fewer
     than 2 continuations.
     """

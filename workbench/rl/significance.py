@@ -1,7 +1,7 @@
 """Calibrated significance for credit cells (docs/methods.md "Credit uncertainty", "False-call rate").
 
 A cell's error is estimated from a few continuations, so its t = d / se follows a Student t with few
-degrees of freedom, not a normal: at K = 4 a normal z = 2 threshold calls about 14 % of null cells
+degrees of freedom, not a normal: at M = 4 a normal z = 2 threshold calls about 14 % of null cells
 determined instead of 4.6 %. Here the user's z keeps its familiar meaning (a two-sided false-call rate
 alpha = P(|N(0, 1)| > z), 4.6 % at z = 2) and each cell is tested against the Student t of its own degrees
 of freedom; a cell tested again after refinement divides alpha by its number of looks (Bonferroni).

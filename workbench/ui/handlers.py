@@ -61,12 +61,16 @@ def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str
     return session.with_group(group, reward_spec, rewards, advantages)
 
 
-def _gallery(session: Session) -> list[tuple]:
-    """[(PIL image, caption)] of the group's final images; small images are enlarged to about 128 px."""
+def _gallery(session: Session, short: bool = False) -> list[tuple]:
+    """[(PIL image, caption)] of the group's final images; small images are enlarged to about 128 px.
+
+    Captions fit their thumbnail (a gallery cuts longer ones): "#i reward r, A a, speckle s", or with
+    short=True (Learn's eight columns) "#i r r, A a"."""
     images = session.group.images  # (G, 3, H, W)
     scale = max(1, 128 // images.shape[-1])
     noise = speckle(images)  # (G,)
-    return [(to_pil(img, scale), f"traj {i}: reward {float(r):.3f}, A {float(a):+.2f}, speckle {float(n):.3f}")
+    return [(to_pil(img, scale), f"#{i} r {float(r):.3f}, A {float(a):+.2f}" if short else
+             f"#{i} reward {float(r):.3f}, A {float(a):+.2f}, speckle {float(n):.3f}")
             for i, (img, r, a, n) in enumerate(zip(images, session.rewards, session.advantages, noise))]
 
 
@@ -86,11 +90,27 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
                             sde=sde or "", window=parse_window(window))
     session = _sample(wb, prompt or "", config, reward_spec, session, progress)
     group = session.group
-    figure = plots.logprob_figure(group.log_probs, session.rewards)
+    figure = plots.logprob_figure(group.log_probs, session.rewards, group.stds)
     note = f"sampled G={group.group_size} trajectories of T={group.num_steps} steps for '{escape(group.prompt)}'"
     cleared = plots.empty_figure("Step credit", "measure credit for the new group")
     strip = _filmstrip(wb.policy(session.source), group)
     return _gallery(session), strip, figure, cleared, rates_markdown(session), session, ok(note)
+
+
+@guarded(12)
+def generate_view(wb: Workbench, session: Session):
+    """The session's group (from Learn or a shared link) shown in Generate -> (prompt, G, T, noise, seed,
+    reward, sde, window controls set to the group's settings, gallery, filmstrip, log-prob figure, status)."""
+    group = session.group
+    if group is None:
+        raise WorkbenchError("no group yet: generate one, or run the example in Learn")
+    c = group.config
+    window = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
+    figure = plots.logprob_figure(group.log_probs, session.rewards, group.stds)
+    strip = _filmstrip(wb.policy(session.source), group)
+    return (group.prompt, c.group, c.steps, c.noise_level, c.seed, session.reward_spec, c.sde, window,
+            _gallery(session), strip, figure,
+            ok(f"the group of G={c.group} trajectories of T={c.steps} steps for '{escape(group.prompt)}'"))
 
 
 def rates_markdown(session: Session) -> str:
@@ -119,26 +139,26 @@ def _z(value) -> float:
 
 
 @guarded(4)
-def attribute(wb: Workbench, branches: float, session: Session, estimator: str = "mc", crn: bool = True,
+def attribute(wb: Workbench, continuations: float, session: Session, estimator: str = "mc", crn: bool = True,
               z: float = Z, progress=gr.Progress()):
     """Attribution tab -> (credit heatmap, rates Markdown, session, status).
 
-    estimator: mc (K continuations per state), ode or x0 (one look-ahead per state, K unused); crn: common
+    estimator: mc (M continuations per state), ode or x0 (one look-ahead per state, M unused); crn: common
     random numbers across a trajectory's continuations."""
     from workbench.rewards import build_reward
     from workbench.rl.credit import measure_credit
 
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    k, z = whole_number(branches, "branches (K)", 1), _z(z)
+    k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     estimator = estimator or "mc"
     group = session.group
-    credit = measure_credit(wb.policy(session.source), group, build_reward(session.reward_spec), branches=k,
+    credit = measure_credit(wb.policy(session.source), group, build_reward(session.reward_spec), continuations=k,
                             chunks=session.sizes, seed=group.config.seed, estimator=estimator, crn=bool(crn),
                             progress=_tracker(progress, "continuations from state"))
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
-    what = f"K={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
+    what = f"M={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
     seconds = credit.cost.get("seconds", 0.0)
     return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with {what} ({seconds:.1f} s)")
 
@@ -195,7 +215,8 @@ def _chunk_outputs(wb: Workbench, session: Session, note: str, slider=None) -> t
     noise = session.group.config.noise_level if session.group is not None else 0.7
     curve = wb.curve(t, noise, session.source)
     low, high = curve.quantiles  # (T,) each
-    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0])
+    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0],
+                                   wb.curve_prompts)
     slider = gr.skip() if slider is None else slider
     return figure, chunk_plot(session), format_sizes(session.sizes), slider, rates_markdown(session), session, ok(note)
 

@@ -13,6 +13,7 @@ import gradio as gr
 from workbench.core.fields import field_docs
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
+from workbench.glossary import gloss
 from workbench.rewards import reward_names
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z
@@ -25,14 +26,23 @@ from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
+from workbench.ui import share
 from workbench.ui import step_handlers as sh
 from workbench.ui.clicks import CLICK_JS, forward_js
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
-from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_after, learn_walk
+from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
 from workbench.ui.redraw import REDRAW_JS
 from workbench.ui.state import BASE, Session
+from workbench.ui.welcome import (
+    CHUNKS_INTRO,
+    FINETUNE_INTRO,
+    GENERATE_INTRO,
+    glossary_tab,
+    go_to_learn,
+    welcome_panel,
+)
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
 from workbench.viz.plots import empty_figure
@@ -42,7 +52,8 @@ EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a large yellow cross in the bottom right on a gray background",
                    "a small green bar in the middle left on a white background",
                    "a purple circle"]
-DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, K=4): a refinement doubles the compute
+DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, M=4): a refinement doubles the compute
+BEFORE_NOW_HEIGHT = 340  # px of the Before / Now grids: 8 prompts x 2 rows show cells of about 150 px
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
@@ -60,6 +71,7 @@ REAL_MODEL_LORA_RANK = 32  # the Fine-tune form's LoRA rank for SD3 / FLUX (Flow
 
 def _generate_tab(wb, session) -> dict:
     """Generate tab; returns its button and outputs so the Attribution outputs can be wired after they exist."""
+    gr.Markdown(GENERATE_INTRO, elem_id="generate-intro")
     with gr.Row():
         with gr.Column(scale=3):
             prompt = gr.Textbox(EXAMPLE_PROMPTS[0], label="Prompt", elem_id="prompt")
@@ -85,15 +97,16 @@ def _generate_tab(wb, session) -> dict:
                      format="png", elem_id="filmstrip")
     logprob = gr.Plot(label="Log-probs", elem_id="logprob-plot")
     return dict(run=run, inputs=[prompt, group, steps, noise, seed, reward, session, sde, window],
-                outputs=[gallery, strip, logprob], status=status)
+                outputs=[gallery, strip, logprob], status=status,
+                shown=[prompt, group, steps, noise, seed, reward, sde, window, gallery, strip, logprob, status])
 
 
 ATTRIBUTION_INTRO = (
-    "Branch K continuations from every state of the group made in **Generate** and compare each step's measured "
+    "Branch M continuations from every state of the group made in **Generate** and compare each step's measured "
     "credit (left) with the one advantage GRPO gives the whole trajectory (right). Every cell has a standard "
     "error: it is **misattributed** (x) or **aligned** (dot) only when its credit differs from 0 at the false-call "
     "rate z sets (z = 2: 4.6 % of cells without credit are called; a Student-t test, since each error comes from "
-    "only K continuations), **undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more "
+    "only M continuations), **undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more "
     "continuations where cells are undetermined and tests a cell again at the rate divided by its looks. The "
     "*ode* and *x0* estimators value each state with one deterministic look-ahead "
     "(TP-GRPO; Stepwise-Flow-GRPO, DenseGRPO): cheaper, without Monte-Carlo error, and compared with your "
@@ -120,9 +133,9 @@ def _per_step_section(wb, session) -> None:
 
 
 def _attribution_tab(wb, session, choices: list) -> dict:
-    gr.Markdown(ATTRIBUTION_INTRO)
+    gr.Markdown(gloss(ATTRIBUTION_INTRO), elem_id="attribution-intro")
     with gr.Row():
-        branches = gr.Slider(1, 16, 4, step=1, label="Continuations per state K", elem_id="credit-k")
+        continuations = gr.Slider(1, 16, 4, step=1, label="Continuations per state M", elem_id="credit-k")
         estimator = gr.Dropdown(ESTIMATORS.names(), value="mc", label="Credit estimator",
                                 info="mc: Monte-Carlo; ode: ODE completion; x0: denoised prediction",
                                 elem_id="credit-estimator")
@@ -141,7 +154,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                       elem_id="credit-plot")
     _per_step_section(wb, session)
     gr.Markdown("### Before and after\nThe same prompt and noise under a second policy (default: the base model "
-                "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the K, "
+                "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the M, "
                 "estimator and continuation seed above and drawn on one colour scale.")
     with gr.Row():
         other = gr.Dropdown([("the base model of this session's policy", pol.RUN_BASE), *choices],
@@ -156,19 +169,21 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_text, status]
-    run.click(partial(h.attribute, wb), [branches, session, estimator, crn, z], outputs, api_name="attribute", **HEAVY)
-    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **HEAVY)
+    busy = dict(show_progress_on=[heatmap], **HEAVY)  # the progress text over the map, not over the rates' text
+    run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z], outputs, api_name="attribute",
+              **busy)
+    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy)
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
-    compare.click(partial(pol.compare, wb), [other, branches, session, estimator, crn, z],
-                  [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit", **HEAVY)
+    compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z],
+                  [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
+                  show_progress_on=[compare_plot], **HEAVY)
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
-                compare_text=compare_text, both=both)
+                compare_text=compare_text, both=both, continuations=continuations, estimator=estimator)
 
 
-def _chunks_tab(wb, session, tab) -> None:
-    gr.Markdown("Edit the chunk schedule; the curve, the classified chunk credit and the misattribution rates "
-                "update at once (the stored credit and its errors are re-chunked, nothing is sampled again).")
+def _chunks_tab(wb, session, tab) -> gr.Textbox:
+    gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
         apply = gr.Button("Apply sizes", elem_id="apply-spec-btn", scale=1)
@@ -201,12 +216,15 @@ def _chunks_tab(wb, session, tab) -> None:
     merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **fast)
     clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
                   js=forward_js("curve-plot"), trigger_mode="always_last", **fast)  # a click while one runs waits
+    return spec
 
 
 OBJECTIVES_INTRO = (
     "What each objective does to each step of the group made in **Generate**: the map of an objective shows "
     "its push −w = −dL/d log p on every (trajectory, step), blue raising that step's log-prob, red lowering "
-    "it, on **one colour scale for all maps**. The top row is the first update of an iteration (every ratio "
+    "it, on **one colour scale for all maps** (a map whose largest push is 10x or more below the scale's end "
+    "says so in its title: GPG and Dr. GRPO divide by more, so their maps look pale; choose *a scale per "
+    "objective* to see their pattern). The top row is the first update of an iteration (every ratio "
     "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "
     "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
     "**Click a cell** (or set it below) to see that objective's formula with the cell's numbers.")
@@ -215,7 +233,7 @@ LATEX = [{"left": "$$", "right": "$$", "display": True}]
 
 def _objectives_tab(wb, session, tab) -> None:
     view = gr.State(None)  # ui.objectives.ObjectivesView of this session
-    gr.Markdown(OBJECTIVES_INTRO)
+    gr.Markdown(gloss(OBJECTIVES_INTRO), elem_id="objectives-intro")
     with gr.Row():
         updates = gr.Slider(0, 10, INNER_UPDATES, step=1, label="Inner updates N", elem_id="obj-updates")
         lr = gr.Number(INNER_LR, label="Learning rate of the inner updates", elem_id="obj-lr")
@@ -224,6 +242,7 @@ def _objectives_tab(wb, session, tab) -> None:
         run = gr.Button("Compute", variant="primary", elem_id="objectives-btn")
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
+    scale = gr.Radio(list(ob.SCALES), value="shared", label="Colour scale", elem_id="obj-scale")
     maps = gr.Plot(label="Push of every objective", elem_id="objectives-plot")
     with gr.Row():
         name = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective", elem_id="cell-objective")
@@ -241,7 +260,11 @@ def _objectives_tab(wb, session, tab) -> None:
     point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
-              [maps, summary, formula, view, status], api_name="objectives", **HEAVY)
+              [maps, summary, formula, view, status], api_name="objectives", **HEAVY).then(
+        lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
+        api_visibility="private", show_progress="hidden")
+    scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
+                api_name="objectives_scale", show_progress="hidden")
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
                api_visibility="private")
     gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_cell, wb),
@@ -254,6 +277,7 @@ def _objectives_tab(wb, session, tab) -> None:
 def _finetune_tab(wb, session, tab) -> None:
     """Every control starts at TrainConfig's default and says what its field's docstring says."""
     defaults, docs = TrainConfig(), field_docs(TrainConfig)
+    gr.Markdown(FINETUNE_INTRO, elem_id="finetune-intro")
 
     def hint(name: str, limit: int = 150) -> str:
         return docs[name] if len(docs[name]) <= limit else docs[name][:limit].rsplit(" ", 1)[0] + " ..."
@@ -301,9 +325,9 @@ def _finetune_tab(wb, session, tab) -> None:
         live = gr.Plot(label="Training curves", elem_id="train-plot", scale=3)
         sample = gr.Image(label="Newest samples", type="pil", format="png", elem_id="train-sample", scale=1)
     gr.Markdown("**Before / Now**: the first held-out prompts drawn with the same noise at every evaluation.")
-    with gr.Row():
-        before = gr.Image(label="Before", type="pil", format="png", elem_id="train-before")
-        now = gr.Image(label="Now", type="pil", format="png", elem_id="train-now")
+    with gr.Column():  # stacked, not side by side: a lesson's grid of 8 prompts needs the width
+        before = gr.Image(label="Before", type="pil", format="png", elem_id="train-before", height=BEFORE_NOW_HEIGHT)
+        now = gr.Image(label="Now", type="pil", format="png", elem_id="train-now", height=BEFORE_NOW_HEIGHT)
     heldout = gr.Plot(label="Held-out evaluation", elem_id="train-heldout")
     timer = gr.Timer(1.0, active=False)
     form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
@@ -344,9 +368,9 @@ def _runs_tab(wb, tab) -> None:
     bar = gr.HTML(elem_id="runs-progress")
     line = gr.Markdown(elem_id="runs-line")
     curves = gr.Plot(label="Training curves", elem_id="runs-curves")
-    with gr.Row():
-        before = gr.Image(label="Before", type="pil", format="png", elem_id="runs-before")
-        now = gr.Image(label="Now", type="pil", format="png", elem_id="runs-now")
+    with gr.Column():  # stacked, not side by side: a lesson's grid of 8 prompts needs the width
+        before = gr.Image(label="Before", type="pil", format="png", elem_id="runs-before", height=BEFORE_NOW_HEIGHT)
+        now = gr.Image(label="Now", type="pil", format="png", elem_id="runs-now", height=BEFORE_NOW_HEIGHT)
     heldout = gr.Plot(label="Held-out evaluation", elem_id="runs-heldout")
     listing = [table, chosen, pick, metric, status]
     shown = [curves, before, now, heldout, bar, line, status]
@@ -355,30 +379,6 @@ def _runs_tab(wb, tab) -> None:
     pick.input(partial(rh.runs_show, wb), [pick], shown, api_name="show_run_files")
     compare.click(partial(rh.compare, wb), [chosen, metric], [overlay, status], api_name="compare_runs")
     prepare.click(partial(rh.download, wb), [pick], [files, status], api_name="download_run")
-
-
-def _learn_tab(wb, session) -> None:
-    gr.Markdown(INTRO)
-    gr.Markdown(example_text())
-    run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
-    status = gr.Markdown(elem_id="learn-status")
-    gallery = gr.Gallery(label="The group (reward, advantage)", columns=8, height=220, format="png",
-                         elem_id="learn-gallery")
-    stages = []
-    for n in range(1, 5):
-        stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
-    last = gr.Markdown(elem_id="learn-text-5")
-    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
-    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn")
-    after_status = gr.Markdown(elem_id="learn-after-status")
-    after_text = gr.Markdown(elem_id="learn-after-text")
-    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot")
-    after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
-                            format="png", elem_id="learn-after-images")
-    run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
-              api_name="learn_example", **HEAVY)
-    after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
-                api_name="learn_after", **HEAVY)
 
 
 def _picker(wb, session, choices: list) -> dict:
@@ -400,7 +400,7 @@ def _picker(wb, session, choices: list) -> dict:
               api_name="pick_policy", **HEAVY)
         refresh.click(partial(pol.refresh_choices, wb), None, [menu, attribution["other"]],
                       api_visibility="private")
-    return dict(load=wire, menu=menu)
+    return dict(load=wire, menu=menu, header=header)
 
 
 def build_app(wb: Workbench) -> gr.Blocks:
@@ -411,7 +411,9 @@ def build_app(wb: Workbench) -> gr.Blocks:
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
         picker = _picker(wb, session, choices)
-        with gr.Tabs():
+        welcome, start = welcome_panel()
+        link = share.share_row()
+        with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
                 gen = _generate_tab(wb, session)
             with gr.Tab("Attribution", id="attribution") as attribution_tab:
@@ -425,7 +427,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                              [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
                              api_name="generate", **HEAVY)
             with gr.Tab("Chunks", id="chunks") as chunks_tab:
-                _chunks_tab(wb, session, chunks_tab)
+                spec = _chunks_tab(wb, session, chunks_tab)
             with gr.Tab("Objectives", id="objectives") as objectives_tab:
                 _objectives_tab(wb, session, objectives_tab)
             with gr.Tab("Fine-tune", id="finetune") as finetune_tab:
@@ -433,7 +435,16 @@ def build_app(wb: Workbench) -> gr.Blocks:
             with gr.Tab("Runs", id="runs") as runs_tab:
                 _runs_tab(wb, runs_tab)
             with gr.Tab("Learn", id="learn"):
-                _learn_tab(wb, session)
+                learn_tab(wb, session, gen["shown"], HEAVY)
+            with gr.Tab("Glossary", id="glossary"):
+                glossary_tab()
+        start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)
+        prompt, group, steps, noise, seed, reward, _, sde, window = gen["inputs"]
+        k, estimator = attribution["continuations"], attribution["estimator"]
+        share.wire(wb, demo, link, tabs, session,
+                   [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
+                   [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
+                    attribution["heatmap"], attribution["rates"]])
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change

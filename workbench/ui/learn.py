@@ -10,11 +10,13 @@ state no measurement.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import gradio as gr
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.glossary import gloss
 from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import Credit, Z
 from workbench.rl.credit_stats import MISATTRIBUTED
@@ -28,7 +30,7 @@ from workbench.ui.workbench import Workbench
 from workbench.viz import explain_plots
 
 LEARN_PROMPT = "a large red circle in the top left on a white background"
-LEARN = {"group": 8, "steps": 16, "branches": 4}  # the example: the papers' 16 steps, K=4 continuations
+LEARN = {"group": 8, "steps": 16, "continuations": 4}  # the example: the papers' 16 steps, M=4 continuations
 
 INTRO = """
 ### Why chunks? Two loaves of bread
@@ -42,9 +44,9 @@ step of B.
 A = (reward - group mean) / group std, and every denoising step of that image is pushed up or down by
 the same A.
 
-**What the workbench measures.** From every intermediate state it samples K continuations and averages
+**What the workbench measures.** From every intermediate state it samples M continuations and averages
 their rewards: the value of that state. A step's *credit* is the value after the step minus the value
-before it; the credits of one image add up to its reward minus the group mean. K continuations give
+before it; the credits of one image add up to its reward minus the group mean. M continuations give
 each credit a standard error: a cell is *misattributed* (marked x) when its credit is significantly
 against the image's advantage, *aligned* (dot) when it is significantly with it, and *undetermined*
 (grey) otherwise: there the continuations cannot tell the sign apart from noise. "Significantly" means
@@ -61,7 +63,7 @@ chunk. The walk below shows both on a group sampled now.
 def example_text() -> str:
     return (f"The button samples {LEARN['group']} images of *\"{LEARN_PROMPT}\"* with the loaded model "
             f"({LEARN['steps']} steps), scores them with the `adherence` reward, shows what step GRPO and "
-            f"Chunk-GRPO push on each step, and measures credit with K={LEARN['branches']} continuations per "
+            f"Chunk-GRPO push on each step, and measures credit with M={LEARN['continuations']} continuations per "
             "state (up to a minute or two on a CPU). The group then also appears in the other tabs.")
 
 
@@ -94,7 +96,7 @@ def credit_text(credit: Credit, ex: Explanation) -> str:
     best = int(credit.advantages.argmax())
     corr = float(ex.correlation(credit.step_credit)[ex.index("step_grpo")])
     k = credit.branch_rewards.shape[-1]
-    return (f"**3. The measured credit, and where it disagrees.** With K={k} continuations from every state, "
+    return (f"**3. The measured credit, and where it disagrees.** With M={k} continuations from every state, "
             f"{r.determined_cells} of the {r.cells} (image, step) cells are determined (their credit differs from 0 "
             f"at a {100 * false_call_rate(Z):.1f} % false-call rate); among them "
             f"**{_pct(r.misattributed, r.misattributed_se)}** are misattributed "
@@ -113,7 +115,7 @@ def _halves_text(credit: Credit) -> str:
                 "several points more (docs/misattribution.md).")
     a, b = (half.rates(Z).step.misattributed for half in split)
     return (f" These ± are over images; the continuation noise moves the rate too: two disjoint halves of the "
-            f"continuations (K={int(split[0].counts.max())} each) find {_pct(a, float('nan'))} and "
+            f"continuations (M={int(split[0].counts.max())} each) find {_pct(a, float('nan'))} and "
             f"{_pct(b, float('nan'))}.")
 
 
@@ -133,7 +135,8 @@ def chunks_text(ex: Explanation, credit: Credit) -> str:
     r = credit.rechunk(sizes).rates(Z).chunk
     corr = ex.correlation(credit.step_credit)
     return (f"**4. What chunks change.** With chunks {format_sizes(sizes)} Chunk-GRPO's push on a step is "
-            f"A(i) / (B K |c|) at ratio 1: in image {best} a step of the first chunk ({_steps(sizes[0])}) is "
+            f"A(i) / (B K |c|) at ratio 1 (B images, K = {len(sizes)} chunks of |c| steps): in image {best} a "
+            f"step of the first chunk ({_steps(sizes[0])}) is "
             f"pushed {first / last:.1f} times as hard as a step of the last chunk ({_steps(sizes[-1])}). "
             f"Summed over chunks, the credit is determined in {r.determined_cells} of {r.cells} (image, chunk) "
             f"cells and disagrees with the advantage in **{_pct(r.misattributed, r.misattributed_se)}** of them "
@@ -200,14 +203,14 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
     old = session.group.log_probs  # (G, T): at ratio 1 the policy is the sampling policy
     ex = explain(old, old, session.advantages, ObjectiveSettings(chunks=session.sizes), ["step_grpo", "chunk_grpo"],
                  step_mask=session.group.config.sde_mask().expand_as(old))
-    waiting = f"Branching K={LEARN['branches']} continuations from every state to value it..."
-    yield (handlers._gallery(session), group_text(session),
+    waiting = f"Branching M={LEARN['continuations']} continuations from every state to value it..."
+    yield (handlers._gallery(session, short=True), group_text(session),
            explain_plots.advantage_figure(session.rewards, session.advantages),
            step_grpo_text(ex, session.advantages), explain_plots.push_figure(ex, "step_grpo", "Step GRPO's push "
                                                                              "−w at ratio 1: one value per image"),
            waiting, skip, skip, skip, skip, session, "… measuring credit")
     credit = measure_credit(wb.policy(session.source), session.group, build_reward("adherence"),
-                            branches=LEARN["branches"], chunks=session.sizes,
+                            continuations=LEARN["continuations"], chunks=session.sizes,
                             progress=handlers._tracker(progress, "continuations from state"))
     session = replace(session, credit=credit)
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
@@ -257,7 +260,7 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     lesson = preset("crosses")
     config = replace(lesson.sampling_config(1), group=LEARN["group"], seed=0)  # the lesson's window and steps
     comparison = policies.measure_both(wb, (wb.base_key(run), run), LESSON_CROSS, config, lesson.reward,
-                                       LEARN["branches"], lesson.credit_chunks(), progress=progress)
+                                       LEARN["continuations"], lesson.credit_chunks(), progress=progress)
     session = replace(session, comparison=comparison)
     figure, images, text = policies.comparison_panel(comparison, Z)
     rewards = [float(c.rewards.mean()) for c in comparison.credits]
@@ -265,3 +268,29 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
             f"{rewards[0]:.2f} under {comparison.labels[0]}, {rewards[1]:.2f} under {comparison.labels[1]}. Only the "
             f"lesson's trained steps (its SDE window, chunks {lesson.chunks}) count in the rates.\n\n")
     return figure, images, lead + text, session, ok(f"compared the base model and {escape(comparison.labels[1])}")
+
+
+def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
+    """The tab's page; after the walk, Generate's `shown` controls and views take the example group."""
+    gr.Markdown(gloss(INTRO), elem_id="learn-intro")
+    gr.Markdown(example_text())
+    run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
+    status = gr.Markdown(elem_id="learn-status")
+    gallery = gr.Gallery(label="The group (#image, reward r, advantage A)", columns=8, height=240, format="png",
+                         elem_id="learn-gallery")
+    stages = []
+    for n in range(1, 5):
+        stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
+    last = gr.Markdown(elem_id="learn-text-5")
+    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
+    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn")
+    after_status = gr.Markdown(elem_id="learn-after-status")
+    after_text = gr.Markdown(elem_id="learn-after-text")
+    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot")
+    after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
+                            format="png", elem_id="learn-after-images")
+    run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
+              api_name="learn_example", **heavy).then(
+        partial(handlers.generate_view, wb), [session], shown, api_visibility="private", show_progress="hidden")
+    after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
+                api_name="learn_after", **heavy)

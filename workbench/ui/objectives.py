@@ -28,9 +28,12 @@ from workbench.ui.jobs import objective_names
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
 from workbench.viz.explain_plots import objective_maps_figure
+from workbench.viz.plots import empty_figure
 
 ROWS = (("ratio1", "at ratio 1"), ("moved", "after the inner updates"))  # (key, label) of the two rows of maps
 NO_VIEW = "Press **Compute** to explain the group made in **Generate**."
+STALE = "The group changed since these maps were computed: press **Compute** to explain the new group."
+SCALES = (("one scale for all maps", "shared"), ("a scale per objective", "each"))  # (label, key) of the radio
 
 
 @dataclass
@@ -46,6 +49,7 @@ class ObjectivesView:
     inner: str  # the objective the inner updates minimised
     inner_sizes: list[int]  # the chunk schedule they used
     selected: tuple[str, str, int, int] = ("moved", TrainConfig.objective, 0, 0)  # (row key, objective, i, t)
+    scale_each: bool = False  # every map on its own colour scale instead of one shared scale
 
 
 def explanations(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str, Explanation]]:
@@ -110,7 +114,7 @@ def _render(view: ObjectivesView, session: Session, note: str) -> tuple:
     ex = dict((k, e) for k, _, e in rows)[key]
     when = dict((k, title) for k, title, _ in rows)[key]
     formula = formula_markdown(cell(ex, name, i, t), when)
-    figure = objective_maps_figure(rows, credit, view.selected)
+    figure = objective_maps_figure(rows, credit, view.selected, scale_each=view.scale_each)
     return figure, _summary(rows, credit, view), formula, view, ok(note)
 
 
@@ -177,9 +181,25 @@ def objectives_compare(wb: Workbench, clip: float, session: Session):
 @guarded(5)
 def objectives_view(wb: Workbench, view: ObjectivesView | None, session: Session):
     """Tab opened -> the maps under the session's current chunks and credit (nothing is sampled)."""
-    if view is None or session.group is None or view.group is not session.group:
+    if view is None:
         return gr.skip(), NO_VIEW, gr.skip(), view, ""
+    if session.group is None or view.group is not session.group:  # the maps of an old group must not stay up
+        return empty_figure("Push of every objective", "the group changed: press Compute"), STALE, "", None, ""
     return _render(view, session, f"chunks {format_sizes(session.sizes)}")
+
+
+@guarded(3)
+def objectives_scale(wb: Workbench, scale: str, view: ObjectivesView | None, session: Session):
+    """Colour-scale radio -> (figure, view, status): one scale for all maps, or one per objective."""
+    if scale not in dict((key, label) for label, key in SCALES):
+        raise WorkbenchError(f"the colour scale is 'shared' or 'each', got {scale!r}")
+    if view is None or session.group is None or view.group is not session.group:
+        return gr.skip(), view, ""  # applied by the next Compute (its .then calls this again)
+    if view.scale_each == (scale == "each"):
+        return gr.skip(), view, ""
+    view = replace(view, scale_each=scale == "each")
+    figure = _render(view, session, "")[0]
+    return figure, view, ok("each map on its own colour scale" if view.scale_each else "one colour scale for all maps")
 
 
 def _select(view: ObjectivesView, key: str, name: str, i, t) -> ObjectivesView:

@@ -89,7 +89,7 @@ def comparison_view(wb: Workbench, session: Session):
     return (*comparison_outputs(session), gr.skip())
 
 
-def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, reward_spec: str, branches: int,
+def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, reward_spec: str, continuations: int,
                  sizes: list[int], estimator: str = "mc", crn: bool = True, progress=None):
     """The CreditComparison of two picker keys (first: before, second: after) on one prompt and noise."""
     from workbench.rewards import build_reward
@@ -97,7 +97,7 @@ def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, rewa
 
     labels = tuple(wb.source(k).short for k in keys)
     policies = tuple(wb.policy(k) for k in keys)
-    return compare_credit(policies, labels, prompt, config, build_reward(reward_spec), branches=branches,
+    return compare_credit(policies, labels, prompt, config, build_reward(reward_spec), continuations=continuations,
                           chunks=sizes, seed=config.seed, estimator=estimator or "mc", crn=bool(crn),
                           progress=None if progress is None else _tracker(progress, "continuation batches"))
 
@@ -109,16 +109,16 @@ def comparison_panel(comparison, z: float) -> tuple:
 
 
 @guarded(5)
-def compare(wb: Workbench, other: str | None, branches: float, session: Session, estimator: str = "mc",
+def compare(wb: Workbench, other: str | None, continuations: float, session: Session, estimator: str = "mc",
             crn: bool = True, z: float = Z, progress=gr.Progress()):
     """Compare button -> (comparison figure, images of both groups, text, session, status).
 
     The session's prompt is sampled with its group's SamplingConfig (same x_T, same SDE noise) under the
     chosen policy (default: the base model of the session's) and under the session's own, and both groups'
-    credit is measured with the same estimator, K and continuation seed (`rl.credit_compare`)."""
+    credit is measured with the same estimator, M and continuation seed (`rl.credit_compare`)."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    k, z = whole_number(branches, "branches (K)", 1), _z(z)
+    k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
     group = session.group
     comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,

@@ -21,6 +21,7 @@ import pandas as pd
 from PIL import Image
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.imaging import with_header
 from workbench.train import PRESETS, TrainConfig, preset
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
 from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
@@ -209,8 +210,16 @@ def progress_html(view: RunView, now: float | None = None) -> str:
 
 
 def _zoomed(path: Path) -> Image.Image:
-    image = Image.open(path)
-    return image.resize((image.width * GRID_ZOOM, image.height * GRID_ZOOM), Image.NEAREST)
+    """The grid enlarged, under a white strip where the viewer's label badge sits (it covered the first cells)."""
+    image = Image.open(path).convert("RGB")
+    image = image.resize((image.width * GRID_ZOOM, image.height * GRID_ZOOM), Image.NEAREST)
+    return with_header(image, [], image.width, height=label_strip(image.height))
+
+
+def label_strip(height: int) -> int:
+    """Pixels of white above a grid `height` pixels tall: about 30 px on screen once the image is fitted into
+    its 340-px viewer, where the label badge sits."""
+    return max(40, round(0.12 * height))
 
 
 def before_now(view: RunView) -> tuple:

@@ -85,7 +85,7 @@ def _k_text(credit: Credit) -> str:
         return f"estimator {credit.estimator}"
     k = credit.counts
     lo, hi = int(k.min()), int(k.max())
-    return f"K={lo}" if lo == hi else f"K={lo}..{hi}"
+    return f"M={lo}" if lo == hi else f"M={lo}..{hi}"
 
 
 def attribution_figure(credit: Credit, z: float) -> go.Figure:
@@ -122,7 +122,7 @@ def chunk_figure(credit: Credit, z: float) -> go.Figure:
     fig.update_layout(title=f"Chunk credit V(end) - V(start), classified at z = {z:g} ({_k_text(credit)})",
                       xaxis_title=STEP_AXIS, yaxis_title="trajectory i", xaxis_range=[-0.5, t - 0.5],
                       yaxis=dict(autorange="reversed", dtick=1), shapes=_boundary_shapes(credit.sizes),
-                      height=360, **LAYOUT)
+                      height=420, **LAYOUT)
     return fig
 
 
@@ -149,7 +149,7 @@ def rule_text(credit: Credit, z: float) -> str:
     looks = "" if credit.looks is None else " Refined cells are tested at that rate divided by their looks."
     return (f" A cell is determined when its credit differs from 0 at a false-call rate of "
             f"{100 * false_call_rate(z):.1f} % (z={z:g}): a Student-t test with the cell's degrees of freedom "
-            f"(K - 1 under common random numbers, Welch-Satterthwaite for independent continuations).{looks}")
+            f"(M - 1 under common random numbers, Welch-Satterthwaite for independent continuations).{looks}")
 
 
 def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str:
@@ -173,7 +173,7 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
     if split is not None:
         a, b = (half.rates(z).step for half in split)
         lines.append(f"**Spread over continuation noise:** two disjoint halves of the continuations "
-                     f"(K={int(split[0].counts.max())} each) find {_pct(a.misattributed, float('nan'))} and "
+                     f"(M={int(split[0].counts.max())} each) find {_pct(a.misattributed, float('nan'))} and "
                      f"{_pct(b.misattributed, float('nan'))} of their determined steps misattributed "
                      f"({_pct(a.determined, float('nan'))} and {_pct(b.determined, float('nan'))} determined).")
     if credit.deterministic and reference is not None and not reference.deterministic:

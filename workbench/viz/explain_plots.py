@@ -37,13 +37,15 @@ def _cell_hover(ex: Explanation, o: int) -> list:
 
 def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
                           credit: torch.Tensor | Sequence[torch.Tensor] | None,
-                          selected: tuple[str, str, int, int] | None = None) -> go.Figure:
+                          selected: tuple[str, str, int, int] | None = None, scale_each: bool = False) -> go.Figure:
     """Small multiples: one row per (key, title, Explanation), one column per objective, one colour scale.
 
     Column 0 holds the measured credit (G, T) in the first row (if given) and the log-ratio l of each
     later row's policy; with one credit per row (a list: rows of different groups, e.g. two policies) each
     row shows its own. Clipped cells carry an x; Chunk-GRPO panels show their chunk boundaries; each title
     gives the objective's correlation with the row's credit. selected = (row key, objective, i, t) is outlined.
+    On the shared scale a title says when an objective's largest push is 10x or more below the scale's end
+    (GPG and Dr. GRPO divide by more than the others); scale_each=True gives every map its own scale.
     """
     names = rows[0][2].names
     g, t = rows[0][2].log_ratio.shape
@@ -54,17 +56,18 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
     titles = []
     for r, (key, title, _) in enumerate(rows):
         first = f"log-ratio l(i,t), {title}" if r > 0 and not per_row else (
-            f"measured credit d(i,t), {title}" if shown[r] is not None else "credit: measure it in Attribution")
-        titles += [first] + [f"{n}, {title}" + (f"<br>corr {_corr(corr[key][o])}" if corr[key] is not None else "")
-                             for o, n in enumerate(names)]
+            f"measured credit d(i,t), {title}" if shown[r] is not None else f"{title}: no credit (Attribution)")
+        titles += [first] + [n + (f"<br>corr {_corr(corr[key][o])}" if corr[key] is not None else "")
+                             + ("" if scale_each else _smaller(rows, o)) for o, n in enumerate(names)]
     fig = make_subplots(rows=len(rows), cols=len(names) + 1, subplot_titles=titles, horizontal_spacing=0.012,
-                        vertical_spacing=0.2, shared_yaxes=True)
+                        vertical_spacing=0.24, shared_yaxes=True)
     scale = _scale(*[-ex.weight for _, _, ex in rows])
     shapes = []
     for r, (key, _, ex) in enumerate(rows):
         _first_column(fig, r, ex, shown[r], t, log_ratio=not per_row)
         for o in range(len(names)):
-            _objective_panel(fig, r, o, key, ex, scale, shapes)
+            own = _scale(*[-e.weight[o] for _, _, e in rows]) if scale_each else None
+            _objective_panel(fig, r, o, key, ex, own or scale, shapes, own is not None)
     if selected is not None:
         _outline(fig, shapes, rows, names, selected)
     fig.update_layout(coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-scale, cmax=scale,
@@ -75,16 +78,26 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
                       coloraxis3=dict(colorscale="PuOr", cmid=0, colorbar=dict(title="l", x=-0.04, y=0.2,
                                                                                xanchor="right", thickness=8,
                                                                                len=0.4)),
-                      shapes=shapes, height=220 * len(rows) + 140, showlegend=False,
-                      title="What each objective pushes on each step: −dL/d log p(i,t) on one colour scale "
-                            "(rows of a map: trajectories i; columns: steps t; x: clipped unit, no gradient)",
-                      **{**LAYOUT, "margin": dict(l=110, r=40, t=110, b=50)})
+                      shapes=shapes, height=230 * len(rows) + 160, showlegend=False,
+                      title=dict(text="What each objective pushes on each step: −dL/d log p(i,t), "
+                                      + ("each map on its own colour scale" if scale_each else "one colour scale")
+                                      + "<br><sup>rows of a map: trajectories i; columns: steps t; "
+                                        "x: a clipped unit (no gradient)</sup>", x=0.5, xanchor="center", y=1,
+                                 yanchor="top", pad=dict(t=12)),
+                      **{**LAYOUT, "margin": dict(l=110, r=60, t=130, b=50)})
     fig.update_annotations(font_size=10)
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_yaxes(showticklabels=True, dtick=2, col=1)
     fig.update_xaxes(dtick=5)
     fig.update_xaxes(title_text="step t", row=len(rows))
     return fig
+
+
+def _smaller(rows, o: int) -> str:
+    """A subplot title's note when objective o's largest push is 10x or more below the shared scale's end."""
+    top = _scale(*[-ex.weight for _, _, ex in rows])
+    own = max(float(ex.weight[o].abs().max()) for _, _, ex in rows)
+    return f"<br>max 1/{top / own:.0f} of the scale" if own > 0 and top / own >= 10 else ""
 
 
 def _corr(value: float) -> str:
@@ -109,11 +122,15 @@ def _chunked(name: str) -> bool:
     return getattr(OBJECTIVES.info(name), "unit", "step") == "chunk"
 
 
-def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: float, shapes: list) -> None:
-    """One objective's push map in row r, column o + 2, with clip marks and (Chunk-GRPO) chunk boundaries."""
+def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: float, shapes: list,
+                     own: bool = False) -> None:
+    """One objective's push map in row r, column o + 2, with clip marks and (Chunk-GRPO) chunk boundaries;
+    own=True: on its own symmetric range +-scale instead of the shared colour axis."""
     name = ex.names[o]
     g, t = ex.log_ratio.shape
-    fig.add_trace(go.Heatmap(z=(-ex.weight[o]).tolist(), coloraxis="coloraxis", name=f"{key}|{name}",
+    colour = (dict(colorscale="RdBu", zmid=0, zmin=-scale, zmax=scale, showscale=False) if own
+              else dict(coloraxis="coloraxis"))
+    fig.add_trace(go.Heatmap(z=(-ex.weight[o]).tolist(), name=f"{key}|{name}", **colour,
                              customdata=_cell_hover(ex, o),
                              hovertemplate=f"{name}: traj %{{y}}, step %{{x}}<br>{PUSH} = %{{z:.3g}}<br>"
                                            "ratio used %{customdata[0]:.6f} %{customdata[1]}<extra></extra>"),

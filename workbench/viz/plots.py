@@ -6,6 +6,7 @@ here touches gradio; the handlers pass the figures to `gr.Plot`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -18,8 +19,10 @@ from workbench.train.store import metric_series
 
 STEP_AXIS = "denoising step t (0 = pure noise)"
 BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")
-LAYOUT = dict(margin=dict(l=60, r=20, t=60, b=50),  # the template: plotly_white, set in viz/__init__.py
-              legend=dict(orientation="h", yanchor="bottom", y=-0.35, x=0))
+LAYOUT = dict(margin=dict(l=60, r=20, t=60, b=100),  # the template: plotly_white, set in viz/__init__.py
+              legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, x=0))
+# the legend sits at the bottom of the figure, under the x-axis title: placed relative to the plot area
+# (y=-0.35), a two-row legend ran into the axis title and, in short figures, into the last row of a map
 # Training metrics shown live, one panel each: (panel title, y-axis name, metric keys)
 TRAIN_PANELS = (
     ("Reward", "reward (reward units)", ("reward/mean", "eval/reward_mean")),
@@ -48,22 +51,43 @@ def _boundary_legend(fig: go.Figure, **where) -> None:
                   **where)
 
 
-def logprob_figure(log_probs: torch.Tensor, rewards: torch.Tensor | None = None) -> go.Figure:
-    """Per-step log-probs (G, T) of a group: one line per trajectory, labelled with its reward."""
+def logprob_figure(log_probs: torch.Tensor, rewards: torch.Tensor | None = None,
+                   stds: torch.Tensor | None = None) -> go.Figure:
+    """Per-step log-probs (G, T) of a group: a thin line per trajectory (its reward on hover), their mean, and
+    with the step stds (G, T) the level a typical draw has, -log sigma_t - (1 + log 2 pi) / 2.
+
+    The log-prob is a mean over thousands of latent elements of log N(x; mean, sigma_t^2), so every trajectory
+    lands near that level: the lines overlap, and the curve follows the step's noise scale (the last noisy
+    step has the smallest sigma_t, hence the jump). The legend has three entries, not one per trajectory."""
     g, t = log_probs.shape
+    steps = list(range(t))
     fig = go.Figure()
     for i in range(g):
-        label = f"traj {i}" + (f" (r={float(rewards[i]):.2f})" if rewards is not None else "")
-        fig.add_trace(go.Scatter(x=list(range(t)), y=log_probs[i].tolist(), mode="lines+markers", name=label))
-    fig.update_layout(title=f"Per-step log-prob of each sampled transition (G={g}, T={t})",
-                      xaxis_title=STEP_AXIS, yaxis_title="log p(x_t+1 | x_t), nats per latent element",
-                      **LAYOUT)
+        label = f"traj {i}" + (f", reward {float(rewards[i]):.3f}" if rewards is not None else "")
+        fig.add_trace(go.Scatter(x=steps, y=log_probs[i].tolist(), mode="lines", name=label, legendgroup="each",
+                                 showlegend=i == 0, legendgrouptitle=None, line=dict(width=1, color="lightgray"),
+                                 hovertemplate=f"{label}, step %{{x}}: %{{y:.4f}}<extra></extra>"))
+    fig.data[0].name = f"each of the G={g} trajectories"
+    fig.add_trace(go.Scatter(x=steps, y=log_probs.mean(0).tolist(), mode="lines+markers", name="group mean",
+                             line=dict(color="rgb(31,119,180)")))
+    if stds is not None:
+        sigma = stds.float().mean(0)  # (T,)
+        level = [-math.log(s) - (1 + math.log(2 * math.pi)) / 2 if s > 0 else None for s in sigma.tolist()]
+        fig.add_trace(go.Scatter(x=steps, y=level, mode="lines", name="−log σ_t − (1 + log 2π)/2: a typical draw",
+                                 line=dict(dash="dot", color="black")))
+    fig.update_layout(title=f"Per-step log-prob of each sampled transition (G={g}, T={t})<br><sup>a mean over the "
+                            "latent's elements, so every trajectory sits near the level the step's noise scale σ_t "
+                            "sets</sup>", xaxis_title=STEP_AXIS, yaxis_title="log p(x_t+1 | x_t), nats per element",
+                      **{**LAYOUT, "margin": dict(l=60, r=20, t=80, b=100)})
     return fig
 
 
 def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, sizes: Sequence[int],
-                    trajectories: int) -> go.Figure:
-    """GCPO's L1_rel curve: mean (T,) with a 10-90 % band (low, high (T,)) and the chunk boundaries."""
+                    trajectories: int, prompts: int | None = None) -> go.Figure:
+    """GCPO's L1_rel curve: mean (T,) with a 10-90 % band (low, high (T,)) and the chunk boundaries.
+
+    The curve is the model's, measured on `trajectories` trajectories of `prompts` prompts, not on the group
+    of the Generate tab; the title says so (a band "over 16 trajectories" beside a group of 8 puzzles)."""
     t = mean.shape[0]
     steps = list(range(t))
     fig = go.Figure()
@@ -73,26 +97,31 @@ def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, s
     fig.add_trace(go.Scatter(x=steps, y=mean.tolist(), mode="lines+markers", line=dict(color="rgb(31,119,180)"),
                              name="mean L1_rel"))
     _boundary_legend(fig)
-    fig.update_layout(title=f"Temporal dynamics and chunks {list(sizes)}", xaxis_title=STEP_AXIS,
+    source = f"{trajectories} trajectories of {prompts} prompts" if prompts else f"{trajectories} trajectories"
+    fig.update_layout(title=f"Temporal dynamics and chunks {list(sizes)}<br><sup>the model's curve: {source}, "
+                            "not the Generate group</sup>", xaxis_title=STEP_AXIS,
                       yaxis_title="L1_rel = |x_t - x_t+1|_1 / |x_t|_1 (relative)",
                       xaxis_range=[-0.5, t - 0.5], shapes=_boundary_shapes(sizes), hovermode="x", **LAYOUT)
     return fig  # hovermode "x": a click anywhere above step t selects it (the Chunks tab toggles a boundary)
 
 
 def training_figure(rows: list[dict], title: str) -> go.Figure:
-    """Live training curves from metrics.jsonl rows: reward, loss, clip fraction, KL, grad norm, chunk ratios."""
-    fig = make_subplots(rows=2, cols=3, subplot_titles=[p[0] for p in TRAIN_PANELS], vertical_spacing=0.18)
+    """Live training curves from metrics.jsonl rows: reward, loss, clip fraction, KL, grad norm, chunk ratios.
+
+    Each panel's title names its metric and unit, and only the bottom row names the x axis (iteration): axis
+    titles beside six small panels ran into the neighbouring panels' ticks."""
+    titles = [f"{name}<br><sup>{unit}</sup>" for name, unit, _ in TRAIN_PANELS]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=titles, vertical_spacing=0.2, horizontal_spacing=0.07)
     chunk_keys = sorted({k for r in rows for k in r if CHUNK_RATIO.match(k)},
                         key=lambda k: int(CHUNK_RATIO.match(k).group(1)))
-    for n, (_, y_title, keys) in enumerate(TRAIN_PANELS):
+    for n, (_, _, keys) in enumerate(TRAIN_PANELS):
         row, col = divmod(n, 3)
         for key in keys or chunk_keys:
             x, y = metric_series(rows, key)
             if x:
                 fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=key), row=row + 1, col=col + 1)
-        fig.update_xaxes(title_text="iteration", row=row + 1, col=col + 1)
-        fig.update_yaxes(title_text=y_title, row=row + 1, col=col + 1)
-    fig.update_layout(title=title, height=620, **{**LAYOUT, "legend": dict(orientation="h", y=-0.18, x=0)})
+    fig.update_xaxes(title_text="iteration", row=2)
+    fig.update_layout(title=title, height=660, **{**LAYOUT, "margin": dict(l=50, r=20, t=90, b=130)})
     return fig
 
 

@@ -1,0 +1,38 @@
+"""Figures of workbench.viz that the issue's view defects concern: legends and axis titles that explain
+themselves without running into each other (the browser tests screenshot them in the app)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from workbench.viz.plots import TRAIN_PANELS, logprob_figure, training_figure
+
+
+def test_log_probs_draw_one_legend_entry_for_the_trajectories_and_the_level_sigma_sets():
+    g, t = 8, 5
+    stds = torch.tensor([0.5, 0.4, 0.3, 0.2, 0.01]).expand(g, t)
+    eps = torch.randn(g, t, 4096)  # many elements: every trajectory's mean log-density lands near the level
+    log_probs = (-(eps ** 2) / 2).mean(-1) - stds.log() - 0.5 * math.log(2 * math.pi)
+    fig = logprob_figure(log_probs, torch.linspace(0, 1, g), stds)
+    shown = [tr.name for tr in fig.data if tr.showlegend is not False]
+    assert len(shown) == 3 and shown[0] == "each of the G=8 trajectories"  # not 8 entries
+    level = fig.data[-1].y
+    assert list(level) == pytest.approx(log_probs.mean(0).tolist(), abs=0.05)  # the dotted level is where they sit
+    assert level[-1] - level[-2] == pytest.approx(math.log(0.2 / 0.01))  # the last step's jump is its small sigma
+    assert "σ_t" in fig.layout.title.text
+
+
+def test_training_panels_carry_their_units_in_the_titles_and_only_the_bottom_row_names_the_x_axis():
+    rows = [{"iteration": i, "reward/mean": 0.1 * i, "loss/policy": 0.0, "policy/clip_frac": 0.1,
+             "chunk/ratio_mean_0": 1.0} for i in range(1, 4)]
+    fig = training_figure(rows, "run")
+    titles = [a.text for a in fig.layout.annotations]
+    assert [t.split("<br>")[0] for t in titles] == [name for name, _, _ in TRAIN_PANELS]
+    assert all("<sup>" in t for t in titles)
+    ys = [fig.layout[f"yaxis{n or ''}"] for n in ("", 2, 3, 4, 5, 6)]
+    xs = [fig.layout[f"xaxis{n or ''}"] for n in ("", 2, 3, 4, 5, 6)]
+    assert all(y.title.text is None for y in ys)  # y titles beside small panels collided with their neighbours
+    assert [x.title.text for x in xs] == [None, None, None, "iteration", "iteration", "iteration"]

@@ -1,0 +1,102 @@
+"""`workbench export`: sample a group, measure its credit and write a standalone HTML page of it
+(`workbench.viz.page`): images, credit maps, chunk view, the objectives' maps, the numbers with their
+errors, the settings and this command. The page opens offline; the app's Export button writes the same page.
+
+    workbench export --prompt "a purple circle" --group 8 --steps 16 --continuations 4 --out group.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from workbench.cli.args import RenamedFlag, non_negative_float, positive_int
+from workbench.core.errors import WorkbenchError
+
+
+def export_command(settings: dict) -> str:
+    """The `workbench export` command line that reproduces a page with these settings."""
+    flags = [("--prompt", settings["prompt"]), ("--group", settings["G"]), ("--steps", settings["T"]),
+             ("--noise-level", settings["noise level"]), ("--sde", settings["sampler"]), ("--seed", settings["seed"]),
+             ("--reward", settings["reward"]), ("--chunks", settings["chunks"]),
+             ("--continuations", settings["continuations"]), ("--estimator", settings["estimator"]),
+             ("--z", settings["z"])]
+    if settings.get("model") not in (None, "", "base", "embedded model"):
+        flags.append(("--model", settings["model"]))
+    return "python -m workbench export " + " ".join(f"{k} {shlex.quote(str(v))}" for k, v in flags) + " --out page.html"
+
+
+def write_page(policy, group, rewards, advantages, credit, z: float, settings: dict, out: Path,
+               link: str = "") -> Path:
+    """Render the page of a measured group to `out`; refuses a page over `PAGE_LIMIT` bytes."""
+    from workbench.flow.pictures import x0_filmstrip
+    from workbench.viz.page import PAGE_LIMIT, group_page, render_page
+
+    strip = x0_filmstrip(policy, group, max_columns=16, thumb=64)
+    text = render_page(group_page(group, rewards, advantages, credit, z, strip, settings, export_command(settings),
+                                  link))
+    size = len(text.encode("utf-8"))
+    if size > PAGE_LIMIT:
+        raise WorkbenchError(f"the page would be {size / 1e6:.1f} MB (limit {PAGE_LIMIT / 1e6:.0f} MB): "
+                             "export a smaller group (--group, --steps)")
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise WorkbenchError(f"cannot write {out}: {err.strerror or err}; choose a writable path") from None
+    return out
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from workbench.cli.main import check_memory, load_model, sampling_config
+    from workbench.flow.sampler import sample_group
+    from workbench.rewards import build_reward
+    from workbench.rl.advantages import ADVANTAGES
+    from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
+    from workbench.rl.credit import measure_credit
+
+    policy = load_model(args)
+    config = sampling_config(args)
+    temporal = args.chunks.strip() == "temporal"
+    sizes = CHUNKERS.get("temporal")(config.steps) if temporal else parse_chunk_spec(args.chunks, config.steps)
+    reward = build_reward(args.reward)
+    policy.check_prompt(args.prompt)
+    check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
+                 continuations=args.continuations if args.estimator == "mc" else 1)
+    group = sample_group(policy, args.prompt, config)
+    rewards = reward(group.images, [group.prompt] * group.group_size)
+    advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]
+    credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=sizes,
+                            estimator=args.estimator)
+    settings = {"model": args.model or "embedded model", "prompt": args.prompt, "seed": args.seed, "G": config.group,
+                "T": config.steps, "noise level": config.noise_level, "sampler": config.sde, "reward": args.reward,
+                "chunks": ",".join(map(str, sizes)), "continuations": args.continuations,
+                "estimator": args.estimator, "z": args.z}
+    out = write_page(policy, group, rewards, advantages, credit, args.z, settings, args.out)
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it in any browser, no network needed",
+          file=sys.stderr)
+    return 0
+
+
+def add_parser(sub) -> None:
+    from workbench.cli.main import add_sampling_args
+
+    p = sub.add_parser("export", help="write a standalone HTML page of a group and its credit",
+                       description="Sample a group, measure its credit and write one HTML page (plotly inlined, "
+                                   "opens offline) with its images, credit and chunk maps, the objectives' maps, "
+                                   "the rates with their errors, the settings and the command that reproduces it.")
+    add_sampling_args(p)
+    p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
+                   help="continuations sampled from every state, M (default 4)")
+    p.add_argument("--branches", type=positive_int, dest="continuations", action=RenamedFlag, new="--continuations",
+                   metavar="M", help="old name of --continuations")
+    p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7 "
+                   "(default: GCPO's temporal chunking of T)")
+    p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
+    p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"], help="credit estimator (default mc)")
+    p.add_argument("--z", type=non_negative_float, default=2.0, help="sets the false-call rate (default 2: 4.6 %%)")
+    p.add_argument("--out", type=Path, required=True, help="the HTML file to write, e.g. group.html")
+    p.set_defaults(func=cmd_export)

@@ -1,0 +1,186 @@
+"""A link to the current view: its query string holds what reproduces it, and opening it regenerates it.
+
+`share_link` turns the controls (and the session's policy and chunk schedule) into
+`...?model=base&prompt=...&seed=0&G=8&T=16&noise=0.7&sampler=flow_grpo&chunks=2,3,4,7&continuations=4&estimator=mc
+&tab=attribution`; the Copy link button writes it to the address bar and the clipboard. `open_link` runs on page
+load: with a query string it loads the policy, samples the same group (sampling and the credit measurement are
+seeded, so the numbers are the same), applies the schedule, measures credit with the same continuations and
+estimator, and opens the tab. A bad value is a message naming the parameter, never a traceback.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlencode
+
+import gradio as gr
+
+from workbench.core.errors import WorkbenchError
+from workbench.flow.sde import SDE_KINDS
+from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.credit_estimators import ESTIMATORS
+from workbench.ui import handlers as h
+from workbench.ui.guard import escape, guarded, ok, parse_window
+from workbench.ui.state import BASE, Session, format_sizes
+from workbench.ui.workbench import Workbench
+
+TABS = {"Generate": "generate", "Attribution": "attribution", "Chunks": "chunks", "Objectives": "objectives",
+        "Fine-tune": "finetune", "Runs": "runs", "Learn": "learn", "Glossary": "glossary"}  # label -> tab id
+NEEDS_CREDIT = ("attribution", "chunks", "objectives")  # tabs whose view shows measured credit
+CURRENT_TAB_JS = """(...args) => [...args.slice(0, -2),
+  document.querySelector('button[role="tab"][aria-selected="true"]')?.textContent.trim() ?? '',
+  window.location.origin + window.location.pathname]"""
+QUERY_JS = "(session, query) => [session, window.location.search]"
+COPY_JS = """(link) => {
+  if (link && link.startsWith('http')) {
+    window.history.replaceState(null, '', link);
+    navigator.clipboard?.writeText(link).catch(() => {});
+  }
+  return [];
+}"""
+
+
+@guarded(2)
+def share_link(wb: Workbench, prompt: str, group: float, steps: float, noise: float, seed: float, sde: str,
+               window: str, reward: str, continuations: float, estimator: str, session: Session, tab: str,
+               base: str):
+    """Copy link -> (the link, status): the address of this page with the view's settings as its query."""
+    query = {"model": session.source, "prompt": (prompt or "").strip(), "seed": int(seed), "G": int(group),
+             "T": int(steps), "noise": f"{float(noise):g}", "sampler": sde or "", "window": (window or "").strip(),
+             "reward": (reward or "").strip(), "chunks": format_sizes(session.sizes),
+             "continuations": int(continuations), "estimator": estimator or "mc", "tab": TABS.get(tab, tab or "")}
+    link = (base or "") + "?" + urlencode({k: v for k, v in query.items() if v != ""})
+    return link, ok("link to this view copied (and shown in the address bar); opening it regenerates the view")
+
+
+def _int(params: dict, key: str, default: int, low: int = 0) -> int:
+    text = params.get(key, "")
+    if text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise WorkbenchError(f"the link's {key}={text!r} is not a whole number") from None
+    if value < low:
+        raise WorkbenchError(f"the link's {key}={value} must be at least {low}")
+    return value
+
+
+def parse_query(params: dict) -> dict:
+    """The view a link's query string describes, checked; absent parameters take the app's defaults."""
+    try:
+        noise = float(params.get("noise", "0.7"))
+    except ValueError:
+        raise WorkbenchError(f"the link's noise={params['noise']!r} is not a number") from None
+    view = {"model": params.get("model", BASE) or BASE, "prompt": params.get("prompt", "").strip(),
+            "seed": _int(params, "seed", 0), "G": _int(params, "G", 8, 2), "T": _int(params, "T", 16, 1),
+            "noise": noise, "sampler": params.get("sampler", "flow_grpo"), "window": params.get("window", ""),
+            "reward": params.get("reward", "adherence"), "continuations": _int(params, "continuations", 4, 1),
+            "estimator": params.get("estimator", "mc"), "tab": params.get("tab", "generate")}
+    if not view["prompt"]:
+        raise WorkbenchError("the link has no prompt= to sample; copy the link again after a Generate")
+    if view["sampler"] not in SDE_KINDS:
+        raise WorkbenchError(f"the link's sampler={view['sampler']!r} is not one of {', '.join(SDE_KINDS)}")
+    if view["estimator"] not in ESTIMATORS.names():
+        raise WorkbenchError(f"the link's estimator={view['estimator']!r} is not one of "
+                             f"{', '.join(ESTIMATORS.names())}")
+    if view["tab"] not in TABS.values():
+        raise WorkbenchError(f"the link's tab={view['tab']!r} is not one of {', '.join(TABS.values())}")
+    parse_window(view["window"])
+    view["sizes"] = parse_chunk_spec(params["chunks"], view["T"]) if params.get("chunks") else None
+    return view
+
+
+def _sampled(out: tuple) -> Session:
+    """The session a guarded handler returned as its second-to-last output, or its message as an error."""
+    if not isinstance(out[-2], Session):
+        raise WorkbenchError(out[-1].lstrip("⚠ "))
+    return out[-2]
+
+
+@guarded(21)
+def open_link(wb: Workbench, session: Session, query: str, progress=gr.Progress()):
+    """Page load -> (tabs, 12 controls, header, gallery, filmstrip, log-prob figure, credit map, rates, session,
+    status): the view a shared link describes, regenerated; without a query string nothing changes. `query` is
+    the page's location.search (`QUERY_JS` passes it in)."""
+    from workbench.ui.policies import header
+
+    params = {k: v[-1] for k, v in parse_qs((query or "").lstrip("?"), keep_blank_values=True).items()}
+    if not params:
+        return (gr.skip(),) * 20 + ("",)
+    view = parse_query(params)
+    if view["model"] != session.source:
+        wb.policy(wb.source(view["model"]).checkpoint or view["model"])
+        session = session.with_source(wb.source(view["model"]).checkpoint or view["model"])
+    out = h.generate(wb, view["prompt"], view["G"], view["T"], view["noise"], view["seed"], view["reward"], session,
+                     view["sampler"], view["window"], progress=progress)
+    session = _sampled(out)
+    gallery, strip, logprob, heatmap, rates = out[:5]
+    if view["sizes"] is not None:
+        session = session.with_sizes(view["sizes"])
+    if view["tab"] in NEEDS_CREDIT:
+        measured = h.attribute(wb, view["continuations"], session, view["estimator"], progress=progress)
+        session = _sampled(measured)
+        heatmap, rates = measured[:2]
+    controls = (view["prompt"], view["G"], view["T"], view["noise"], view["seed"], view["reward"], view["sampler"],
+                view["window"], session.source, format_sizes(session.sizes), view["continuations"], view["estimator"])
+    note = f"opened a shared link: '{escape(view['prompt'])}', G={view['G']}, T={view['T']}, seed {view['seed']}"
+    return (gr.Tabs(selected=view["tab"]), *controls, header(wb, session), gallery, strip, logprob, heatmap, rates,
+            session, ok(note))
+
+
+@guarded(2)
+def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: float, seed: float, sde: str,
+                window: str, reward: str, continuations: float, estimator: str, session: Session, tab: str,
+                base: str):
+    """Export page -> (the HTML file, status): the session's group and its measured credit as one standalone page
+    (`workbench.viz.page`; the same as `workbench export`)."""
+    from workbench.cli.export import write_page
+    from workbench.ui.run_handlers import _fresh_export_folder
+
+    if session.group is None or session.credit is None:
+        raise WorkbenchError("nothing to export yet: generate a group and measure its credit in Attribution")
+    g, credit = session.group, session.credit
+    settings = {"model": session.source, "prompt": g.prompt, "seed": g.config.seed, "G": g.group_size,
+                "T": g.num_steps, "noise level": g.config.noise_level, "sampler": g.config.sde,
+                "reward": session.reward_spec, "chunks": format_sizes(session.sizes),
+                "continuations": int(credit.counts.max()), "estimator": credit.estimator, "z": session.z}
+    link = share_link(wb, prompt, group, steps, noise, seed, sde, window, reward, continuations, estimator,
+                      session, tab, base)[0]
+    out = _fresh_export_folder() / "workbench-group.html"  # removed after a while, like the run downloads
+    write_page(wb.policy(session.source), g, session.rewards, session.advantages, credit, session.z, settings, out,
+               link=link)
+    size = out.stat().st_size / 1e6
+    return gr.File(str(out), visible=True), ok(f"page written ({size:.1f} MB): download it and open it in any "
+                                               "browser, no network needed")
+
+
+def share_row() -> dict:
+    """The Copy link button and the link it made (under the model picker)."""
+    with gr.Row():
+        copy = gr.Button("Copy link to this view", elem_id="share-btn", scale=1)
+        link = gr.Textbox(label="Link to this view (model, prompt, seed, G, T, noise, sampler, chunks, "
+                                "continuations, estimator, tab)", interactive=False, elem_id="share-link", scale=4)
+        export = gr.Button("Export page (HTML)", elem_id="export-btn", scale=1)
+    page = gr.File(label="Exported page: one HTML file that opens offline", interactive=False, elem_id="export-file",
+                   visible=False)
+    tab = gr.Textbox(visible="hidden", elem_id="share-tab")  # filled by CURRENT_TAB_JS
+    base = gr.Textbox(visible="hidden", elem_id="share-base")
+    status = gr.Markdown(elem_id="share-status")
+    return dict(copy=copy, link=link, tab=tab, base=base, status=status, export=export, page=page)
+
+
+def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, controls: list, shown: list) -> None:
+    """Copy link reads `controls` (prompt, G, T, noise, seed, sampler, window, reward, continuations, estimator);
+    a page load with a query string fills `shown` (prompt, G, T, noise, seed, reward, sampler, window, picker,
+    chunk spec, continuations, estimator, header, gallery, filmstrip, log-prob figure, credit map, rates)."""
+    from functools import partial
+
+    row["copy"].click(partial(share_link, wb), [*controls, session, row["tab"], row["base"]],
+                      [row["link"], row["status"]], js=CURRENT_TAB_JS, api_name="share_link", queue=False).then(
+        None, [row["link"]], None, js=COPY_JS)
+    row["export"].click(partial(export_page, wb), [*controls, session, row["tab"], row["base"]],
+                        [row["page"], row["status"]], js=CURRENT_TAB_JS, api_name="export_page",
+                        concurrency_id="model", concurrency_limit=1)
+    demo.load(partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,
+              api_visibility="private", concurrency_id="model", concurrency_limit=1,
+              show_progress_on=[shown[-2]])  # over the credit map only: not over every control of the page

@@ -1,0 +1,56 @@
+"""A first visit: the welcome above the tabs that leads into Learn, the tab introductions that explain
+their words where they first use them (`workbench.glossary.gloss`), and the Glossary tab.
+
+Texts only and the small builders that place them; no measurement is stated here.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from workbench.glossary import gloss, glossary_markdown
+
+WELCOME = gloss("""
+**New to GRPO?** GRPO fine-tunes an image model by sampling a group of images for one prompt, scoring
+them, and pushing every denoising step of the better images up and of the worse ones down, each by one
+advantage. This workbench measures what each step really did (its credit) and shows where that one number
+gets a step wrong, and what grouping steps into chunks changes. **Learn** walks through it on one example
+group in about a minute; the group then appears in every other tab. Hover a dotted word for its meaning;
+the **Glossary** tab lists them all.
+""")
+
+GENERATE_INTRO = gloss(
+    "Sample a group of G images of one prompt. Each image is a trajectory of T denoising steps from noise; "
+    "the reward scores the final images and GRPO turns each reward into one advantage. Below the images: the "
+    "model's guess of the final image (x0) after every step, and each step's log-prob.")
+
+CHUNKS_INTRO = gloss(
+    "A chunk schedule groups consecutive steps; Chunk-GRPO gives each chunk one importance ratio. GCPO places "
+    "the boundaries where the temporal dynamics change pace: the curve L1_rel below is how much the image "
+    "changes at each step (the model's curve, averaged over trajectories of several prompts, not the "
+    "Generate group), so steps of one chunk do similar work. Edit the schedule; the curve, the classified "
+    "chunk credit and the misattribution rates update at once (the stored credit and its errors are "
+    "re-chunked, nothing is sampled again).")
+
+FINETUNE_INTRO = gloss(
+    "Fine-tune the policy: every iteration samples a group per prompt, turns rewards into advantages and "
+    "updates the model with the chosen objective (Chunk-GRPO uses the chunk schedule below; every objective "
+    "clips its importance ratio at the clip range). Runs go in a separate process; Before / Now show the same "
+    "held-out prompts and noise before and after.")
+
+
+def welcome_panel() -> tuple[gr.Accordion, gr.Button]:
+    """The welcome, open on every visit, and its button into Learn (wired by the layout to the tabs)."""
+    with gr.Accordion("Welcome: start here", open=True, elem_id="welcome") as panel:
+        gr.Markdown(WELCOME, elem_id="welcome-text")
+        start = gr.Button("Start with Learn", variant="primary", elem_id="welcome-btn")
+    return panel, start
+
+
+def go_to_learn():
+    """Welcome button -> (tabs on Learn, welcome folded)."""
+    return gr.Tabs(selected="learn"), gr.Accordion(open=False)
+
+
+def glossary_tab() -> None:
+    gr.Markdown(glossary_markdown("## Glossary", links=False), elem_id="glossary")
