@@ -114,7 +114,7 @@ def click_toggle_ms(page, clicks: int) -> list[float]:
     """Milliseconds from a click on the curve (mouse down) to the plot title and status showing the toggled
     boundary (checked on every animation frame)."""
     sys.path.insert(0, str(ROOT))
-    from workbench.ui.state import toggle_boundary
+    from workbench.rl.chunking import toggle_boundary
 
     box = page.locator("#chunk-spec textarea")
     box.fill("2,3,4,7")

@@ -20,7 +20,6 @@ import pytest
 import torch
 from PIL import Image
 
-from workbench.core.errors import WorkbenchError
 from workbench.core.files import read_json, write_json
 from workbench.rl.chunking import CHUNKERS
 from workbench.train import TrainConfig, preset
@@ -28,7 +27,7 @@ from workbench.train.store import CONFIG, STATUS, RunStore
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
 from workbench.ui.layout import build_app
-from workbench.ui.state import Session, merge_at, split_at
+from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
 
 PROMPT = "a large red circle in the top left on a white background"
@@ -246,14 +245,7 @@ def test_chunker_bad_option_and_name(wb, sampled):
     assert "valid chunkers" in msg(h.chunks_from_chunker(wb, "nope", 1, sampled))
 
 
-def test_split_and_merge(wb, sampled):
-    assert split_at([2, 3, 4, 7], 3) == [2, 1, 2, 4, 7] and merge_at([2, 3, 4, 7], 5) == [2, 7, 7]
-    with pytest.raises(WorkbenchError, match="already starts"):
-        split_at([2, 2], 2)
-    with pytest.raises(WorkbenchError, match="no chunk boundary at step 1"):
-        merge_at([2, 2], 1)
-    with pytest.raises(WorkbenchError, match="steps 1..3"):
-        split_at([2, 2], 4)
+def test_split_and_merge(wb, sampled):  # the edits themselves: tests/test_chunking.py
     one = h.chunks_from_spec(wb, "4", sampled)[-2]
     two = h.chunks_split(wb, 1, one)[-2]
     assert two.sizes == [1, 3] and two.credit.sizes == [1, 3]
@@ -469,7 +461,7 @@ def test_runs_table_compare_and_download(tmp_path, model_dir):
 
 def test_rates_text_shows_the_spread_between_halves_of_the_continuations():
     from workbench.rl.credit import Credit
-    from workbench.ui.credit_view import rates_text
+    from workbench.viz.credit_view import rates_text
 
     gen = torch.Generator().manual_seed(0)
     rewards = torch.rand(6, generator=gen)

@@ -18,24 +18,13 @@ from workbench.ui import learn
 from workbench.ui import objectives as ob
 from workbench.ui.clicks import clicked_point, forward_js
 from workbench.ui.formulas import cell, closed_form, formula_markdown
-from workbench.ui.state import Session, toggle_boundary
+from workbench.ui.state import Session
 
 PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
 model_dir, wb, sampled = base.model_dir, base.wb, base.sampled  # the handler tests' fixtures: tiny model and group
 
 
-# --------------------------------------------------------------------------- boundary editing
-def test_toggle_boundary_adds_and_removes_the_boundary_after_a_step():
-    assert toggle_boundary([2, 3, 4, 7], 1) == [5, 4, 7]  # the boundary after step 1 (a chunk started at 2) goes
-    assert toggle_boundary([5, 4, 7], 1) == [2, 3, 4, 7]  # and comes back
-    assert toggle_boundary([2, 3, 4, 7], 0) == [1, 1, 3, 4, 7]
-    assert toggle_boundary([16], 14) == [15, 1]
-    with pytest.raises(WorkbenchError, match="the last step ends the last chunk"):
-        toggle_boundary([2, 3, 4, 7], 15)
-    with pytest.raises(WorkbenchError, match="steps 0..14"):
-        toggle_boundary([2, 3, 4, 7], -1)
-
-
+# --------------------------------------------------------------------------- clicks
 def test_clicked_points_from_the_page_and_from_api_callers():
     assert clicked_point('{"trace": "moved|gspo", "x": 3, "y": 1}') == {"trace": "moved|gspo", "x": 3, "y": 1}
     assert clicked_point("5")["x"] == 5 and clicked_point(5.0)["x"] == 5.0

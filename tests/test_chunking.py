@@ -13,9 +13,12 @@ from workbench.rl.chunking import (
     chunk_mean,
     chunk_sampling_weights,
     chunk_sum,
+    merge_at,
     parse_chunk_spec,
     sample_chunks,
+    split_at,
     step_mask_from_chunks,
+    toggle_boundary,
 )
 
 # Parsing
@@ -240,3 +243,25 @@ def test_inclusion_frequencies_match_the_weights_without_replacement():
     assert torch.allclose(expected.sum(), torch.tensor(2.0))
     se = (expected * (1 - expected) / draws).sqrt()
     assert ((counts / draws - expected).abs() < 4 * se).all(), (counts / draws, expected)
+
+
+# Editing a schedule (split, merge, click-to-toggle)
+def test_split_and_merge():
+    assert split_at([2, 3, 4, 7], 3) == [2, 1, 2, 4, 7] and merge_at([2, 3, 4, 7], 5) == [2, 7, 7]
+    with pytest.raises(WorkbenchError, match="already starts"):
+        split_at([2, 2], 2)
+    with pytest.raises(WorkbenchError, match="no chunk boundary at step 1"):
+        merge_at([2, 2], 1)
+    with pytest.raises(WorkbenchError, match="steps 1..3"):
+        split_at([2, 2], 4)
+
+
+def test_toggle_boundary_adds_and_removes_the_boundary_after_a_step():
+    assert toggle_boundary([2, 3, 4, 7], 1) == [5, 4, 7]  # the boundary after step 1 (a chunk started at 2) goes
+    assert toggle_boundary([5, 4, 7], 1) == [2, 3, 4, 7]  # and comes back
+    assert toggle_boundary([2, 3, 4, 7], 0) == [1, 1, 3, 4, 7]
+    assert toggle_boundary([16], 14) == [15, 1]
+    with pytest.raises(WorkbenchError, match="the last step ends the last chunk"):
+        toggle_boundary([2, 3, 4, 7], 15)
+    with pytest.raises(WorkbenchError, match="steps 0..14"):
+        toggle_boundary([2, 3, 4, 7], -1)

@@ -34,3 +34,12 @@ def test_an_installed_wheel_runs_the_load_benchmark(tmp_path):
                            capture_output=True, text=True, timeout=300)
     assert bench.returncode == 0, bench.stderr[-2000:]
     assert "embedded weights" in bench.stdout and "Traceback" not in bench.stderr
+
+
+def test_the_figures_import_without_gradio():
+    """`workbench.viz` is shared by the app, the notebooks and the exported page: it must not pull in gradio."""
+    code = ("import sys; import workbench.viz.plots, workbench.viz.credit_view, workbench.viz.explain_plots; "
+            "print('gradio' in sys.modules)")
+    probe = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.strip() == "False"

@@ -10,6 +10,8 @@ Chunkers are registered in `CHUNKERS` with one signature,
 
     CHUNKERS.get("temporal")(16)  # [2, 3, 4, 7]
     CHUNKERS.get("uniform")(10, size=4)  # [4, 4, 2]
+
+The Chunks tab edits a schedule by hand with `split_at`, `merge_at` and `toggle_boundary` (section 5).
 """
 
 from __future__ import annotations
@@ -308,3 +310,47 @@ def step_mask_from_chunks(sizes: Sequence[int], chosen: torch.Tensor | Sequence[
     if ((chosen < 0) | (chosen >= len(sizes))).any():
         raise WorkbenchError(f"chosen chunks {chosen.tolist()} must be indices in 0..{len(sizes) - 1}")
     return torch.isin(ids, chosen)  # (T,)
+
+
+# 5. Editing a schedule (the Chunks tab's split, merge and click-to-toggle)
+
+def split_at(sizes: list[int], step: int) -> list[int]:
+    """Cut the chunk that contains `step` so that a new chunk starts at `step` (1 <= step <= T - 1)."""
+    sizes = check_sizes(sizes)
+    total = sum(sizes)
+    if not 1 <= step <= total - 1:
+        raise WorkbenchError(f"a chunk can start at steps 1..{total - 1}, not at step {step}; move the slider")
+    cuts = chunk_boundaries(sizes)
+    if step in cuts:
+        raise WorkbenchError(f"a chunk already starts at step {step} (boundaries: {cuts}); choose another step")
+    cuts = sorted([*cuts, step])
+    edges = [0, *cuts, total]
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
+def merge_at(sizes: list[int], step: int) -> list[int]:
+    """Remove the boundary at `step`, merging the chunks on either side of it."""
+    sizes = check_sizes(sizes)
+    cuts = chunk_boundaries(sizes)
+    if step not in cuts:
+        where = f"boundaries are at steps {cuts}" if cuts else "there is only one chunk"
+        raise WorkbenchError(f"no chunk boundary at step {step} to merge; {where}")
+    edges = [0, *[c for c in cuts if c != step], sum(sizes)]
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
+def toggle_boundary(sizes: list[int], after: int) -> list[int]:
+    """Add or remove the chunk boundary after step `after` (0 <= after <= T - 2).
+
+    The boundary after step t lies between steps t and t + 1, where the curve draws a dashed line at
+    t + 0.5: with it a chunk starts at step t + 1 (`split_at(sizes, t + 1)`), without it steps t and
+    t + 1 share a chunk (`merge_at(sizes, t + 1)`). [2, 3, 4, 7] toggled after 1 gives [5, 4, 7].
+    """
+    sizes = check_sizes(sizes)
+    last = sum(sizes) - 1
+    if not 0 <= after < last:
+        raise WorkbenchError(f"a boundary can follow steps 0..{last - 1}, not step {after}"
+                             + (" (the last step ends the last chunk)" if after == last else "")
+                             + "; click an earlier step")
+    cut = after + 1
+    return merge_at(sizes, cut) if cut in chunk_boundaries(sizes) else split_at(sizes, cut)

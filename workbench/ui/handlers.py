@@ -15,13 +15,13 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import speckle, to_pil
 from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rl.chunking import CHUNKERS, chunk_boundaries, parse_chunk_spec
+from workbench.rl.chunking import CHUNKERS, chunk_boundaries, merge_at, parse_chunk_spec, split_at, toggle_boundary
 from workbench.rl.credit import Z
-from workbench.ui import credit_view, plots
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
-from workbench.ui.state import Session, format_sizes, merge_at, split_at, toggle_boundary
+from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
+from workbench.viz import credit_view, plots
 
 CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included

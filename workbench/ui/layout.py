@@ -21,7 +21,6 @@ from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
 from workbench.train.prompt_sets import is_pipeline_folder
-from workbench.ui import credit_view
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
@@ -31,9 +30,10 @@ from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import INTRO, LESSON_POINTER, example_text, learn_after, learn_walk
 from workbench.ui.objectives import ROWS
-from workbench.ui.plots import empty_figure
 from workbench.ui.state import BASE, Session
 from workbench.ui.workbench import Workbench
+from workbench.viz import credit_view
+from workbench.viz.plots import empty_figure
 
 EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a small blue ring in the center on a black background",

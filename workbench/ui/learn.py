@@ -21,10 +21,11 @@ from workbench.rl.credit_stats import MISATTRIBUTED
 from workbench.rl.explain import Explanation, explain
 from workbench.rl.objectives import ObjectiveSettings
 from workbench.rl.significance import false_call_rate
-from workbench.ui import explain_plots, handlers, policies
+from workbench.ui import handlers, policies
 from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
+from workbench.viz import explain_plots
 
 LEARN_PROMPT = "a large red circle in the top left on a white background"
 LEARN = {"group": 8, "steps": 16, "branches": 4}  # the example: the papers' 16 steps, K=4 continuations

@@ -20,13 +20,13 @@ from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.explain import Explanation, explain, moved_log_probs, paired_advantages, paired_estimator
 from workbench.rl.objectives import ObjectiveSettings
 from workbench.ui.clicks import clicked_point
-from workbench.ui.explain_plots import objective_maps_figure
 from workbench.ui.formulas import cell, formula_markdown
 from workbench.ui.guard import guarded, number, ok, whole_number
 from workbench.ui.handlers import _tracker
 from workbench.ui.jobs import objective_names
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
+from workbench.viz.explain_plots import objective_maps_figure
 
 ROWS = (("ratio1", "at ratio 1"), ("moved", "after the inner updates"))  # (key, label) of the two rows of maps
 NO_VIEW = "Press **Compute** to explain the group made in **Generate**."

@@ -17,11 +17,11 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import grid
 from workbench.rl.credit import Z
-from workbench.ui import credit_view, plots
 from workbench.ui.guard import escape, guarded, ok, whole_number
 from workbench.ui.handlers import _tracker, _z, rates_markdown
 from workbench.ui.state import BASE, Session
 from workbench.ui.workbench import Workbench
+from workbench.viz import credit_view, plots
 
 RUN_BASE = "run base"  # the comparison's default key: the base model of the session's policy
 NO_COMPARISON = ("Pick a second policy and press **Compare** to sample this group's prompt with the same noise "

@@ -23,11 +23,11 @@ from PIL import Image
 from workbench.core.errors import WorkbenchError
 from workbench.train import PRESETS, TrainConfig, preset
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
-from workbench.ui import plots
 from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
 from workbench.ui.jobs import RunView
 from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
+from workbench.viz import plots
 
 RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "held-out accuracy (no CFG)",
                "held-out accuracy (CFG)", "started"]

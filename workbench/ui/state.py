@@ -1,4 +1,4 @@
-"""Per-user data of the app (kept in `gr.State`) and the chunk-schedule edits of the Chunks tab.
+"""Per-user data of the app (kept in `gr.State`); the Chunks tab edits schedules with `rl.chunking`.
 
 Two browser sessions each get their own `Session`, so one never sees the other's group, credit or
 chunk schedule. Sessions are replaced, not mutated, so a failed edit leaves the last valid one intact.
@@ -10,9 +10,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from workbench.core.errors import WorkbenchError
 from workbench.flow.trajectory import TrajectoryGroup
-from workbench.rl.chunking import CHUNKERS, check_sizes, chunk_boundaries
+from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import Credit, Z
 from workbench.rl.credit_compare import CreditComparison
 
@@ -65,45 +64,3 @@ class Session:
 def format_sizes(sizes: list[int]) -> str:
     """[2, 3, 4, 7] -> "2,3,4,7" (the text the chunk-spec box shows)."""
     return ",".join(str(s) for s in sizes)
-
-
-def split_at(sizes: list[int], step: int) -> list[int]:
-    """Cut the chunk that contains `step` so that a new chunk starts at `step` (1 <= step <= T - 1)."""
-    sizes = check_sizes(sizes)
-    total = sum(sizes)
-    if not 1 <= step <= total - 1:
-        raise WorkbenchError(f"a chunk can start at steps 1..{total - 1}, not at step {step}; move the slider")
-    cuts = chunk_boundaries(sizes)
-    if step in cuts:
-        raise WorkbenchError(f"a chunk already starts at step {step} (boundaries: {cuts}); choose another step")
-    cuts = sorted([*cuts, step])
-    edges = [0, *cuts, total]
-    return [b - a for a, b in zip(edges, edges[1:])]
-
-
-def merge_at(sizes: list[int], step: int) -> list[int]:
-    """Remove the boundary at `step`, merging the chunks on either side of it."""
-    sizes = check_sizes(sizes)
-    cuts = chunk_boundaries(sizes)
-    if step not in cuts:
-        where = f"boundaries are at steps {cuts}" if cuts else "there is only one chunk"
-        raise WorkbenchError(f"no chunk boundary at step {step} to merge; {where}")
-    edges = [0, *[c for c in cuts if c != step], sum(sizes)]
-    return [b - a for a, b in zip(edges, edges[1:])]
-
-
-def toggle_boundary(sizes: list[int], after: int) -> list[int]:
-    """Add or remove the chunk boundary after step `after` (0 <= after <= T - 2).
-
-    The boundary after step t lies between steps t and t + 1, where the curve draws a dashed line at
-    t + 0.5: with it a chunk starts at step t + 1 (`split_at(sizes, t + 1)`), without it steps t and
-    t + 1 share a chunk (`merge_at(sizes, t + 1)`). [2, 3, 4, 7] toggled after 1 gives [5, 4, 7].
-    """
-    sizes = check_sizes(sizes)
-    last = sum(sizes) - 1
-    if not 0 <= after < last:
-        raise WorkbenchError(f"a boundary can follow steps 0..{last - 1}, not step {after}"
-                             + (" (the last step ends the last chunk)" if after == last else "")
-                             + "; click an earlier step")
-    cut = after + 1
-    return merge_at(sizes, cut) if cut in chunk_boundaries(sizes) else split_at(sizes, cut)

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.explain import Explanation
-from workbench.ui.plots import BOUNDARY_STYLE, LAYOUT, STEP_AXIS
+from workbench.viz.plots import BOUNDARY_STYLE, LAYOUT, STEP_AXIS
 
 PUSH = "push −w"
 CLIPPED_STYLE = dict(symbol="x-thin", size=6, line=dict(width=1.5, color="black"))
@@ -174,7 +174,7 @@ def push_figure(ex: Explanation, name: str, title: str) -> go.Figure:
 def chunk_push_figure(ex: Explanation, credit, z: float) -> go.Figure:
     """Chunk-GRPO's push map (G, T) beside the chunk credit (G, K) of a `Credit`, classified at z
     (`credit_view.classified_traces`: x misattributed, dot aligned, grey undetermined)."""
-    from workbench.ui.credit_view import classified_traces
+    from workbench.viz.credit_view import classified_traces
 
     o = ex.index("chunk_grpo")
     sizes = ex.settings.chunks

@@ -18,7 +18,7 @@ from workbench.rl.credit import Credit
 from workbench.rl.credit_compare import CreditComparison
 from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED, UNDETERMINED, Rates
 from workbench.rl.significance import false_call_rate
-from workbench.ui.plots import LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
+from workbench.viz.plots import LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
 
 UNDETERMINED_COLOR = "rgba(190,190,190,0.92)"
 VEIL_COLOR = "rgba(255,255,255,0.8)"
