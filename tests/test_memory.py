@@ -45,6 +45,10 @@ def test_dry_run_prints_the_estimate_and_a_verdict(capsys):
     out = capsys.readouterr().out
     assert "memory estimate of one iteration (G=4" in out and "activations" in out and "total" in out
     assert "fits: needs about" in out or "does not fit" in out
+    assert cli(["train", "--dry-run", "--device", "cpu", "--gradient-checkpointing", "--micro-batch", "16"]) == 0
+    assert "gradient checkpointing on" in capsys.readouterr().out
+    assert cli(["train", "--dry-run", "--device", "cpu", "--no-gradient-checkpointing"]) == 0
+    assert "gradient checkpointing off" in capsys.readouterr().out
 
 
 def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):

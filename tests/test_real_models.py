@@ -83,6 +83,7 @@ def test_flux_app_generate_uses_the_model_default(flux_dir, tmp_path):
     wb = Workbench(model=str(flux_dir), device="cpu", runs_root=str(tmp_path / "runs"))
     out = handlers.generate(wb, "a photo of a cat", 2, 2, 0.7, 0, "", Session())
     assert out[-1].startswith("✓") and len(out[0]) == 2 and out[5].reward_spec == "jpeg_compressibility"
+    assert "scored with `jpeg_compressibility`" in out[-1]
     assert out[5].group.images.shape[-1] == PX
     refused = handlers.generate(wb, "a photo of a cat", 2, 2, 0.7, 0, "adherence", Session())
     assert "reward 'adherence' scores 32x32 px" in refused[-1]

@@ -91,7 +91,8 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
     session = _sample(wb, prompt or "", config, reward_spec, session, progress)
     group = session.group
     figure = plots.logprob_figure(group.log_probs, session.rewards, group.stds)
-    note = f"sampled G={group.group_size} trajectories of T={group.num_steps} steps for '{escape(group.prompt)}'"
+    note = (f"sampled G={group.group_size} trajectories of T={group.num_steps} steps for '{escape(group.prompt)}', "
+            f"scored with `{session.reward_spec}`")  # a spec build_reward accepted: names and numbers only
     cleared = plots.empty_figure("Step credit", "measure credit for the new group")
     strip = _filmstrip(wb.policy(session.source), group)
     return _gallery(session), strip, figure, cleared, rates_markdown(session), session, ok(note)
