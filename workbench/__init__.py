@@ -3,6 +3,7 @@
 The library is layered; a module imports only from layers below its own (tests/test_layers.py checks it):
 
     cli, ui        the command line and the Gradio app
+    viz            plotly figures (no gradio): the app, the notebooks and exported pages share them
     train          settings, presets, trainer, rollout, run store, several processes
     rl             advantages, objectives, chunking, credit          (pure maths over tensors)
     rewards        reward functions and specs
@@ -25,7 +26,7 @@ _EXPORTS = {"load_policy": "workbench.train.sources", "load_model": "workbench.m
             "SamplingConfig": "workbench.flow.trajectory", "build_reward": "workbench.rewards",
             "measure_credit": "workbench.rl.credit", "TrainConfig": "workbench.train",
             "Trainer": "workbench.train"}
-LAYERS = ("core", "toyworld", "flow", "models", "rewards", "rl", "train", ("cli", "ui"))
+LAYERS = ("core", "toyworld", "flow", "models", "rewards", "rl", "train", "viz", ("cli", "ui"))
 
 __all__ = sorted(_EXPORTS)
 
