@@ -11,9 +11,9 @@ from functools import partial
 import gradio as gr
 
 from workbench.core.fields import field_docs
+from workbench.core.glossary import gloss
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
-from workbench.glossary import gloss
 from workbench.rewards import reward_names
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z

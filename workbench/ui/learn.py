@@ -16,7 +16,7 @@ import gradio as gr
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.glossary import gloss
+from workbench.core.glossary import gloss
 from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import Credit, Z
 from workbench.rl.credit_stats import MISATTRIBUTED
