@@ -146,6 +146,16 @@ def test_learn_closes_with_a_cross_group_before_and_after_the_lesson(model_dir, 
     assert "shape_match" in text and "| step: misattributed among determined |" in text
 
 
+def test_before_any_lesson_ran_learn_compares_with_the_shipped_lesson(tmp_path, monkeypatch):
+    from workbench.ui import learn
+
+    wb = Workbench(model=None, device="cpu", runs_root=str(tmp_path / "runs"))  # the embedded model, no run yet
+    monkeypatch.setitem(learn.LEARN, "group", 2)
+    monkeypatch.setitem(learn.LEARN, "continuations", 2)
+    figure, images, text, session, status = learn.learn_after(wb, Session())
+    assert session.comparison.labels == ("embedded model", "crosses-lesson") and status.startswith("✓")
+
+
 def test_the_lesson_says_how_long_it_takes_before_start(model_dir, tmp_path):
     wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"))
     about = rh.load_lesson(wb, "crosses")[-2]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.glossary import TERMS, gloss, glossary_markdown, term
+from workbench.core.glossary import TERMS, gloss, glossary_markdown, term
 from workbench.ui.jobs import objective_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ def glossed(text: str) -> list[str]:
 
 def test_docs_glossary_is_generated_from_the_module():
     assert (ROOT / "docs" / "glossary.md").read_text() == glossary_markdown(), (
-        "docs/glossary.md is stale: python -m workbench.glossary > docs/glossary.md")
+        "docs/glossary.md is stale: python -m workbench.core.glossary > docs/glossary.md")
 
 
 def test_every_word_the_issue_lists_and_every_objective_has_an_entry():

@@ -8,46 +8,10 @@ errors, the settings and this command. The page opens offline; the app's Export 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
 from workbench.cli.args import RenamedFlag, non_negative_float, positive_int
-from workbench.core.errors import WorkbenchError
-
-
-def export_command(settings: dict) -> str:
-    """The `workbench export` command line that reproduces a page with these settings."""
-    flags = [("--prompt", settings["prompt"]), ("--group", settings["G"]), ("--steps", settings["T"]),
-             ("--noise-level", settings["noise level"]), ("--sde", settings["sampler"]), ("--seed", settings["seed"]),
-             ("--reward", settings["reward"]), ("--chunks", settings["chunks"]),
-             ("--continuations", settings["continuations"]), ("--estimator", settings["estimator"]),
-             ("--z", settings["z"])]
-    if settings.get("model") not in (None, "", "base", "embedded model"):
-        flags.append(("--model", settings["model"]))
-    return "python -m workbench export " + " ".join(f"{k} {shlex.quote(str(v))}" for k, v in flags) + " --out page.html"
-
-
-def write_page(policy, group, rewards, advantages, credit, z: float, settings: dict, out: Path,
-               link: str = "") -> Path:
-    """Render the page of a measured group to `out`; refuses a page over `PAGE_LIMIT` bytes."""
-    from workbench.flow.pictures import x0_filmstrip
-    from workbench.viz.page import PAGE_LIMIT, group_page, render_page
-
-    strip = x0_filmstrip(policy, group, max_columns=16, thumb=64)
-    text = render_page(group_page(group, rewards, advantages, credit, z, strip, settings, export_command(settings),
-                                  link))
-    size = len(text.encode("utf-8"))
-    if size > PAGE_LIMIT:
-        raise WorkbenchError(f"the page would be {size / 1e6:.1f} MB (limit {PAGE_LIMIT / 1e6:.0f} MB): "
-                             "export a smaller group (--group, --steps)")
-    out = Path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise WorkbenchError(f"cannot write {out}: {err.strerror or err}; choose a writable path") from None
-    return out
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -57,6 +21,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from workbench.rl.advantages import ADVANTAGES
     from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
     from workbench.rl.credit import measure_credit
+    from workbench.viz.page import write_page
 
     policy = load_model(args)
     config = sampling_config(args)

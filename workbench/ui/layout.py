@@ -11,9 +11,9 @@ from functools import partial
 import gradio as gr
 
 from workbench.core.fields import field_docs
+from workbench.core.glossary import gloss
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
-from workbench.glossary import gloss
 from workbench.rewards import reward_names
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z
@@ -34,7 +34,7 @@ from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
 from workbench.ui.redraw import REDRAW_JS
-from workbench.ui.state import BASE, Session
+from workbench.ui.state import Session
 from workbench.ui.welcome import (
     CHUNKS_INTRO,
     FINETUNE_INTRO,
@@ -381,28 +381,6 @@ def _runs_tab(wb, tab) -> None:
     prepare.click(partial(rh.download, wb), [pick], [files, status], api_name="download_run")
 
 
-def _picker(wb, session, choices: list) -> dict:
-    """The model picker under the title: the header line and the menu; its Load is wired once the tabs exist."""
-    header = gr.Markdown(pol.header(wb, Session()), elem_id="model-header")
-    with gr.Row():
-        menu = gr.Dropdown(choices, value=BASE, allow_custom_value=True, filterable=True, scale=4,
-                           label="Policy of every tab", elem_id="model-picker",
-                           info="the base model, a run's newest checkpoint or one iteration, or a model folder path "
-                                "(SD3 / FLUX diffusers or embedded format)")
-        load = gr.Button("Load", elem_id="model-load-btn", scale=1)
-        refresh = gr.Button("Refresh the list", elem_id="model-refresh-btn", scale=1)
-    status = gr.Markdown(elem_id="model-status")
-
-    def wire(gallery, attribution: dict) -> None:
-        outputs = [menu, header, session, gallery, attribution["heatmap"], attribution["rates"],
-                   attribution["compare_plot"], attribution["compare_text"], status]
-        gr.on([load.click, menu.select], partial(pol.pick_policy, wb), [menu, session], outputs,
-              api_name="pick_policy", **HEAVY)
-        refresh.click(partial(pol.refresh_choices, wb), None, [menu, attribution["other"]],
-                      api_visibility="private")
-    return dict(load=wire, menu=menu, header=header)
-
-
 def build_app(wb: Workbench) -> gr.Blocks:
     """The whole workbench page around one shared `Workbench` (model, curves, training jobs)."""
     parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
@@ -410,7 +388,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         session = gr.State(Session())
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
-        picker = _picker(wb, session, choices)
+        picker = pol.picker_panel(wb, session, choices, HEAVY)
         welcome, start = welcome_panel()
         link = share.share_row()
         with gr.Tabs() as tabs:

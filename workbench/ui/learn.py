@@ -16,7 +16,7 @@ import gradio as gr
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.glossary import gloss
+from workbench.core.glossary import gloss
 from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import Credit, Z
 from workbench.rl.credit_stats import MISATTRIBUTED
@@ -25,7 +25,7 @@ from workbench.rl.objectives import ObjectiveSettings
 from workbench.rl.significance import false_call_rate
 from workbench.ui import handlers, policies
 from workbench.ui.guard import escape, guarded, ok
-from workbench.ui.state import Session, format_sizes
+from workbench.ui.state import BASE, Session, format_sizes
 from workbench.ui.workbench import Workbench
 from workbench.viz import explain_plots
 
@@ -224,10 +224,11 @@ LESSON_POINTER = """
 The embedded model draws a cross as a blob or a ring. In **Fine-tune**, choose the lesson **crosses** and
 press **Start**: every 10 iterations the same held-out cross prompts are drawn again with the same noise, so
 **Before** and **Now** show what the fine-tune changed, and the plot below them follows the share of held-out
-crosses drawn right, without and with the model's CFG (docs/crosses.md has the measured curve). When it has
-finished, the button below samples a held-out cross prompt under the base model and under the lesson's newest
-checkpoint, with the same noise, and measures both groups' credit the same way: the **Before and after** view
-of **Attribution** (load a run with the picker at the top to explore it in every tab).
+crosses drawn right, without and with the model's CFG (docs/crosses.md has the measured curve). The button
+below samples a held-out cross prompt under the base model and under the lesson's newest checkpoint (before
+you have run one: the lesson result shipped with the package), with the same noise, and measures both groups'
+credit the same way: the **Before and after** view of **Attribution** (load a run with the picker at the top
+to explore it in every tab).
 """
 LESSON_CROSS = "a large yellow cross in the bottom right on a gray background"  # held out: never trained on
 
@@ -250,16 +251,19 @@ def lesson_run(wb: Workbench) -> str | None:
 @guarded(5)
 def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     """Closing stage -> (comparison figure, images, text, session, status): a held-out cross group under the base
-    model and under the newest crosses lesson's checkpoint, the same noise and measurement (`policies`)."""
+    model and under the newest crosses lesson's checkpoint (on the embedded model before any lesson ran here:
+    the lesson result shipped with the package), the same noise and measurement (`policies`)."""
     from workbench.train import preset
+    from workbench.train.lesson_result import shipped_lesson
 
     run = lesson_run(wb)
-    if run is None:
+    if run is None and wb.model_path is not None:
         raise WorkbenchError("no crosses lesson with a checkpoint on disk yet: in Fine-tune choose the lesson "
                              "crosses and press Start (about 5 minutes on a 2-core laptop), then come back")
+    keys = (wb.base_key(run), run) if run is not None else (BASE, str(shipped_lesson().model))  # shipped result
     lesson = preset("crosses")
     config = replace(lesson.sampling_config(1), group=LEARN["group"], seed=0)  # the lesson's window and steps
-    comparison = policies.measure_both(wb, (wb.base_key(run), run), LESSON_CROSS, config, lesson.reward,
+    comparison = policies.measure_both(wb, keys, LESSON_CROSS, config, lesson.reward,
                                        LEARN["continuations"], lesson.credit_chunks(), progress=progress)
     session = replace(session, comparison=comparison)
     figure, images, text = policies.comparison_panel(comparison, Z)

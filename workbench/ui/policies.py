@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 import gradio as gr
 import torch
@@ -129,3 +130,25 @@ def compare(wb: Workbench, other: str | None, continuations: float, session: Ses
     seconds = sum(c.cost.get("seconds", 0.0) for c in comparison.credits)
     return (*comparison_panel(comparison, z), session,
             ok(f"compared two policies on '{escape(group.prompt)}' ({seconds:.1f} s){same}"))
+
+
+def picker_panel(wb: Workbench, session, choices: list, heavy: dict) -> dict:
+    """The model picker under the title: the header line and the menu; its Load is wired once the tabs exist."""
+    line = gr.Markdown(header(wb, Session()), elem_id="model-header")
+    with gr.Row():
+        menu = gr.Dropdown(choices, value=BASE, allow_custom_value=True, filterable=True, scale=4,
+                           label="Policy of every tab", elem_id="model-picker",
+                           info="the base model, a run's newest checkpoint or one iteration, or a model folder path "
+                                "(SD3 / FLUX diffusers or embedded format)")
+        load = gr.Button("Load", elem_id="model-load-btn", scale=1)
+        refresh = gr.Button("Refresh the list", elem_id="model-refresh-btn", scale=1)
+    status = gr.Markdown(elem_id="model-status")
+
+    def wire(gallery, attribution: dict) -> None:
+        outputs = [menu, line, session, gallery, attribution["heatmap"], attribution["rates"],
+                   attribution["compare_plot"], attribution["compare_text"], status]
+        gr.on([load.click, menu.select], partial(pick_policy, wb), [menu, session], outputs,
+              api_name="pick_policy", **heavy)
+        refresh.click(partial(refresh_choices, wb), None, [menu, attribution["other"]],
+                      api_visibility="private")
+    return dict(load=wire, menu=menu, header=line)

@@ -134,8 +134,8 @@ def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: f
                 base: str):
     """Export page -> (the HTML file, status): the session's group and its measured credit as one standalone page
     (`workbench.viz.page`; the same as `workbench export`)."""
-    from workbench.cli.export import write_page
     from workbench.ui.run_handlers import _fresh_export_folder
+    from workbench.viz.page import write_page
 
     if session.group is None or session.credit is None:
         raise WorkbenchError("nothing to export yet: generate a group and measure its credit in Attribution")

@@ -1,5 +1,5 @@
 """A first visit: the welcome above the tabs that leads into Learn, the tab introductions that explain
-their words where they first use them (`workbench.glossary.gloss`), and the Glossary tab.
+their words where they first use them (`workbench.core.glossary.gloss`), and the Glossary tab.
 
 Texts only and the small builders that place them; no measurement is stated here.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from workbench.glossary import gloss, glossary_markdown
+from workbench.core.glossary import gloss, glossary_markdown
 
 WELCOME = gloss("""
 **New to GRPO?** GRPO fine-tunes an image model by sampling a group of images for one prompt, scoring

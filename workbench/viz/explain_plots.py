@@ -55,8 +55,8 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
     corr = {key: ex.correlation(c).tolist() if c is not None else None for (key, _, ex), c in zip(rows, credits)}
     titles = []
     for r, (key, title, _) in enumerate(rows):
-        first = f"log-ratio l(i,t), {title}" if r > 0 and not per_row else (
-            f"measured credit d(i,t), {title}" if shown[r] is not None else f"{title}: no credit (Attribution)")
+        first = f"<b>{title}</b><br>" + ("log-ratio l(i,t)" if r > 0 and not per_row else (
+            "credit d(i,t)" if shown[r] is not None else "no credit yet"))  # two short lines: the column is narrow
         titles += [first] + [n + (f"<br>corr {_corr(corr[key][o])}" if corr[key] is not None else "")
                              + ("" if scale_each else _smaller(rows, o)) for o, n in enumerate(names)]
     fig = make_subplots(rows=len(rows), cols=len(names) + 1, subplot_titles=titles, horizontal_spacing=0.012,
@@ -88,7 +88,7 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
     fig.update_annotations(font_size=10)
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_yaxes(showticklabels=True, dtick=2, col=1)
-    fig.update_xaxes(dtick=5)
+    fig.update_xaxes(tickvals=list(range(0, t, max(1, t // 2))))  # 0 and T/2: a tick at T-1 ran into the next map
     fig.update_xaxes(title_text="step t", row=len(rows))
     return fig
 

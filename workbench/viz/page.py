@@ -2,8 +2,8 @@
 the numbers with their errors, the settings and the command that reproduces them.
 
 The page opens in a browser without Python and without network: plotly's JavaScript is inlined once, the
-pictures are PNG data URIs. `group_page` collects the parts from a measured group (the app's Export button
-and `workbench export` share it); `render_page` writes them.
+pictures are PNG data URIs. `group_page` collects the parts from a measured group, `render_page` writes them
+as HTML, `write_page` puts a measured group's page on disk (the app's Export button and `workbench export`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,15 @@ from __future__ import annotations
 import base64
 import html
 import io
+import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import plotly.graph_objects as go
 from markdown_it import MarkdownIt
 from PIL import Image
+
+from workbench.core.errors import WorkbenchError
 
 PAGE_LIMIT = 10_000_000  # bytes: a page stays small enough to e-mail
 
@@ -98,3 +102,36 @@ def group_page(group, rewards, advantages, credit, z: float, x0_strip: Image.Ima
                 ("x0 predictions: one row per trajectory, one column per step", x0_strip)]
     return Page(title=f"Chunk-GRPO Workbench: '{group.prompt}'", settings=settings, command=command,
                 numbers=credit_view.rates_text(credit, z), pictures=pictures, figures=figures, link=link)
+
+
+def export_command(settings: dict) -> str:
+    """The `workbench export` command line that reproduces a page with these settings."""
+    flags = [("--prompt", settings["prompt"]), ("--group", settings["G"]), ("--steps", settings["T"]),
+             ("--noise-level", settings["noise level"]), ("--sde", settings["sampler"]), ("--seed", settings["seed"]),
+             ("--reward", settings["reward"]), ("--chunks", settings["chunks"]),
+             ("--continuations", settings["continuations"]), ("--estimator", settings["estimator"]),
+             ("--z", settings["z"])]
+    if settings.get("model") not in (None, "", "base", "embedded model"):
+        flags.append(("--model", settings["model"]))
+    return "python -m workbench export " + " ".join(f"{k} {shlex.quote(str(v))}" for k, v in flags) + " --out page.html"
+
+
+def write_page(policy, group, rewards, advantages, credit, z: float, settings: dict, out: Path,
+               link: str = "") -> Path:
+    """Render the page of a measured group to `out`; refuses a page over `PAGE_LIMIT` bytes."""
+    from workbench.flow.pictures import x0_filmstrip
+
+    strip = x0_filmstrip(policy, group, max_columns=16, thumb=64)
+    text = render_page(group_page(group, rewards, advantages, credit, z, strip, settings, export_command(settings),
+                                  link))
+    size = len(text.encode("utf-8"))
+    if size > PAGE_LIMIT:
+        raise WorkbenchError(f"the page would be {size / 1e6:.1f} MB (limit {PAGE_LIMIT / 1e6:.0f} MB): "
+                             "export a smaller group (--group, --steps)")
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise WorkbenchError(f"cannot write {out}: {err.strerror or err}; choose a writable path") from None
+    return out

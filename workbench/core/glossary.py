@@ -1,5 +1,5 @@
 """The words of the workbench, each explained once: shown in the app's Glossary tab, written to
-docs/glossary.md (`python -m workbench.glossary > docs/glossary.md`; a test checks the file is current),
+docs/glossary.md (`python -m workbench.core.glossary > docs/glossary.md`; a test checks the file is current),
 and hovered where a tab first uses them (`gloss`).
 
 A `Term` has the words the app writes (`forms`, matched as whole words, case-insensitive), one plain

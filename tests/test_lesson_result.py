@@ -1,0 +1,27 @@
+"""The crosses lesson's result shipped with the package (scripts/ship_lesson.py; notebook 03, Learn's last stage)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+
+from workbench.core.errors import WorkbenchError
+from workbench.train.lesson_result import shipped_lesson
+from workbench.train.sources import load_policy
+
+
+def test_the_shipped_lesson_is_complete_and_learned_something():
+    result = shipped_lesson()
+    assert Image.open(result.before).size == Image.open(result.now).size  # the same prompts, before and after
+    first, last = result.rows[0], result.rows[-1]
+    assert first["iteration"] == 0 and result.iterations == result.about["iterations"] > 0
+    assert last["eval/cross_accuracy"] > first["eval/cross_accuracy"] + 0.2  # a change a reader can see
+    tuned, base = load_policy(result.model, device="cpu"), load_policy(None, device="cpu")
+    moved = [float((a - b).abs().max()) for a, b in zip(tuned.transformer.parameters(), base.transformer.parameters())]
+    assert max(moved) > 0 and all(p.dtype == torch.float32 for p in tuned.transformer.parameters())
+
+
+def test_an_incomplete_result_names_what_is_missing_and_how_to_remake_it(tmp_path):
+    with pytest.raises(WorkbenchError, match="before.png.*scripts/ship_lesson.py"):
+        shipped_lesson(tmp_path)
