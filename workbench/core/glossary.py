@@ -105,6 +105,14 @@ TERMS = (
          "GRPO Done Right: the advantage r - mean is not divided by the group's reward std and the loss is "
          "divided by a constant T instead of each trajectory's step count; like GPG's, its push is small "
          "when rewards differ by hundredths.", "Objectives"),
+    Term("ppo", ("ppo", "PPO"),
+         "Proximal Policy Optimization, the method GRPO was made to simplify: a learned critic V(x_t, t, prompt) "
+         "values every state, and each step gets its own advantage from the critic's values by GAE, pushed by "
+         "the clipped per-step ratio objective.", "Objectives"),
+    Term("dense_grpo", ("dense_grpo",),
+         "Per-step advantages from a look-ahead (TP-GRPO): the reward of an ODE completion from each state, "
+         "each step credited with the change it made, normalised per step across the group, pushed by the "
+         "clipped per-step ratio objective.", "Objectives"),
 )
 
 
