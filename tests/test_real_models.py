@@ -95,8 +95,8 @@ def test_bench_takes_sizes_and_runs_on_a_real_model(flux_dir, capsys):
     assert cli(["bench", "sampling", *args]) == 0
     out = capsys.readouterr()
     assert "sampling  G=2 T=2" in out.out and "sampling G=2 T=2, repeats: 1/1" in out.err
-    assert cli(["bench", "credit", *args, "--branches", "2"]) == 0
-    assert "credit    G=2 T=2 K=2" in capsys.readouterr().out
+    assert cli(["bench", "credit", *args, "--continuations", "2"]) == 0
+    assert "credit    G=2 T=2 M=2" in capsys.readouterr().out
 
 
 def test_app_refuses_a_device_it_lacks_at_start(capsys, monkeypatch):
