@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.rl.chunking import (
     CHUNKERS,
+    check_sizes,
     chunk_boundaries,
     chunk_ids,
     chunk_mean,
@@ -43,10 +45,19 @@ def test_parse_sizes_and_boundaries():
     ("5,2", 16, True, "strictly increasing"),
     ("5,5", 16, True, "strictly increasing"),
     ("2,3,4,7", 0, False, "positive integer"),
+    ("16]", 16, False, "not an integer"),  # a bracket only counts in a pair: "16]" is no list
+    ("[16", 16, False, "not an integer"),
 ])
 def test_bad_specs_say_what_is_wrong(spec, steps, bounds, message):
     with pytest.raises(WorkbenchError, match=message):
         parse_chunk_spec(spec, steps, as_boundaries=bounds)
+
+
+@pytest.mark.parametrize("sizes", [[2.0, 3], [True, 4], [np.int64(2), 2.5]])
+def test_chunk_sizes_must_be_whole_numbers(sizes):
+    with pytest.raises(WorkbenchError, match="chunk sizes must be integers"):
+        check_sizes(sizes)
+    assert check_sizes([np.int64(2), 3]) == [2, 3]  # numpy integers are integers
 
 
 def test_chunk_ids_and_boundaries():
