@@ -189,6 +189,8 @@ def test_chunk_sampling_weights_hand_case():
     weights = chunk_sampling_weights([2, 2], torch.tensor([1.0, 1.0, 3.0, 3.0]))
     assert torch.allclose(weights, torch.tensor([0.25, 0.75]))
     assert torch.allclose(chunk_sampling_weights([1, 3], torch.tensor([2.0, 1.0, 2.0, 3.0])), torch.tensor([0.5, 0.5]))
+    flat = chunk_sampling_weights([1, 2, 3], torch.zeros(6, dtype=torch.float64))  # no l1_rel mass: uniform
+    assert flat.dtype == torch.float64 and torch.allclose(flat, torch.full((3,), 1 / 3, dtype=torch.float64))
 
 
 def test_sample_chunks_count_and_no_replacement():
