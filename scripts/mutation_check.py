@@ -57,7 +57,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "rl/explain.py": ["test_explain.py"],
     "rl/objectives.py": ["test_objectives.py", "test_explain.py"],
     "rl/significance.py": ["test_significance.py", "test_credit_calibration.py"],
-    "train/store.py": ["test_runs.py", "test_properties.py", "test_trainer.py"],
+    "train/store.py": ["test_store_by_hand.py", "test_runs.py", "test_properties.py", "test_trainer.py"],
     "train/trainer.py": ["test_trainer.py", "test_runs.py"],
 }
 

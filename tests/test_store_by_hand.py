@@ -1,0 +1,58 @@
+"""The run store's small rules checked one by one: which process counts as alive, checkpoint keeping and
+order, the newest-first run list (docs/methods.md has no formula here; these are the store's contracts)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workbench.train.store import RunStore, list_runs, process_alive, process_start
+
+
+@pytest.mark.parametrize("pid", [None, "1", 1.0, True, 0, -5, 2**31, 2**40])
+def test_a_pid_that_cannot_be_a_process_is_not_alive(pid):
+    assert process_alive(pid) is False
+
+
+def test_alive_means_this_process_and_not_a_reused_pid():
+    me = os.getpid()
+    assert process_alive(me) and process_alive(me, process_start(me))
+    assert not process_alive(me, process_start(me) + 1)  # same pid, another start time: a reused pid
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not process_alive(gone.pid)
+
+
+def test_checkpoints_keep_the_newest_and_the_pointer_leads(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    weights, state = {"w": torch.ones(2)}, {"step": 1}
+    for it in (1, 2, 3):
+        store.save_checkpoint(it, weights, state, keep=2)
+    names = [p.name for p in store.checkpoints()]
+    assert names == ["iter_0003", "iter_0002"]  # keep 2: the oldest went
+    store.save_checkpoint(4, weights, state, keep=1)
+    assert [p.name for p in store.checkpoints()] == ["iter_0004"]
+    assert not list((tmp_path / "run" / "checkpoints").glob(".*tmp"))
+    store.save_checkpoint(5, weights, state, keep=3)
+    (tmp_path / "run" / "checkpoints" / "latest.json").write_text('{"iteration": 4, "dir": "iter_0004"}')
+    assert [p.name for p in store.checkpoints()] == ["iter_0004", "iter_0005"]  # the pointer's first
+    assert store.latest_checkpoint().iteration == 4
+
+
+def test_runs_are_listed_newest_first(tmp_path):
+    for name, started in (("a", 10.0), ("b", 30.0), ("c", 20.0), ("d", "not a time")):
+        store = RunStore.create(tmp_path, name)
+        store.write_config({})
+        store.write_status("finished", 1, started=started)
+    assert [info.name for info in list_runs(tmp_path)] == ["b", "c", "a", "d"]  # an unreadable time counts as 0
+
+
+def test_a_new_status_keeps_the_start_time(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    store.write_status("running", 0, started=123.0)
+    store.write_status("finished", 3)
+    assert store.status()["started"] == 123.0 and store.status()["iteration"] == 3
