@@ -74,6 +74,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("flow/dynamics.py", "dynamics_curve", "batch: int = 16, progress=None) -> DynamicsCurve:", "16 -> 17"):
         "the batch only splits the prompts into sampling calls and every prompt keeps its own seed, so the curves "
         "are the same (tests/test_dynamics.py checks batch 2 against 16)",
+    ("train/store.py", "RunStore.save_checkpoint", "shutil.rmtree(p, ignore_errors=True)", "True -> False"):
+        "differs only when removing an old checkpoint folder fails, which a test running as root on a local disk "
+        "cannot cause without replacing shutil.rmtree itself",
     ("train/trainer.py", "Trainer._setup", "self._stop, self._saved, self._callback = False, -1, None", "1 -> 2"):
         "`_saved` starts as a sentinel below every iteration (>= 0): -1 and -2 both differ from any iteration",
 }

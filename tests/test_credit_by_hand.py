@@ -81,3 +81,18 @@ def test_halves_split_the_continuations_in_two():
     five = _credit()
     five.branch_rewards = torch.cat([five.branch_rewards, torch.ones(2, 2, 1)], dim=2)
     assert [h.branch_rewards.shape[-1] for h in five.halves()] == [2, 2]  # K = 5: 2 and 2, one left over
+
+
+def _brightness(images, prompts):
+    return images.float().mean(dim=(1, 2, 3))
+
+
+def test_one_continuation_per_state_is_allowed_and_four_is_the_default(random_policy):
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rl.credit import continuation_rewards, measure_credit
+
+    group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
+    one = measure_credit(random_policy, group, _brightness, branches=1, chunks="1,2")
+    assert one.counts.tolist() == [[1, 1], [1, 1]] and torch.isnan(one.step_se[:, 1:]).all()  # K = 1: no error
+    assert continuation_rewards(random_policy, group, _brightness).shape == (2, 2, 4)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from workbench.train.store import RunStore, list_runs, process_alive, process_start
+from workbench.train.store import DAMAGED_METRICS, METRICS, RunStore, list_runs, process_alive, process_start
 
 
 @pytest.mark.parametrize("pid", [None, "1", 1.0, True, 0, -5, 2**31, 2**40])
@@ -56,3 +56,15 @@ def test_a_new_status_keeps_the_start_time(tmp_path):
     store.write_status("running", 0, started=123.0)
     store.write_status("finished", 3)
     assert store.status()["started"] == 123.0 and store.status()["iteration"] == 3
+
+
+def test_truncating_keeps_the_rows_and_puts_only_the_damaged_lines_aside(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    for it in (1, 2, 3):
+        store.append_metrics({"iteration": it, "loss": 0.5})
+    with open(store.path / METRICS, "ab") as f:
+        f.write(b'{"iteration": 4, "lo')  # a crash's torn tail
+    store.append_metrics({"iteration": 4, "loss": 0.25})  # closes the torn line first, never glued to it
+    store.truncate_metrics(2)
+    assert [r["iteration"] for r in store.metrics()] == [1, 2]
+    assert (store.path / DAMAGED_METRICS).read_bytes() == b'{"iteration": 4, "lo\n'
