@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from workbench.core.errors import WorkbenchError
 from workbench.rl.credit import Credit
 
 NAN = math.nan
@@ -96,3 +98,8 @@ def test_one_continuation_per_state_is_allowed_and_four_is_the_default(random_po
     one = measure_credit(random_policy, group, _brightness, branches=1, chunks="1,2")
     assert one.counts.tolist() == [[1, 1], [1, 1]] and torch.isnan(one.step_se[:, 1:]).all()  # K = 1: no error
     assert continuation_rewards(random_policy, group, _brightness).shape == (2, 2, 4)
+    two = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=2))  # one state between
+    assert measure_credit(random_policy, two, _brightness, branches=2, chunks="1,1").step_credit.shape == (2, 2)
+    with pytest.raises(WorkbenchError, match="at least 2 steps"):
+        measure_credit(random_policy, sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=1)),
+                       _brightness, chunks="1")

@@ -10,7 +10,16 @@ import sys
 import pytest
 import torch
 
-from workbench.train.store import DAMAGED_METRICS, METRICS, RunStore, list_runs, process_alive, process_start
+from workbench.core.errors import WorkbenchError
+from workbench.train.store import (
+    DAMAGED_METRICS,
+    METRICS,
+    RunStore,
+    list_runs,
+    load_checkpoint,
+    process_alive,
+    process_start,
+)
 
 
 @pytest.mark.parametrize("pid", [None, "1", 1.0, True, 0, -5, 2**31, 2**40])
@@ -68,3 +77,12 @@ def test_truncating_keeps_the_rows_and_puts_only_the_damaged_lines_aside(tmp_pat
     store.truncate_metrics(2)
     assert [r["iteration"] for r in store.metrics()] == [1, 2]
     assert (store.path / DAMAGED_METRICS).read_bytes() == b'{"iteration": 4, "lo\n'
+
+
+def test_a_checkpoint_at_iteration_0_loads_and_a_negative_one_does_not(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    folder = store.save_checkpoint(0, {"w": torch.ones(2)}, {"step": 0})
+    assert load_checkpoint(folder).iteration == 0
+    (folder / "state.json").write_text('{"iteration": -1}')
+    with pytest.raises(WorkbenchError, match="state.json cannot be read"):
+        load_checkpoint(folder)
