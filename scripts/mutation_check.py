@@ -77,6 +77,21 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("train/store.py", "RunStore.save_checkpoint", "shutil.rmtree(p, ignore_errors=True)", "True -> False"):
         "differs only when removing an old checkpoint folder fails, which a test running as root on a local disk "
         "cannot cause without replacing shutil.rmtree itself",
+    ("rl/significance.py", "_beta_fraction.tiny", "return v.masked_fill(v.abs() < _TINY, _TINY)", "< -> <="):
+        "a value of exactly _TINY is replaced by _TINY: the same number",
+    ("rl/significance.py", "_beta_fraction", "for m in range(1, iters + 1):", "1 -> 2 #2"):
+        "one more term allowed: the loop stops at convergence (tens of terms) long before 300",
+    ("rl/significance.py", "_beta_fraction", "if bool(((delta - 1).abs() <= eps).all()):", "<= -> <"):
+        "differs only when a last factor is exactly 1 +- 1e-15; then one more factor of 1 +- 1e-15 follows",
+    ("rl/significance.py", "_beta_fraction", "if bool(((delta - 1).abs() <= eps).all()):", "- -> +"):
+        "the loop no longer stops early but runs its 300 terms: past convergence every further factor is 1 to "
+        "within 1e-15, so only the time changes",
+    ("rl/significance.py", "incomplete_beta", "inner = x.clamp(1e-300, 1 - 1e-16)", "- -> +"):
+        "1 + 1e-16 rounds to 1.0; it only changes x = 1, whose result is set to 1 afterwards",
+    ("rl/significance.py", "incomplete_beta", "direct = x < (a + 1) / (a + b + 2)  # the fraction converges fast "
+     "here; else use I_x(a, b) = 1 - I_{1-x}(b, a)", "1 -> 2"):
+        "moves the switch between I_x(a, b) and 1 - I_{1-x}(b, a), two exact forms of the same value; near the "
+        "switch both continued fractions converge well within their 300 terms",
     ("train/trainer.py", "Trainer._setup", "self._stop, self._saved, self._callback = False, -1, None", "1 -> 2"):
         "`_saved` starts as a sentinel below every iteration (>= 0): -1 and -2 both differ from any iteration",
 }
@@ -245,6 +260,8 @@ def mutants_of(module: str, source: str) -> list[tuple[Mutant, int, object]]:
         if only is not None and not any(function == f or function.startswith(f + ".") for f in only):
             continue
         for description, how in _changes(node):
+            same = sum(m.line == node.lineno and m.mutation.split(" #")[0] == description for m, _, _ in found)
+            description += f" #{same + 1}" if same else ""  # the second `1 -> 2` of a line is another mutant
             mutant = Mutant(module, len(found), node.lineno, function, lines[node.lineno - 1].strip(), description,
                             _statement_lines(node, parents))
             found.append((mutant, position, how))
@@ -399,7 +416,9 @@ def check_module(module: str, fraction: float | None, seed: int, again: dict | N
         print(f"{module}: {len(found)} mutants", flush=True)
         results = []
         for mutant, position, how in found:
-            earlier = (again or {}).get((mutant.index, mutant.key))
+            earlier = (again or {}).get((mutant.module, mutant.index))
+            if earlier is not None and earlier["source_line"] != mutant.source_line:
+                earlier = None  # the source changed since: run it
             if mutant.key in EQUIVALENT or mutant.key[:3] in EQUIVALENT_LINES:
                 mutant.outcome = "equivalent"
             elif earlier is not None and earlier["outcome"] != "survived":
@@ -482,6 +501,37 @@ def report(results: list[Mutant], command: str, minutes: float, fraction: float 
     return "\n".join(out) + "\n"
 
 
+def merge(args: argparse.Namespace) -> int:
+    """Report the latest outcome of every mutant found in the --merge files, in MODULE_TESTS order."""
+    latest: dict[tuple[str, int], Mutant] = {}
+    current = {m: {x.index: x for x, _, _ in mutants_of(m, (ROOT / "workbench" / m).read_text())} for m in MODULE_TESTS}
+    for path in args.merge:
+        for row in json.loads(Path(path).read_text()):
+            mutant = current[row["module"]].get(row["index"])
+            if mutant is None or mutant.source_line != row["source_line"]:
+                raise SystemExit(f"{path}: {row['module']} changed since mutant {row['index']} ran; run it again")
+            mutant.outcome, mutant.tests, mutant.seconds = row["outcome"], row["tests"], row["seconds"]
+            if mutant.key in EQUIVALENT or mutant.key[:3] in EQUIVALENT_LINES:
+                mutant.outcome = "equivalent"
+            latest[(mutant.module, mutant.index)] = mutant
+    results = sorted(latest.values(), key=lambda m: (list(MODULE_TESTS).index(m.module), m.index))
+    print_score(results)
+    if not args.no_doc:
+        command = "python scripts/mutation_check.py --merge " + " ".join(Path(p).name for p in args.merge)
+        (ROOT / args.doc).write_text(report(results, command, 0.0, args.fraction))
+    return 0
+
+
+def print_score(results: list[Mutant]) -> None:
+    killed, counted, percent = score(results)
+    low, high = wilson(killed, counted)
+    print(f"\nscore: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %, 95 % interval "
+          f"{low:.1f} to {high:.1f} % when the mutants are a sample)")
+    for m in results:
+        if m.outcome == "survived":
+            print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--module", action="append", choices=sorted(MODULE_TESTS),
@@ -493,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", default="docs/mutation.md", help="where to write the result")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/mutation.md alone")
     parser.add_argument("--json", default=str(SCRATCH / "results.json"), help="every mutant and its outcome")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
+                        "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "
                         "survivors again (after adding tests) and keep its other outcomes")
     args = parser.parse_args(argv)
@@ -502,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
             for mutant, _, _ in mutants_of(module, (ROOT / "workbench" / module).read_text()):
                 print(f"{module}:{mutant.line} {mutant.mutation:14s} {mutant.source_line}")
         return 0
+    if args.merge:
+        return merge(args)
     sys.dont_write_bytecode = True
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # nbmake and the browser plugins cost seconds per start
@@ -509,8 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     _preload([ROOT / "tests" / "conftest.py", *sorted({ROOT / "tests" / t for m in modules for t in MODULE_TESTS[m]})])
     again = None
     if args.again:
-        again = {(r["index"], (r["module"], r["function"], r["source_line"], r["mutation"])): r
-                 for r in json.loads(Path(args.again).read_text())}
+        again = {(r["module"], r["index"]): r for r in json.loads(Path(args.again).read_text())}
     results = []
     for module in modules:
         try:
@@ -519,11 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             print(err, flush=True)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps([asdict(m) for m in results], indent=1))
-    killed, counted, percent = score(results)
-    print(f"\nscore: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %)")
-    for m in results:
-        if m.outcome == "survived":
-            print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
+    print_score(results)
     if not args.no_doc:
         command = "python scripts/mutation_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
         (ROOT / args.doc).write_text(report(results, command.strip(), (time.monotonic() - start) / 60, args.fraction))
