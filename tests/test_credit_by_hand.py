@@ -103,3 +103,73 @@ def test_one_continuation_per_state_is_allowed_and_four_is_the_default(random_po
     with pytest.raises(WorkbenchError, match="at least 2 steps"):
         measure_credit(random_policy, sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=1)),
                        _brightness, chunks="1")
+
+
+def test_allocation_doubles_k_over_the_span_most_needed_first():
+    from workbench.rl.credit import _allocate
+
+    counts = torch.full((2, 2), 4)
+    # trajectory 0 has 3 undetermined neighbours (state 2 first), trajectory 1 none: states 1, 2 go to K = 8
+    rows = _allocate(torch.tensor([[1.0, 2.0], [0.0, 0.0]]), counts, 100)
+    assert rows.tolist() == [[0, 2, k] for k in range(4, 8)] + [[0, 1, k] for k in range(4, 8)]
+    rows = _allocate(torch.tensor([[1.0, 2.0], [0.0, 0.0]]), counts, 5)  # the budget runs out in state 1
+    assert rows.tolist() == [[0, 2, 4], [0, 2, 5], [0, 2, 6], [0, 2, 7], [0, 1, 4]]
+    rows = _allocate(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), counts, 5)  # a tie: the earlier state first
+    assert rows.tolist() == [[0, 1, 4], [0, 1, 5], [0, 1, 6], [0, 1, 7], [0, 2, 4]]
+    rows = _allocate(torch.tensor([[1.0, 0.0], [0.0, 3.0]]), torch.tensor([[4, 4], [2, 4]]), 100)
+    assert rows.tolist() == [[1, 2, k] for k in range(4, 8)] + [[0, 1, k] for k in range(4, 8)]
+
+
+def test_new_rows_grow_k_count_one_look_per_state_and_their_cost():
+    from workbench.rl.credit import _with_rows
+
+    credit = _credit()
+    credit.cost = {"nfe": 10}
+    rows = torch.tensor([[0, 2, 4], [0, 2, 5], [1, 1, 4]])
+    grown = _with_rows(credit, rows, torch.tensor([0.5, 0.25, 1.0]))
+    assert grown.counts.tolist() == [[4, 6], [5, 4]]
+    assert grown.branch_rewards[0, 1, 4:].tolist() == [0.5, 0.25] and grown.branch_rewards[1, 0, 4].item() == 1.0
+    assert torch.isnan(grown.branch_rewards[1, 1, 4:]).all()
+    assert grown.looks.tolist() == [[0.0, 1.0], [1.0, 0.0]]  # two rows in one state and round: one look
+    assert grown.cost["nfe"] == 10 + (3 - 2) * 2 + (3 - 1)  # a row from state s runs T - s steps
+
+
+def test_refining_spends_exactly_the_budget_and_refuses_another_group():
+    from workbench.rl.credit import refine_with
+
+    credit = _credit()
+    credit.branch_rewards = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]])  # K = 2: noisy
+    draws = []
+
+    def draw(rows, spent):
+        draws.append((len(rows), spent))
+        return torch.full((len(rows),), 0.5)
+    rounds = list(refine_with(credit, draw, budget=1))
+    assert draws == [(1, 0)] and len(rounds) == 1
+    assert int((rounds[0].counts - credit.counts).sum()) == 1
+    with pytest.raises(WorkbenchError, match="budget must be a positive number"):
+        list(refine_with_group(credit, budget=0))
+    with pytest.raises(WorkbenchError, match="the group the credit was measured on"):
+        list(refine_with_group(credit, budget=4, group_size=3))
+
+
+def refine_with_group(credit: Credit, budget: int, group_size: int = 2):
+    """refine_rounds on a stand-in group of the given size (T = 3): only its checks run before a draw."""
+    from workbench.rl.credit import refine_rounds
+
+    group = type("Group", (), {"group_size": group_size, "num_steps": 3})()
+    return refine_rounds(credit, None, group, None, budget)
+
+
+def test_refinement_progress_counts_continuations_up_to_those_spent(random_policy):
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rl.credit import measure_credit, refine_rounds
+
+    group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
+    credit = measure_credit(random_policy, group, _brightness, branches=2, chunks="1,2")
+    calls = []
+    rounds = list(refine_rounds(credit, random_policy, group, _brightness, 6, progress=lambda *c: calls.append(c)))
+    spent = int((rounds[-1].counts - credit.counts).sum())
+    assert 0 < spent <= 6 and calls[-1] == (spent, 6)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)  # never goes back
