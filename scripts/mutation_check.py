@@ -55,7 +55,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "rl/credit_stats.py": ["test_credit_stats.py", "test_significance.py", "test_credit_compare.py",
                            "test_credit_calibration.py"],
     "rl/explain.py": ["test_explain.py"],
-    "rl/objectives.py": ["test_objectives.py", "test_explain.py"],
+    "rl/objectives.py": ["test_objectives_by_hand.py", "test_objectives.py", "test_explain.py"],
     "rl/significance.py": ["test_significance.py", "test_credit_calibration.py"],
     "train/store.py": ["test_store_by_hand.py", "test_runs.py", "test_properties.py", "test_trainer.py"],
     "train/trainer.py": ["test_trainer.py", "test_runs.py"],

@@ -1,11 +1,13 @@
-"""The edges of ObjectiveSettings' ranges (docs/methods.md "Objectives"): what is allowed is allowed."""
+"""Objectives on batches small enough to compute by hand, and the edges of their settings' ranges
+(docs/methods.md "Objectives")."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.rl.objectives import ObjectiveSettings
+from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, PolicyInputs
 
 
 def test_clip_ranges_include_zero_and_exclude_one():
@@ -23,3 +25,15 @@ def test_clip_ranges_include_zero_and_exclude_one():
     for bad in ([], [2, 0], [1.5, 2]):
         with pytest.raises(WorkbenchError, match="chunks must be a non-empty list"):
             ObjectiveSettings(chunks=bad)
+
+
+def test_gpg_loss_with_step_weights_by_hand():
+    # weights [1, 3] over 4 trained cells sum to 8: normalised to mean 1 they are [0.5, 1.5]
+    # per step -log p A w: trajectory 0 (A = 1): 1 x 0.5, 2 x 1.5 -> mean 1.75; trajectory 1 (A = -1):
+    # -3 x 0.5, -4 x 1.5 -> mean -3.75; the loss is their mean, -1
+    log_prob = torch.tensor([[-1.0, -2.0], [-3.0, -4.0]], requires_grad=True)
+    inputs = PolicyInputs(log_prob, log_prob.detach(), torch.tensor([1.0, -1.0]), step_weights=torch.tensor([1.0, 3.0]))
+    out = OBJECTIVES.get("gpg")(inputs, ObjectiveSettings())
+    assert out.loss.item() == pytest.approx(-1.0)
+    out.loss.backward()  # d loss / d log p = -A w / (T B)
+    assert torch.allclose(log_prob.grad, torch.tensor([[-0.125, -0.375], [0.125, 0.375]]))
