@@ -54,7 +54,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "rl/credit_estimators.py": ["test_credit.py"],
     "rl/credit_stats.py": ["test_credit_stats.py", "test_significance.py", "test_credit_compare.py",
                            "test_credit_calibration.py"],
-    "rl/explain.py": ["test_explain.py"],
+    "rl/explain.py": ["test_objectives_by_hand.py", "test_explain.py"],
     "rl/objectives.py": ["test_objectives_by_hand.py", "test_objectives.py", "test_explain.py"],
     "rl/significance.py": ["test_significance.py", "test_credit_calibration.py"],
     "train/store.py": ["test_store_by_hand.py", "test_runs.py", "test_properties.py", "test_trainer.py"],
@@ -92,6 +92,12 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
      "here; else use I_x(a, b) = 1 - I_{1-x}(b, a)", "1 -> 2"):
         "moves the switch between I_x(a, b) and 1 - I_{1-x}(b, a), two exact forms of the same value; near the "
         "switch both continued fractions converge well within their 300 terms",
+    ("flow/policy.py", "FlowPolicy.velocity", "sigma = sigma.expand(x.shape[0]) if sigma.dim() == 0 or "
+     "sigma.numel() == 1 else sigma  # (B,)", "== -> !="):
+        "expanding a (B,) sigma to B is the identity, and a sigma of another length fails either way",
+    ("rl/explain.py", "explain", "share = torch.where(total > 0, weight.abs() / total.clamp_min(1e-300), "
+     "torch.zeros_like(weight))", "> -> >="):
+        "where the total is 0 every weight is 0 and 0 / 1e-300 is the same 0",
     ("train/trainer.py", "Trainer._setup", "self._stop, self._saved, self._callback = False, -1, None", "1 -> 2"):
         "`_saved` starts as a sentinel below every iteration (>= 0): -1 and -2 both differ from any iteration",
 }

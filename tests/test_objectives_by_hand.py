@@ -37,3 +37,26 @@ def test_gpg_loss_with_step_weights_by_hand():
     assert out.loss.item() == pytest.approx(-1.0)
     out.loss.backward()  # d loss / d log p = -A w / (T B)
     assert torch.allclose(log_prob.grad, torch.tensor([[-0.125, -0.375], [0.125, 0.375]]))
+
+
+def test_mixgrpo_window_slides_and_wraps_by_hand():
+    from workbench.rl.objectives import mixgrpo_window
+
+    # T = 6, size 4: start = (iteration // shift_every) % (6 - 4 + 1)
+    assert [mixgrpo_window(i, 6, 4, 2)[0] for i in range(8)] == [0, 0, 1, 1, 2, 2, 0, 0]
+    assert mixgrpo_window(0, 4, size=1, shift_every=1) == (0, 1) and mixgrpo_window(3, 4, 1, 1) == (3, 1)
+    assert mixgrpo_window(7, 4, size=4) == (0, 4)  # the window is every step: it cannot move
+    for bad in ({"size": 0}, {"size": 5}, {"shift_every": 0}, {"iteration": -1}):
+        args = {"iteration": 0, "num_steps": 4, "size": 2, "shift_every": 1, **bad}
+        with pytest.raises(WorkbenchError, match="need 1 <= size <= num_steps"):
+            mixgrpo_window(**args)
+
+
+def test_explained_shares_are_each_cells_part_of_the_objectives_push():
+    from workbench.rl.explain import explain
+
+    old = torch.tensor([[-1.0, -2.0], [-3.0, -4.0]])
+    ex = explain(old.clone(), old, torch.tensor([1.0, -0.5]), ObjectiveSettings(), objectives=["step_grpo", "gpg"])
+    for o in range(2):
+        weight = ex.weight[o].abs()
+        assert torch.allclose(ex.share[o], weight / weight.sum()) and ex.share[o].sum().item() == pytest.approx(1.0)
