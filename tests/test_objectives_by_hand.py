@@ -60,3 +60,14 @@ def test_explained_shares_are_each_cells_part_of_the_objectives_push():
     for o in range(2):
         weight = ex.weight[o].abs()
         assert torch.allclose(ex.share[o], weight / weight.sum()) and ex.share[o].sum().item() == pytest.approx(1.0)
+
+
+def test_moved_log_probs_name_the_update_after_which_they_diverged(random_policy):
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rl.explain import moved_log_probs
+
+    group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=2))
+    group.states[:, 1] = float("nan")  # no update can score these transitions
+    with pytest.raises(WorkbenchError, match=r"after 0 update\(s\) at learning rate 0.001"):
+        moved_log_probs(random_policy, group, torch.tensor([1.0, -1.0]), updates=2, lr=1e-3)

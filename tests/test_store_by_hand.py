@@ -86,3 +86,14 @@ def test_a_checkpoint_at_iteration_0_loads_and_a_negative_one_does_not(tmp_path)
     (folder / "state.json").write_text('{"iteration": -1}')
     with pytest.raises(WorkbenchError, match="state.json cannot be read"):
         load_checkpoint(folder)
+
+
+class Stranger:
+    """A class torch.load(weights_only=True) does not allow: loading it could run any code a pickle names."""
+
+
+def test_an_optimizer_state_holding_other_objects_is_refused(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    folder = store.save_checkpoint(1, {"w": torch.ones(2)}, {"state": Stranger()})
+    with pytest.raises(WorkbenchError, match="optimizer.pt cannot be read"):
+        load_checkpoint(folder)
