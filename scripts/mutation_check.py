@@ -51,7 +51,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "rl/chunking.py": ["test_chunking.py", "test_properties.py", "test_objectives.py"],
     "rl/credit.py": ["test_credit_by_hand.py", "test_credit.py", "test_properties.py", "test_credit_calibration.py"],
     "rl/credit_compare.py": ["test_credit_compare.py"],
-    "rl/credit_estimators.py": ["test_credit.py"],
+    "rl/credit_estimators.py": ["test_credit_estimators.py", "test_credit.py"],
     "rl/credit_stats.py": ["test_credit_stats.py", "test_significance.py", "test_credit_compare.py",
                            "test_credit_calibration.py"],
     "rl/explain.py": ["test_objectives_by_hand.py", "test_explain.py"],
@@ -98,6 +98,16 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("rl/explain.py", "explain", "share = torch.where(total > 0, weight.abs() / total.clamp_min(1e-300), "
      "torch.zeros_like(weight))", "> -> >="):
         "where the total is 0 every weight is 0 and 0 / 1e-300 is the same 0",
+    **{("rl/credit_estimators.py", function, f"def {function}(policy, group, reward_fn, branches: int = 1, "
+        "seed: int = 0, crn: bool = True,", mutation): "the look-ahead estimators take K, the seed and CRN only to "
+       "share the Monte-Carlo estimator's signature: the ODE has no noise and x0 no continuation"
+       for function in ("ode_completion", "denoised_prediction") for mutation in ("1 -> 2", "0 -> 1", "True -> False")},
+    ("rl/credit_estimators.py", "denoised_prediction",
+     "dtype=torch.float32).cpu() for xb in x0.split(256)]).view(g, t)", "256 -> 257"):
+        "decoding and rewarding in slices of 257 instead of 256 gives the same values",
+    ("rl/credit_estimators.py", "noise_seed", "return hash((seed, traj, k, step, -1 if start is None else start)) & "
+     "(2 ** 63 - 1)", "1 -> 2"): "clears the seed's lowest bit: every key keeps a seed of its own (tested), so the "
+     "continuations stay independent draws",
     ("train/trainer.py", "Trainer._setup", "self._stop, self._saved, self._callback = False, -1, None", "1 -> 2"):
         "`_saved` starts as a sentinel below every iteration (>= 0): -1 and -2 both differ from any iteration",
 }
