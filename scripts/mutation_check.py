@@ -108,6 +108,13 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("rl/credit_estimators.py", "noise_seed", "return hash((seed, traj, k, step, -1 if start is None else start)) & "
      "(2 ** 63 - 1)", "1 -> 2"): "clears the seed's lowest bit: every key keeps a seed of its own (tested), so the "
      "continuations stay independent draws",
+    ("rl/credit_stats.py", "classify", "cls = torch.where(signed > 0, ALIGNED, MISATTRIBUTED)", "> -> >="):
+        "a cell with d sign(A) = 0 is never determined, so it ends UNDETERMINED either way",
+    ("rl/credit_stats.py", "ratio_and_se", "big_x, big_y = x.sum(-1).double(), y.sum(-1).double()  # (G,)",
+     "drop -"): "x and y are (G, J): summing over axis 1 is summing over axis -1",
+    ("rl/credit_stats.py", "rates", "against = (credit * advantages.sign()[:, None] < 0).double() * v", "* -> /"):
+        "sign(A) is +-1 on every counted cell, where dividing by it is multiplying by it; cells with A = 0 are "
+        "multiplied by valid = 0 afterwards",
     ("train/trainer.py", "Trainer._setup", "self._stop, self._saved, self._callback = False, -1, None", "1 -> 2"):
         "`_saved` starts as a sentinel below every iteration (>= 0): -1 and -2 both differ from any iteration",
 }
