@@ -413,17 +413,19 @@ def baseline(module: str, scratch: Path, source: str) -> dict:
 
 def tests_for(mutant: Mutant, module: str, scratch: Path, coverage: dict) -> list[str]:
     """The test ids (or files) to run on a mutant: those that run its statement, fastest first."""
-    if mutant.lines is None:
+    if mutant.lines is None or not coverage["lines"]:
         return [str(scratch / "tests" / t) for t in MODULE_TESTS[module]]
     first, last = mutant.lines
     ran = [t for t, lines in coverage["lines"].items() if any(first <= n <= last for n in lines)]
     return sorted(ran, key=lambda t: coverage["seconds"].get(t, 0.0))  # node ids, relative to the scratch copy
 
 
-def check_module(module: str, fraction: float | None, seed: int, again: dict | None) -> list[Mutant]:
+def check_module(module: str, fraction: float | None, seed: int, again: dict | None,
+                 all_tests: bool = False) -> list[Mutant]:
     """Run every (or a sample of the) mutant(s) of one module; the unmutated source must pass first.
 
     again: the outcomes of an earlier pass over the same source; only its survivors are run again.
+    all_tests: no traced baseline; every mutant runs all the module's test files (first failure stops).
     """
     scratch = make_scratch(module)
     target = scratch / "workbench" / module
@@ -447,7 +449,8 @@ def check_module(module: str, fraction: float | None, seed: int, again: dict | N
             elif earlier is not None and earlier["outcome"] != "survived":
                 mutant.outcome, mutant.tests, mutant.seconds = earlier["outcome"], earlier["tests"], 0.0
             else:
-                coverage = coverage or baseline(module, scratch, source)  # only once a mutant has to run
+                if coverage is None:  # only once a mutant has to run
+                    coverage = {"lines": {}, "seconds": {}} if all_tests else baseline(module, scratch, source)
                 run_mutant(mutant, module, scratch, coverage, mutated_source(source, position, how))
             results.append(mutant)
             print(f"  {mutant.outcome:10s} {module}:{mutant.line} {mutant.mutation:14s} {mutant.source_line[:60]}"
@@ -468,6 +471,7 @@ def run_mutant(mutant: Mutant, module: str, scratch: Path, coverage: dict, mutat
         return
     seconds = coverage["seconds"]
     budget = sum(seconds.values()) if mutant.lines is None else sum(seconds.get(t, 0.0) for t in tests)
+    budget = budget or 600.0  # no baseline timings (--all-tests): a generous bound
     (scratch / "workbench" / module).write_text(mutated)
     importlib.invalidate_caches()
     mutant.outcome, mutant.seconds = run_child(tests, 3 * budget + 30, scratch / "mutant.log")
@@ -566,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", default="docs/mutation.md", help="where to write the result")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/mutation.md alone")
     parser.add_argument("--json", default=str(SCRATCH / "results.json"), help="every mutant and its outcome")
+    parser.add_argument("--all-tests", action="store_true", help="skip the traced baseline and run every test "
+                        "file of the module on each mutant (quicker with --again and few survivors)")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
                         "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "
@@ -590,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for module in modules:
         try:
-            results += check_module(module, args.fraction, args.seed, again)
+            results += check_module(module, args.fraction, args.seed, again, args.all_tests)
         except SystemExit as err:  # the unmutated tests fail: say so and go on with the other modules
             print(err, flush=True)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
