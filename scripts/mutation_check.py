@@ -2,8 +2,9 @@
 
 Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,
 `<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped unary minus or `not`, `True` <-> `False`, a number
-n -> n + 1) and runs the test files that cover that module, first failure stops (`-x`). A mutant is
-killed when a test fails, errors or times out, and survives when every test passes.
+n -> n + 1) and runs the tests of that module's test files (`MODULE_TESTS`) that execute the changed
+statement in a traced run of the unmutated code, fastest first, first failure stops (`-x`). A mutant is
+killed when a test fails, errors or times out, and survives when every test passes (or none runs it).
 
 The mutants are written into a scratch copy of the repository (/tmp/mut/<module>, never the working
 tree), which comes first on sys.path. One parent process per module imports torch, pytest and the other
@@ -11,8 +12,10 @@ third-party packages once, then forks one child per mutant: the child imports th
 the scratch copy (so it sees the mutant) and runs pytest in-process, which saves the seconds of a torch
 import per mutant. Bytecode caching is off, so a mutant never runs a stale .pyc.
 
-    .venv/bin/python scripts/mutation_check.py                 # every module, writes docs/mutation.md
-    .venv/bin/python scripts/mutation_check.py --module flow/sde.py --fraction 0.2 --no-doc
+    .venv/bin/python scripts/mutation_check.py --fraction 0.2    # a fifth of every module's mutants
+    .venv/bin/python scripts/mutation_check.py --module flow/sde.py --no-doc      # every mutant of one module
+    .venv/bin/python scripts/mutation_check.py --fraction 0.2 --again A.json --json B.json  # survivors only
+    .venv/bin/python scripts/mutation_check.py --merge A.json B.json --fraction 0.2  # docs/mutation.md
 
 Mutants listed in scripts/mutation_equivalents.py (each with its reason) are reported apart and left out of
 the score.
