@@ -116,6 +116,8 @@ def test_allocation_doubles_k_over_the_span_most_needed_first():
     assert rows.tolist() == [[0, 2, 4], [0, 2, 5], [0, 2, 6], [0, 2, 7], [0, 1, 4]]
     rows = _allocate(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), counts, 5)  # a tie: the earlier state first
     assert rows.tolist() == [[0, 1, 4], [0, 1, 5], [0, 1, 6], [0, 1, 7], [0, 2, 4]]
+    rows = _allocate(torch.tensor([[0.0, 1.0], [1.0, 0.0]]), counts, 5)  # tied trajectories: the earlier first
+    assert rows.tolist() == [[0, 2, k] for k in range(4, 8)] + [[1, 1, 4]]
     rows = _allocate(torch.tensor([[1.0, 0.0], [0.0, 3.0]]), torch.tensor([[4, 4], [2, 4]]), 100)
     assert rows.tolist() == [[1, 2, k] for k in range(4, 8)] + [[0, 1, k] for k in range(4, 8)]
 
@@ -169,6 +171,8 @@ def test_refinement_progress_counts_continuations_up_to_those_spent(random_polic
     group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
     credit = measure_credit(random_policy, group, _brightness, branches=2, chunks="1,2")
     calls = []
+    one = list(refine_rounds(credit, random_policy, group, _brightness, 1))  # a budget of 1 is a budget
+    assert len(one) == 1 and int((one[0].counts - credit.counts).sum()) == 1
     rounds = list(refine_rounds(credit, random_policy, group, _brightness, 6, progress=lambda *c: calls.append(c)))
     spent = int((rounds[-1].counts - credit.counts).sum())
     assert 0 < spent <= 6 and calls[-1] == (spent, 6)

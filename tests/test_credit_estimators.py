@@ -3,6 +3,8 @@ is its own trajectory, costs by hand, and progress over steps and slices (docs/m
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from workbench.flow.sampler import sample_group
@@ -23,10 +25,14 @@ def test_the_ode_continued_by_the_ode_is_its_own_trajectory(random_policy):
         group = sample_group(random_policy, PROMPT, config)
         final = brightness(group.images, None)  # (G,)
         for name in ("ode", "mc"):
+            before = time.perf_counter()
             est = ESTIMATORS.get(name)(random_policy, group, brightness, branches=2)
+            assert 0 < est.seconds <= time.perf_counter() - before
             assert torch.allclose(est.branch_rewards, final[:, None, None].expand_as(est.branch_rewards), atol=1e-5)
+        before = time.perf_counter()
         ode = ESTIMATORS.get("ode")(random_policy, group, brightness)
         assert torch.allclose(ode.start, final, atol=1e-5) and ode.deterministic
+        assert 0 < ode.seconds <= time.perf_counter() - before  # the wall time it took, not a target
 
 
 def test_continuation_cost_by_hand():
