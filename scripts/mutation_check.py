@@ -243,9 +243,9 @@ def mutated_source(source: str, position: int, how: object) -> str:
     return ast.unparse(tree)
 
 
-def make_scratch(module: str) -> Path:
+def make_scratch(module: str, root: Path = SCRATCH) -> Path:
     """A copy of the repository's files (tracked and untracked, not ignored) under /tmp/mut/<module>."""
-    dest = SCRATCH / module.replace("/", "_").removesuffix(".py")
+    dest = root / module.replace("/", "_").removesuffix(".py")
     shutil.rmtree(dest, ignore_errors=True)
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split()
@@ -367,13 +367,13 @@ def tests_for(mutant: Mutant, module: str, scratch: Path, coverage: dict) -> lis
 
 
 def check_module(module: str, fraction: float | None, seed: int, again: dict | None,
-                 all_tests: bool = False) -> list[Mutant]:
+                 all_tests: bool = False, scratch_root: Path = SCRATCH) -> list[Mutant]:
     """Run every (or a sample of the) mutant(s) of one module; the unmutated source must pass first.
 
     again: the outcomes of an earlier pass over the same source; only its survivors are run again.
     all_tests: no traced baseline; every mutant runs all the module's test files (first failure stops).
     """
-    scratch = make_scratch(module)
+    scratch = make_scratch(module, scratch_root)
     target = scratch / "workbench" / module
     source = (ROOT / "workbench" / module).read_text()
     found = mutants_of(module, source)
@@ -518,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=str(SCRATCH / "results.json"), help="every mutant and its outcome")
     parser.add_argument("--all-tests", action="store_true", help="skip the traced baseline and run every test "
                         "file of the module on each mutant (quicker with --again and few survivors)")
+    parser.add_argument("--scratch", default=str(SCRATCH), help="folder of the scratch copies (one per module; "
+                        "give concurrent passes different folders)")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
                         "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "
@@ -542,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for module in modules:
         try:
-            results += check_module(module, args.fraction, args.seed, again, args.all_tests)
+            results += check_module(module, args.fraction, args.seed, again, args.all_tests, Path(args.scratch))
         except SystemExit as err:  # the unmutated tests fail: say so and go on with the other modules
             print(err, flush=True)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
