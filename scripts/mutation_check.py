@@ -474,11 +474,11 @@ def report(results: list[Mutant], command: str, minutes: float, fraction: float 
     return "\n".join(out) + "\n"
 
 
-def merge(args: argparse.Namespace) -> int:
-    """Report the latest outcome of every mutant found in the --merge files, in MODULE_TESTS order."""
+def load_outcomes(paths: list[str]) -> list[Mutant]:
+    """The latest outcome of every mutant in these --json files (later files win), in MODULE_TESTS order."""
     latest: dict[tuple[str, int], Mutant] = {}
     current = {m: {x.index: x for x, _, _ in mutants_of(m, (ROOT / "workbench" / m).read_text())} for m in MODULE_TESTS}
-    for path in args.merge:
+    for path in paths:
         for row in json.loads(Path(path).read_text()):
             mutant = current[row["module"]].get(row["index"])
             if mutant is None or mutant.source_line != row["source_line"]:
@@ -487,11 +487,40 @@ def merge(args: argparse.Namespace) -> int:
             if mutant.key in EQUIVALENT or mutant.key[:3] in EQUIVALENT_LINES:
                 mutant.outcome = "equivalent"
             latest[(mutant.module, mutant.index)] = mutant
-    results = sorted(latest.values(), key=lambda m: (list(MODULE_TESTS).index(m.module), m.index))
+    return sorted(latest.values(), key=lambda m: (list(MODULE_TESTS).index(m.module), m.index))
+
+
+def held_out_section(held: list[Mutant], paths: list[str]) -> list[str]:
+    """A second sample, drawn with another seed and run only after the tests were written: an estimate
+    free of the selection that finding and killing the first sample's survivors brings."""
+    killed, counted, percent = score(held)
+    low, high = wilson(killed, counted)
+    total = sum(len(mutants_of(m, (ROOT / "workbench" / m).read_text())) for m in {x.module for x in held})
+    out = ["", "## Held-out sample", "",
+           f"`--merge ... --held-out {' '.join(Path(p).name for p in paths)}`: {len(held)} of the {total} mutants "
+           "of the same modules, drawn with another seed and run once, after every test above was written (no "
+           "test was added for them).", "",
+           f"**Held-out score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %, 95 % interval "
+           f"{low:.1f} to {high:.1f} %).**", "", "Survivors:", ""]
+    out += [f"- `{m.module}:{m.line}` ({m.function or 'module'}) `{m.mutation}` in `{m.source_line}`"
+            for m in held if m.outcome == "survived"] or ["None."]
+    return out
+
+
+def merge(args: argparse.Namespace) -> int:
+    """Report the outcomes of a pass run in parts (--merge) and of a held-out sample (--held-out)."""
+    results = load_outcomes(args.merge)
     print_score(results)
+    held = load_outcomes(args.held_out) if args.held_out else []
+    if held:
+        print("held-out sample:")
+        print_score(held)
     if not args.no_doc:
         command = "python scripts/mutation_check.py --merge " + " ".join(Path(p).name for p in args.merge)
-        (ROOT / args.doc).write_text(report(results, command, 0.0, args.fraction))
+        text = report(results, command, 0.0, args.fraction)
+        if held:
+            text += "\n".join(held_out_section(held, args.held_out)) + "\n"
+        (ROOT / args.doc).write_text(text)
     return 0
 
 
@@ -520,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
                         "file of the module on each mutant (quicker with --again and few survivors)")
     parser.add_argument("--scratch", default=str(SCRATCH), help="folder of the scratch copies (one per module; "
                         "give concurrent passes different folders)")
+    parser.add_argument("--held-out", nargs="+", metavar="JSON", help="with --merge: a second sample's --json "
+                        "files, reported apart")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
                         "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "
