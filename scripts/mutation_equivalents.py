@@ -55,6 +55,14 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("rl/credit_stats.py", "rates", "against = (credit * advantages.sign()[:, None] < 0).double() * v", "* -> /"):
         "sign(A) is +-1 on every counted cell, where dividing by it is multiplying by it; cells with A = 0 are "
         "multiplied by valid = 0 afterwards",
+    **{("rl/credit_stats.py", "_paired_covariance", line, mutation): "a sample covariance needs only one of the "
+       "two means right: sum (a - ma)(b - mb') = sum (a - ma)(b - mb) because sum (a - ma) = 0 over the pairs (and "
+       "entries outside the pairs are multiplied by `both` = 0; m < 2 is masked out)"
+       for line, mutations in (("a, b = torch.where(both, xa, 0.0), torch.where(both, xb, 0.0)",
+                                ("0.0 -> 1.0", "0.0 -> 1.0 #2")),
+                               ("ma, mb = a.sum(-1) / m.clamp_min(1), b.sum(-1) / m.clamp_min(1)",
+                                ("/ -> *", "/ -> * #2", "1 -> 2", "1 -> 2 #2")))
+       for mutation in mutations},
     ("train/trainer.py", "Trainer._setup", "self._stop, self._saved, self._callback = False, -1, None", "1 -> 2"):
         "`_saved` starts as a sentinel below every iteration (>= 0): -1 and -2 both differ from any iteration",
 }
