@@ -27,21 +27,17 @@ import argparse
 import ast
 import importlib
 import json
-import math
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from mutation_equivalents import EQUIVALENT, EQUIVALENT_LINES  # the script's folder is on sys.path
-
-ROOT = Path(__file__).resolve().parent.parent
-SCRATCH = Path("/tmp/mut")
+from mutation_report import Mutant, held_out_section, print_score, report
+from mutation_runner import ROOT, SCRATCH, LineTracer, _preload, make_scratch, run_child
 
 # module (under workbench/) -> test files that cover it, fastest and most specific first.
 MODULE_TESTS: dict[str, list[str]] = {
@@ -81,26 +77,6 @@ SWAP_BOOL = {ast.And: ast.Or, ast.Or: ast.And}
 SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.FloorDiv: "//",
           ast.Mod: "%", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
           ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or"}
-
-
-@dataclass
-class Mutant:
-    """One single-point change of a module's source."""
-
-    module: str
-    index: int  # position among the module's mutants (stable for a given source)
-    line: int
-    function: str
-    source_line: str
-    mutation: str  # e.g. "+ -> -", "0.5 -> 1.5", "drop -"
-    lines: tuple[int, int] | None = None  # statement lines whose tests run it; None = runs at import (all)
-    outcome: str = ""  # killed / survived / timeout / equivalent
-    tests: int = 0  # tests run on it (0 when no test runs its line: it survives)
-    seconds: float = 0.0
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.module, self.function, self.source_line, self.mutation)
 
 
 # Tensor-shape calls: a changed constant in their arguments only breaks a shape, which any test that runs
@@ -243,107 +219,6 @@ def mutated_source(source: str, position: int, how: object) -> str:
     return ast.unparse(tree)
 
 
-def make_scratch(module: str, root: Path = SCRATCH) -> Path:
-    """A copy of the repository's files (tracked and untracked, not ignored) under /tmp/mut/<module>."""
-    dest = root / module.replace("/", "_").removesuffix(".py")
-    shutil.rmtree(dest, ignore_errors=True)
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
-    for name in files:
-        if name.startswith(("workbench/", "tests/", "docs/", "scripts/", "notebooks/")) or "/" not in name:
-            if (ROOT / name).is_file():
-                (dest / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / name, dest / name)
-    return dest
-
-
-def _preload(tests: list[Path]) -> None:
-    """Import what the tests and the workbench import (lazy attributes too), then forget the workbench itself."""
-    for test in tests:
-        for node in ast.walk(ast.parse(test.read_text())):
-            if isinstance(node, ast.Import):
-                pairs = [(a.name, None) for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                pairs = [(node.module, a.name) for a in node.names]
-            else:
-                continue
-            for module, name in pairs:
-                try:
-                    getattr(importlib.import_module(module), name or "__name__")
-                except Exception:  # noqa: BLE001 - an import that fails here fails in the test too
-                    pass
-    for name in [m for m in sys.modules if m.split(".")[0] in ("workbench", "conftest", "tests")
-                 or m.startswith("test_")]:
-        del sys.modules[name]
-
-
-class LineTracer:
-    """pytest plugin for the baseline run: which lines of the target file each test runs, and its duration."""
-
-    def __init__(self, target: Path):
-        self.target = str(target)
-        self.lines: dict[str, set[int]] = {}
-        self.seconds: dict[str, float] = {}
-        self._now: set[int] = set()
-
-    def _trace(self, frame, event, arg):
-        if frame.f_code.co_filename != self.target:
-            return None
-        self._now.add(frame.f_lineno)
-        return self._local
-
-    def _local(self, frame, event, arg):
-        self._now.add(frame.f_lineno)
-        return self._local
-
-    def pytest_runtest_protocol(self, item):
-        import threading
-        self._now = set()
-        sys.settrace(self._trace)
-        threading.settrace(self._trace)
-
-    def pytest_runtest_logfinish(self, nodeid):
-        import threading
-        sys.settrace(None)
-        threading.settrace(None)
-        self.lines[nodeid] = self._now
-
-    def pytest_runtest_logreport(self, report):
-        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
-
-
-def run_child(args: list[str], timeout: float, log: Path, tracer: LineTracer | None = None,
-              coverage: Path | None = None) -> tuple[str, float]:
-    """Fork; the child runs pytest in-process on `args`. Returns (outcome, seconds)."""
-    start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        os.setpgid(0, 0)
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        import pytest
-        code = pytest.main([*args, "-x", "-q", "-p", "no:cacheprovider", "-p", "hypothesis.extra.pytestplugin",
-                            "-p", "pytest_timeout", "--hypothesis-seed=0",
-                            f"--timeout={int(timeout)}", "-W", "ignore"], plugins=[tracer] if tracer else [])
-        if tracer is not None:
-            coverage.write_text(json.dumps({"lines": {k: sorted(v) for k, v in tracer.lines.items()},
-                                            "seconds": tracer.seconds}))
-        sys.stdout.flush()
-        os._exit(int(code))
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        seconds = time.monotonic() - start
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            return ("survived" if code == 0 else "killed"), seconds
-        if seconds > timeout:
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", seconds
-        time.sleep(0.05)
-
-
 def baseline(module: str, scratch: Path, source: str) -> dict:
     """Run the module's tests on the unmutated source, tracing which test runs which line."""
     target = scratch / "workbench" / module
@@ -425,55 +300,6 @@ def run_mutant(mutant: Mutant, module: str, scratch: Path, coverage: dict, mutat
         shutil.copy(scratch / "mutant.log", scratch / f"survived_{mutant.index}.log")
 
 
-def score(results: list[Mutant]) -> tuple[int, int, float]:
-    """(killed, counted, percent) over the non-equivalent mutants."""
-    counted = [m for m in results if m.outcome != "equivalent"]
-    killed = sum(m.outcome in ("killed", "timeout") for m in counted)
-    return killed, len(counted), 100.0 * killed / max(len(counted), 1)
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95 % Wilson interval of a proportion k / n (the score of a random sample of mutants)."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p, d = k / n, 1 + z * z / n
-    mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return 100 * (mid - half), 100 * (mid + half)
-
-
-def report(results: list[Mutant], command: str, minutes: float, fraction: float | None) -> str:
-    """docs/mutation.md: the score per module, every survivor and every excluded equivalent mutant."""
-    killed, counted, percent = score(results)
-    low, high = wilson(killed, counted)
-    sample = ("every mutant of every module" if fraction is None else
-              f"a random {100 * fraction:.0f} % of each module's mutants, so the score is an estimate: "
-              f"95 % interval {low:.1f} to {high:.1f} % (Wilson)")
-    out = ["# Mutation pass", "",
-           f"Last run: `{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {minutes:.0f} min); "
-           f"{sample}.", "",
-           "Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,",
-           "`<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped `-` or `not`, `True` <-> `False`, n -> n + 1) and",
-           "runs the tests of that module (`MODULE_TESTS` in scripts/mutation_check.py) that execute the mutated",
-           "statement in an unmutated, traced run; killed = a test fails, errors or times out. Messages of raised",
-           "errors, annotations, docstrings and the arguments of tensor-shape calls (`view`, `reshape`, ...) are",
-           "not mutated; of train/trainer.py only the resume path is (`ONLY_FUNCTIONS`).", "",
-           f"**Score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %).**", "",
-           "| module | tests | mutants | equivalent | killed | survived | score |", "|---|---|---|---|---|---|---|"]
-    for module in dict.fromkeys(m.module for m in results):
-        mine = [m for m in results if m.module == module]
-        k, c, p = score(mine)
-        eq = sum(m.outcome == "equivalent" for m in mine)
-        out.append(f"| {module} | {', '.join(MODULE_TESTS[module])} | {len(mine)} | {eq} | {k} | {c - k} | {p:.0f} % |")
-    out += ["", "## Surviving mutants", ""]
-    out += [f"- `{m.module}:{m.line}` ({m.function or 'module'}) `{m.mutation}` in `{m.source_line}`"
-            for m in results if m.outcome == "survived"] or ["None."]
-    out += ["", "## Equivalent mutants left out of the score", ""]
-    out += [f"- `{m.module}:{m.line}` `{m.mutation}` in `{m.source_line}`: "
-            f"{EQUIVALENT.get(m.key) or EQUIVALENT_LINES[m.key[:3]]}"
-            for m in results if m.outcome == "equivalent"] or ["None."]
-    return "\n".join(out) + "\n"
-
-
 def load_outcomes(paths: list[str]) -> list[Mutant]:
     """The latest outcome of every mutant in these --json files (later files win), in MODULE_TESTS order."""
     latest: dict[tuple[str, int], Mutant] = {}
@@ -490,23 +316,6 @@ def load_outcomes(paths: list[str]) -> list[Mutant]:
     return sorted(latest.values(), key=lambda m: (list(MODULE_TESTS).index(m.module), m.index))
 
 
-def held_out_section(held: list[Mutant], paths: list[str]) -> list[str]:
-    """A second sample, drawn with another seed and run only after the tests were written: an estimate
-    free of the selection that finding and killing the first sample's survivors brings."""
-    killed, counted, percent = score(held)
-    low, high = wilson(killed, counted)
-    total = sum(len(mutants_of(m, (ROOT / "workbench" / m).read_text())) for m in {x.module for x in held})
-    out = ["", "## Held-out sample", "",
-           f"`--merge ... --held-out {' '.join(Path(p).name for p in paths)}`: {len(held)} of the {total} mutants "
-           "of the same modules, drawn with another seed and run once, after every test above was written (no "
-           "test was added for them).", "",
-           f"**Held-out score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %, 95 % interval "
-           f"{low:.1f} to {high:.1f} %).**", "", "Survivors:", ""]
-    out += [f"- `{m.module}:{m.line}` ({m.function or 'module'}) `{m.mutation}` in `{m.source_line}`"
-            for m in held if m.outcome == "survived"] or ["None."]
-    return out
-
-
 def merge(args: argparse.Namespace) -> int:
     """Report the outcomes of a pass run in parts (--merge) and of a held-out sample (--held-out)."""
     results = load_outcomes(args.merge)
@@ -517,21 +326,14 @@ def merge(args: argparse.Namespace) -> int:
         print_score(held)
     if not args.no_doc:
         command = "python scripts/mutation_check.py --merge " + " ".join(Path(p).name for p in args.merge)
-        text = report(results, command, 0.0, args.fraction)
+        text = report(results, command, None, args.fraction, MODULE_TESTS)
+        text += ("\nThe pass ran in parts: each file holds a first pass over some modules or a rerun (`--again`) of "
+                 "its survivors after tests were added; the latest outcome of each mutant counts.\n")
         if held:
-            text += "\n".join(held_out_section(held, args.held_out)) + "\n"
+            total = sum(len(mutants_of(m, (ROOT / "workbench" / m).read_text())) for m in {x.module for x in held})
+            text += "\n".join(held_out_section(held, args.held_out, total)) + "\n"
         (ROOT / args.doc).write_text(text)
     return 0
-
-
-def print_score(results: list[Mutant]) -> None:
-    killed, counted, percent = score(results)
-    low, high = wilson(killed, counted)
-    print(f"\nscore: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %, 95 % interval "
-          f"{low:.1f} to {high:.1f} % when the mutants are a sample)")
-    for m in results:
-        if m.outcome == "survived":
-            print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -583,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     print_score(results)
     if not args.no_doc:
         command = "python scripts/mutation_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        (ROOT / args.doc).write_text(report(results, command.strip(), (time.monotonic() - start) / 60, args.fraction))
+        minutes = (time.monotonic() - start) / 60
+        (ROOT / args.doc).write_text(report(results, command.strip(), minutes, args.fraction, MODULE_TESTS))
     return 0
 
 
