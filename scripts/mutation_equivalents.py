@@ -26,6 +26,8 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("rl/significance.py", "_beta_fraction", "if bool(((delta - 1).abs() <= eps).all()):", "- -> +"):
         "the loop no longer stops early but runs its 300 terms: past convergence every further factor is 1 to "
         "within 1e-15, so only the time changes",
+    ("rl/significance.py", "_beta_fraction", "if bool(((delta - 1).abs() <= eps).all()):", "1 -> 2"):
+        "as `- -> +`: the loop no longer stops early, and past convergence every further factor is 1 to 1e-15",
     ("rl/significance.py", "incomplete_beta", "inner = x.clamp(1e-300, 1 - 1e-16)", "- -> +"):
         "1 + 1e-16 rounds to 1.0; it only changes x = 1, whose result is set to 1 afterwards",
     ("rl/significance.py", "incomplete_beta", "direct = x < (a + 1) / (a + b + 2)  # the fraction converges fast "
@@ -46,13 +48,15 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
      "dtype=torch.float32).cpu() for xb in x0.split(256)]).view(g, t)", "256 -> 257"):
         "decoding and rewarding in slices of 257 instead of 256 gives the same values",
     ("rl/credit_estimators.py", "noise_seed", "return hash((seed, traj, k, step, -1 if start is None else start)) & "
-     "(2 ** 63 - 1)", "1 -> 2"): "clears the seed's lowest bit: every key keeps a seed of its own (tested), so the "
+     "(2 ** 63 - 1)", "1 -> 2 #2"): "clears the seed's lowest bit: every key keeps a seed of its own (tested), so the "
      "continuations stay independent draws",
     ("rl/credit_stats.py", "classify", "cls = torch.where(signed > 0, ALIGNED, MISATTRIBUTED)", "> -> >="):
         "a cell with d sign(A) = 0 is never determined, so it ends UNDETERMINED either way",
-    ("rl/credit_stats.py", "ratio_and_se", "big_x, big_y = x.sum(-1).double(), y.sum(-1).double()  # (G,)",
-     "drop -"): "x and y are (G, J): summing over axis 1 is summing over axis -1",
-    ("rl/credit_stats.py", "rates", "against = (credit * advantages.sign()[:, None] < 0).double() * v", "* -> /"):
+    **{("rl/credit_stats.py", "ratio_and_se", "big_x, big_y = x.sum(-1).double(), y.sum(-1).double()  # (G,)",
+        mutation): "x and y are (G, J): summing over axis 1 is summing over axis -1"
+       for mutation in ("drop -", "drop - #2")},
+    ("rl/credit_stats.py", "rates", "against = (credit * advantages.sign()[:, None] < 0).double() * v",
+     "* -> / #2"):
         "sign(A) is +-1 on every counted cell, where dividing by it is multiplying by it; cells with A = 0 are "
         "multiplied by valid = 0 afterwards",
     **{("rl/credit_stats.py", "_paired_covariance", line, mutation): "a sample covariance needs only one of the "
