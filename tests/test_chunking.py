@@ -253,3 +253,22 @@ def test_inclusion_frequencies_match_the_weights_without_replacement():
     assert torch.allclose(expected.sum(), torch.tensor(2.0))
     se = (expected * (1 - expected) / draws).sqrt()
     assert ((counts / draws - expected).abs() < 4 * se).all(), (counts / draws, expected)
+
+
+
+def test_equal_mass_on_a_curve_with_little_mass_and_its_checks():
+    # mass 0.6 in all: prefix 0, .05, .1, .15, .6; half is .3, closest at 3 steps (uniform would cut at 2)
+    curve = torch.tensor([0.05, 0.05, 0.05, 0.45])
+    assert CHUNKERS.get("equal_mass")(4, curve, num_chunks=2) == [3, 1]
+    for bad in (True, 2.0, 0):
+        with pytest.raises(WorkbenchError, match="num_chunks must be a positive integer"):
+            CHUNKERS.get("equal_mass")(4, curve, num_chunks=bad)
+
+
+def test_chunk_sampling_fraction_and_chosen_indices_are_checked():
+    with pytest.raises(WorkbenchError, match=r"fraction must be in \(0, 1\]"):
+        sample_chunks([2, 2], torch.ones(4), fraction=1.5)
+    assert len(sample_chunks([2, 2], torch.ones(4), fraction=1.0)) == 2
+    assert step_mask_from_chunks([2, 2], [0]).tolist() == [True, True, False, False]
+    with pytest.raises(WorkbenchError, match="must be indices in 0..1"):
+        step_mask_from_chunks([2, 2], [2])

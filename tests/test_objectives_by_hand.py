@@ -71,3 +71,5 @@ def test_moved_log_probs_name_the_update_after_which_they_diverged(random_policy
     group.states[:, 1] = float("nan")  # no update can score these transitions
     with pytest.raises(WorkbenchError, match=r"after 0 update\(s\) at learning rate 0.001"):
         moved_log_probs(random_policy, group, torch.tensor([1.0, -1.0]), updates=2, lr=1e-3)
+    with pytest.raises(WorkbenchError, match="lr > 0"):  # a learning rate of 0 moves nothing: it is refused
+        moved_log_probs(random_policy, group, torch.tensor([1.0, -1.0]), updates=1, lr=0.0)

@@ -27,6 +27,18 @@ def test_a_pid_that_cannot_be_a_process_is_not_alive(pid):
     assert process_alive(pid) is False
 
 
+def test_process_start_is_the_kernels_start_time():
+    """/proc/<pid>/stat field 22 in clock ticks since boot: a process started now started about uptime ago."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        uptime = float(open("/proc/uptime").read().split()[0])
+        started = process_start(child.pid) / os.sysconf("SC_CLK_TCK")  # seconds since boot
+        assert uptime - 30 < started <= uptime + 1
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_alive_means_this_process_and_not_a_reused_pid():
     me = os.getpid()
     assert process_alive(me) and process_alive(me, process_start(me))
@@ -98,3 +110,14 @@ def test_an_optimizer_state_holding_other_objects_is_refused(tmp_path):
     folder = store.save_checkpoint(1, {"w": torch.ones(2)}, {"state": Stranger()})
     with pytest.raises(WorkbenchError, match="optimizer.pt cannot be read"):
         load_checkpoint(folder)
+
+
+def test_a_trainer_without_a_run_folder_takes_no_lock(random_policy):
+    from workbench.train import TrainConfig, Trainer
+
+    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)
+    trainer = Trainer(config, None, random_policy)
+    try:
+        assert trainer.store is None and trainer._lock is None
+    finally:
+        trainer.release()
