@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mutation_equivalents import EQUIVALENT, EQUIVALENT_LINES  # the script's folder is on sys.path
-from mutation_report import Mutant, held_out_section, print_score, report
+from mutation_report import Mutant, held_out_section, print_score, report, score
 from mutation_runner import ROOT, SCRATCH, LineTracer, _preload, make_scratch, run_child
 
 # module (under workbench/) -> test files that cover it, fastest and most specific first.
@@ -326,12 +326,18 @@ def merge(args: argparse.Namespace) -> int:
         print_score(held)
     if not args.no_doc:
         command = "python scripts/mutation_check.py --merge " + " ".join(Path(p).name for p in args.merge)
-        text = report(results, command, None, args.fraction, MODULE_TESTS)
-        text += ("\nThe pass ran in parts: each file holds a first pass over some modules or a rerun (`--again`) of "
-                 "its survivors after tests were added; the latest outcome of each mutant counts.\n")
+        note = ("The pass ran in parts: each file holds a first pass over some modules or a rerun (`--again`) of "
+                "its survivors after tests were added; the latest outcome of each mutant counts.")
+        if args.first:
+            k, n, p = score(load_outcomes(args.merge[:args.first]))
+            note += (f" The first pass ({', '.join(Path(f).name for f in args.merge[:args.first])}) killed {k} of "
+                     f"{n} ({p:.1f} %); tests were then written for the maths its survivors showed untested, so the "
+                     "score above is biased upwards: the held-out sample at the end is the fair estimate.")
+        text = report(results, command, None, args.fraction, MODULE_TESTS, note)
         if held:
             total = sum(len(mutants_of(m, (ROOT / "workbench" / m).read_text())) for m in {x.module for x in held})
-            text += "\n".join(held_out_section(held, args.held_out, total)) + "\n"
+            after = load_outcomes(args.held_out_after) if args.held_out_after else None
+            text += "\n".join(held_out_section(held, args.held_out, total, after)) + "\n"
         (ROOT / args.doc).write_text(text)
     return 0
 
@@ -351,8 +357,12 @@ def main(argv: list[str] | None = None) -> int:
                         "file of the module on each mutant (quicker with --again and few survivors)")
     parser.add_argument("--scratch", default=str(SCRATCH), help="folder of the scratch copies (one per module; "
                         "give concurrent passes different folders)")
+    parser.add_argument("--first", type=int, default=0, help="with --merge: how many of its files are the first "
+                        "pass (before tests were added); its score is reported too")
     parser.add_argument("--held-out", nargs="+", metavar="JSON", help="with --merge: a second sample's --json "
                         "files, reported apart")
+    parser.add_argument("--held-out-after", nargs="+", metavar="JSON", help="with --held-out: reruns of its "
+                        "survivors after tests were added, reported beside its score")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
                         "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "

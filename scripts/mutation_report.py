@@ -47,7 +47,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def report(results: list[Mutant], command: str, minutes: float | None, fraction: float | None,
-           module_tests: dict[str, list[str]]) -> str:
+           module_tests: dict[str, list[str]], note: str = "") -> str:
     """docs/mutation.md: the score per module, every survivor and every excluded equivalent mutant."""
     killed, counted, percent = score(results)
     low, high = wilson(killed, counted)
@@ -60,10 +60,12 @@ def report(results: list[Mutant], command: str, minutes: float | None, fraction:
            "Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,",
            "`<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped `-` or `not`, `True` <-> `False`, n -> n + 1) and",
            "runs the tests of that module (`MODULE_TESTS` in scripts/mutation_check.py) that execute the mutated",
-           "statement in an unmutated, traced run; killed = a test fails, errors or times out. Messages of raised",
+           "statement in an unmutated, traced run (with `--all-tests`: every test file of the module); killed =",
+           "a test fails, errors or times out. Messages of raised",
            "errors, annotations, docstrings and the arguments of tensor-shape calls (`view`, `reshape`, ...) are",
            "not mutated; of train/trainer.py only the resume path is (`ONLY_FUNCTIONS`).", "",
            f"**Score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %).**", "",
+           *([note, ""] if note else []),
            "| module | tests | mutants | equivalent | killed | survived | score |", "|---|---|---|---|---|---|---|"]
     for module in dict.fromkeys(m.module for m in results):
         mine = [m for m in results if m.module == module]
@@ -90,17 +92,24 @@ def print_score(results: list[Mutant]) -> None:
             print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
 
 
-def held_out_section(held: list[Mutant], paths: list[str], total: int) -> list[str]:
+def held_out_section(held: list[Mutant], paths: list[str], total: int, after: list[Mutant] | None = None) -> list[str]:
     """A second sample, drawn with another seed and run only after the tests were written: an estimate
-    free of the selection that finding and killing the first sample's survivors brings."""
+    free of the selection that finding and killing the first sample's survivors brings. `after`: the same
+    mutants once tests were added for what its survivors showed (reported beside, never instead)."""
     killed, counted, percent = score(held)
     low, high = wilson(killed, counted)
     out = ["", "## Held-out sample", "",
-           f"`--merge ... --held-out {' '.join(Path(p).name for p in paths)}`: {len(held)} of the {total} mutants "
-           "of the same modules, drawn with another seed and run once, after every test above was written (no "
-           "test was added for them).", "",
+           f"`--held-out {' '.join(Path(p).name for p in paths)}`: {len(held)} of the {total} mutants of the same "
+           "modules, drawn with another seed and run once, after every test above was written.", "",
            f"**Held-out score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %, 95 % interval "
-           f"{low:.1f} to {high:.1f} %).**", "", "Survivors:", ""]
+           f"{low:.1f} to {high:.1f} %).**", "", "Its survivors:", ""]
+    later = {(m.module, m.index): m.outcome for m in after or []}
     out += [f"- `{m.module}:{m.line}` ({m.function or 'module'}) `{m.mutation}` in `{m.source_line}`"
-            for m in held if m.outcome == "survived"] or ["None."]
+            + (" (killed by a test written afterwards)" if later.get((m.module, m.index)) in ("killed", "timeout")
+               else "") for m in held if m.outcome == "survived"] or ["None."]
+    if after:
+        rerun = {(x.module, x.index): x for x in after}
+        k, n, p = score([rerun.get((m.module, m.index), m) for m in held])
+        out += ["", f"With the tests written afterwards for what these survivors showed untested: {k} of {n} "
+                f"({p:.1f} %); the held-out score above stays the estimate."]
     return out
