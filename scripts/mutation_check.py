@@ -60,7 +60,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "rl/objectives.py": ["test_objectives_by_hand.py", "test_objectives.py", "test_explain.py"],
     "rl/significance.py": ["test_significance.py", "test_credit_calibration.py"],
     "train/store.py": ["test_store_by_hand.py", "test_runs.py", "test_properties.py", "test_trainer.py"],
-    "train/trainer.py": ["test_trainer.py", "test_runs.py"],
+    "train/trainer.py": ["test_store_by_hand.py", "test_trainer.py", "test_runs.py"],
 }
 
 # Only these functions of a module are mutated (the rest belongs to other passes' scope).
