@@ -61,9 +61,9 @@ def report(results: list[Mutant], command: str, minutes: float | None, fraction:
            "`<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped `-` or `not`, `True` <-> `False`, n -> n + 1) and",
            "runs the tests of that module (`MODULE_TESTS` in scripts/mutation_check.py) that execute the mutated",
            "statement in an unmutated, traced run (with `--all-tests`: every test file of the module); killed =",
-           "a test fails, errors or times out. Messages of raised",
-           "errors, annotations, docstrings and the arguments of tensor-shape calls (`view`, `reshape`, ...) are",
-           "not mutated; of train/trainer.py only the resume path is (`ONLY_FUNCTIONS`).", "",
+           "a test fails, errors or times out. Messages of raised errors, annotations, docstrings and the arguments",
+           "of tensor-shape calls (`view`, `reshape`, ...) are not mutated; of train/trainer.py only the resume path",
+           "is (`ONLY_FUNCTIONS`).", "",
            f"**Score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %).**", "",
            *([note, ""] if note else []),
            "| module | tests | mutants | equivalent | killed | survived | score |", "|---|---|---|---|---|---|---|"]
