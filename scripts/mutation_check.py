@@ -320,9 +320,9 @@ def merge(args: argparse.Namespace) -> int:
     """Report the outcomes of a pass run in parts (--merge) and of a held-out sample (--held-out)."""
     results = load_outcomes(args.merge)
     print_score(results)
-    held = load_outcomes(args.held_out) if args.held_out else []
-    if held:
-        print("held-out sample:")
+    samples = [load_outcomes(paths) for paths in args.held_out or []]
+    for n, held in enumerate(samples, 1):
+        print(f"held-out sample {n}:")
         print_score(held)
     if not args.no_doc:
         command = "python scripts/mutation_check.py --merge " + " ".join(Path(p).name for p in args.merge)
@@ -332,12 +332,12 @@ def merge(args: argparse.Namespace) -> int:
             k, n, p = score(load_outcomes(args.merge[:args.first]))
             note += (f" The first pass ({', '.join(Path(f).name for f in args.merge[:args.first])}) killed {k} of "
                      f"{n} ({p:.1f} %); tests were then written for the maths its survivors showed untested, so the "
-                     "score above is biased upwards: the held-out sample at the end is the fair estimate.")
+                     "score above is biased upwards: the held-out samples at the end are the fair estimate.")
         text = report(results, command, None, args.fraction, MODULE_TESTS, note)
-        if held:
+        for n, (held, paths) in enumerate(zip(samples, args.held_out), 1):
             total = sum(len(mutants_of(m, (ROOT / "workbench" / m).read_text())) for m in {x.module for x in held})
-            after = load_outcomes(args.held_out_after) if args.held_out_after else None
-            text += "\n".join(held_out_section(held, args.held_out, total, after)) + "\n"
+            after = load_outcomes(args.held_out_after) if args.held_out_after and n == 1 else None
+            text += "\n".join(held_out_section(held, paths, total, after, n)) + "\n"
         (ROOT / args.doc).write_text(text)
     return 0
 
@@ -359,10 +359,10 @@ def main(argv: list[str] | None = None) -> int:
                         "give concurrent passes different folders)")
     parser.add_argument("--first", type=int, default=0, help="with --merge: how many of its files are the first "
                         "pass (before tests were added); its score is reported too")
-    parser.add_argument("--held-out", nargs="+", metavar="JSON", help="with --merge: a second sample's --json "
-                        "files, reported apart")
-    parser.add_argument("--held-out-after", nargs="+", metavar="JSON", help="with --held-out: reruns of its "
-                        "survivors after tests were added, reported beside its score")
+    parser.add_argument("--held-out", nargs="+", action="append", metavar="JSON", help="with --merge: the "
+                        "--json files of a sample drawn with another seed, reported apart (repeatable)")
+    parser.add_argument("--held-out-after", nargs="+", metavar="JSON", help="reruns of the first --held-out "
+                        "sample's survivors after tests were added, reported beside its score")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
                         "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "

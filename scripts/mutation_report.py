@@ -92,15 +92,17 @@ def print_score(results: list[Mutant]) -> None:
             print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
 
 
-def held_out_section(held: list[Mutant], paths: list[str], total: int, after: list[Mutant] | None = None) -> list[str]:
+def held_out_section(held: list[Mutant], paths: list[str], total: int, after: list[Mutant] | None = None,
+                     number: int = 1) -> list[str]:
     """A second sample, drawn with another seed and run only after the tests were written: an estimate
     free of the selection that finding and killing the first sample's survivors brings. `after`: the same
     mutants once tests were added for what its survivors showed (reported beside, never instead)."""
     killed, counted, percent = score(held)
     low, high = wilson(killed, counted)
-    out = ["", "## Held-out sample", "",
+    out = ["", f"## Held-out sample {number}", "",
            f"`--held-out {' '.join(Path(p).name for p in paths)}`: {len(held)} of the {total} mutants of the same "
-           "modules, drawn with another seed and run once, after every test above was written.", "",
+           "modules, drawn with another seed and run once, after every test written before it"
+           + (" (the ones written for held-out sample 1's survivors included)" if number > 1 else "") + ".", "",
            f"**Held-out score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %, 95 % interval "
            f"{low:.1f} to {high:.1f} %).**", "", "Its survivors:", ""]
     later = {(m.module, m.index): m.outcome for m in after or []}
