@@ -28,6 +28,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "within 1e-15, so only the time changes",
     ("rl/significance.py", "_beta_fraction", "if bool(((delta - 1).abs() <= eps).all()):", "1 -> 2"):
         "as `- -> +`: the loop no longer stops early, and past convergence every further factor is 1 to 1e-15",
+    ("rl/significance.py", "determined", "ratio = torch.where(ratio.isnan() | (credit == 0), 0.0, ratio)",
+     "0.0 -> 1.0"): "the ratio is NaN only where the error is NaN or the credit is 0, and both are refused by the "
+     "last line whatever p is",
     ("rl/significance.py", "incomplete_beta", "inner = x.clamp(1e-300, 1 - 1e-16)", "- -> +"):
         "1 + 1e-16 rounds to 1.0; it only changes x = 1, whose result is set to 1 afterwards",
     ("rl/significance.py", "incomplete_beta", "direct = x < (a + 1) / (a + b + 2)  # the fraction converges fast "
