@@ -28,6 +28,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "within 1e-15, so only the time changes",
     ("rl/significance.py", "_beta_fraction", "if bool(((delta - 1).abs() <= eps).all()):", "1 -> 2"):
         "as `- -> +`: the loop no longer stops early, and past convergence every further factor is 1 to 1e-15",
+    ("rl/explain.py", "moved_log_probs", "optimizer.zero_grad(set_to_none=True)", "True -> False"):
+        "every trainable parameter gets a gradient at every update, so the next backward adds to zeros or starts "
+        "from None with the same result",
     ("rl/significance.py", "determined", "ratio = torch.where(ratio.isnan() | (credit == 0), 0.0, ratio)",
      "0.0 -> 1.0"): "the ratio is NaN only where the error is NaN or the credit is 0, and both are refused by the "
      "last line whatever p is",
