@@ -177,3 +177,11 @@ def test_refinement_progress_counts_continuations_up_to_those_spent(random_polic
     spent = int((rounds[-1].counts - credit.counts).sum())
     assert 0 < spent <= 6 and calls[-1] == (spent, 6)
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)  # never goes back
+
+
+def test_a_look_ahead_credit_is_exact_so_every_nonzero_cell_is_determined():
+    credit = _credit(start=torch.tensor([0.5, 0.5]), deterministic=True)
+    # step credit [[0, .25, .25], [0, -.25, -.25]] with error 0 and infinite degrees of freedom
+    assert credit.step_se.eq(0).all() and torch.isinf(credit._dof(credit._step_edges)).all()
+    assert credit.step_classes().tolist() == [[0, 1, 1], [0, 1, 1]]  # d = 0 never; else d sign(A) > 0: aligned
+    assert credit.chunk_classes().tolist() == [[0, 1], [0, 1]]

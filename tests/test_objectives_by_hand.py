@@ -73,3 +73,19 @@ def test_moved_log_probs_name_the_update_after_which_they_diverged(random_policy
         moved_log_probs(random_policy, group, torch.tensor([1.0, -1.0]), updates=2, lr=1e-3)
     with pytest.raises(WorkbenchError, match="lr > 0"):  # a learning rate of 0 moves nothing: it is refused
         moved_log_probs(random_policy, group, torch.tensor([1.0, -1.0]), updates=1, lr=0.0)
+
+
+def test_push_credit_correlation_by_hand():
+    """Pearson's r from Python's statistics module over the trained cells, not the code's own centring."""
+    import statistics
+
+    from workbench.rl.explain import explain
+
+    old = torch.tensor([[-1.0, -2.0, -1.5], [-3.0, -4.0, -0.5]])
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    ex = explain(old.clone(), old, torch.tensor([1.0, -0.5]), ObjectiveSettings(), ["gpg"], step_mask=mask)
+    credit = torch.tensor([[0.3, 0.1, 9.0], [-0.2, 0.4, 0.0]])  # the untrained cell's 9.0 must not count
+    push = (-ex.weight[0][mask]).tolist()
+    expected = statistics.correlation(push, credit[mask].tolist())
+    assert ex.correlation(credit)[0].item() == pytest.approx(expected, abs=1e-6)
+    assert torch.isnan(ex.correlation(torch.ones(2, 3)))[0]  # a constant credit map: undefined
