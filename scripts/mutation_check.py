@@ -336,7 +336,8 @@ def merge(args: argparse.Namespace) -> int:
         text = report(results, command, None, args.fraction, MODULE_TESTS, note)
         for n, (held, paths) in enumerate(zip(samples, args.held_out), 1):
             total = sum(len(mutants_of(m, (ROOT / "workbench" / m).read_text())) for m in {x.module for x in held})
-            after = load_outcomes(args.held_out_after) if args.held_out_after and n == 1 else None
+            afters = args.held_out_after or []
+            after = load_outcomes(afters[n - 1]) if n <= len(afters) else None
             text += "\n".join(held_out_section(held, paths, total, after, n)) + "\n"
         (ROOT / args.doc).write_text(text)
     return 0
@@ -361,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                         "pass (before tests were added); its score is reported too")
     parser.add_argument("--held-out", nargs="+", action="append", metavar="JSON", help="with --merge: the "
                         "--json files of a sample drawn with another seed, reported apart (repeatable)")
-    parser.add_argument("--held-out-after", nargs="+", metavar="JSON", help="reruns of the first --held-out "
-                        "sample's survivors after tests were added, reported beside its score")
+    parser.add_argument("--held-out-after", nargs="+", action="append", metavar="JSON", help="reruns of a "
+                        "--held-out sample's survivors after tests were added (in the same order), reported beside")
     parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
                         "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "
