@@ -2,8 +2,9 @@
 
 Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,
 `<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped unary minus or `not`, `True` <-> `False`, a number
-n -> n + 1) and runs the test files that cover that module, first failure stops (`-x`). A mutant is
-killed when a test fails, errors or times out, and survives when every test passes.
+n -> n + 1) and runs the tests of that module's test files (`MODULE_TESTS`) that execute the changed
+statement in a traced run of the unmutated code, fastest first, first failure stops (`-x`). A mutant is
+killed when a test fails, errors or times out, and survives when every test passes (or none runs it).
 
 The mutants are written into a scratch copy of the repository (/tmp/mut/<module>, never the working
 tree), which comes first on sys.path. One parent process per module imports torch, pytest and the other
@@ -11,10 +12,13 @@ third-party packages once, then forks one child per mutant: the child imports th
 the scratch copy (so it sees the mutant) and runs pytest in-process, which saves the seconds of a torch
 import per mutant. Bytecode caching is off, so a mutant never runs a stale .pyc.
 
-    .venv/bin/python scripts/mutation_check.py                 # every module, writes docs/mutation.md
-    .venv/bin/python scripts/mutation_check.py --module flow/sde.py --fraction 0.2 --no-doc
+    .venv/bin/python scripts/mutation_check.py --fraction 0.2    # a fifth of every module's mutants
+    .venv/bin/python scripts/mutation_check.py --module flow/sde.py --no-doc      # every mutant of one module
+    .venv/bin/python scripts/mutation_check.py --fraction 0.2 --again A.json --json B.json  # survivors only
+    .venv/bin/python scripts/mutation_check.py --merge A.json B.json --fraction 0.2  # docs/mutation.md
 
-Mutants listed in EQUIVALENT (below, each with its reason) are reported apart and left out of the score.
+Mutants listed in scripts/mutation_equivalents.py (each with its reason) are reported apart and left out of
+the score.
 """
 
 from __future__ import annotations
@@ -23,19 +27,17 @@ import argparse
 import ast
 import importlib
 import json
-import math
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRATCH = Path("/tmp/mut")
+from mutation_equivalents import EQUIVALENT, EQUIVALENT_LINES  # the script's folder is on sys.path
+from mutation_report import Mutant, held_out_section, print_score, report, score
+from mutation_runner import ROOT, SCRATCH, LineTracer, _preload, make_scratch, run_child
 
 # module (under workbench/) -> test files that cover it, fastest and most specific first.
 MODULE_TESTS: dict[str, list[str]] = {
@@ -51,29 +53,20 @@ MODULE_TESTS: dict[str, list[str]] = {
     "rl/chunking.py": ["test_chunking.py", "test_properties.py", "test_objectives.py"],
     "rl/credit.py": ["test_credit_by_hand.py", "test_credit.py", "test_properties.py", "test_credit_calibration.py"],
     "rl/credit_compare.py": ["test_credit_compare.py"],
-    "rl/credit_estimators.py": ["test_credit.py"],
+    "rl/credit_estimators.py": ["test_credit_estimators.py", "test_credit.py"],
     "rl/credit_stats.py": ["test_credit_stats.py", "test_significance.py", "test_credit_compare.py",
                            "test_credit_calibration.py"],
-    "rl/explain.py": ["test_explain.py"],
-    "rl/objectives.py": ["test_objectives.py", "test_explain.py"],
+    "rl/explain.py": ["test_objectives_by_hand.py", "test_explain.py"],
+    "rl/objectives.py": ["test_objectives_by_hand.py", "test_objectives.py", "test_explain.py"],
     "rl/significance.py": ["test_significance.py", "test_credit_calibration.py"],
-    "train/store.py": ["test_runs.py", "test_properties.py", "test_trainer.py"],
-    "train/trainer.py": ["test_trainer.py", "test_runs.py"],
+    "train/store.py": ["test_store_by_hand.py", "test_runs.py", "test_properties.py", "test_trainer.py"],
+    "train/trainer.py": ["test_store_by_hand.py", "test_trainer.py", "test_runs.py"],
 }
 
 # Only these functions of a module are mutated (the rest belongs to other passes' scope).
 ONLY_FUNCTIONS: dict[str, set[str]] = {
     "train/trainer.py": {"Trainer.__init__", "Trainer._setup", "Trainer.resume", "Trainer._checkpoint_to_resume",
                          "Trainer._restore", "Trainer._checkpoint"},
-}
-
-# (module, function, source line stripped, mutation) -> why no test can tell the mutant from the original.
-EQUIVALENT: dict[tuple[str, str, str, str], str] = {
-    ("rl/advantages.py", "grpo", "std = r.std(dim=1, unbiased=True) if r.shape[1] > 1 else std  # (N,)", "> -> >="):
-        "`_check_rewards` refuses G < 2, so `G > 1` and `G >= 1` are both always true",
-    ("flow/dynamics.py", "dynamics_curve", "batch: int = 16, progress=None) -> DynamicsCurve:", "16 -> 17"):
-        "the batch only splits the prompts into sampling calls and every prompt keeps its own seed, so the curves "
-        "are the same (tests/test_dynamics.py checks batch 2 against 16)",
 }
 
 SWAP_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.Pow: ast.Mult,
@@ -84,26 +77,6 @@ SWAP_BOOL = {ast.And: ast.Or, ast.Or: ast.And}
 SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.FloorDiv: "//",
           ast.Mod: "%", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
           ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or"}
-
-
-@dataclass
-class Mutant:
-    """One single-point change of a module's source."""
-
-    module: str
-    index: int  # position among the module's mutants (stable for a given source)
-    line: int
-    function: str
-    source_line: str
-    mutation: str  # e.g. "+ -> -", "0.5 -> 1.5", "drop -"
-    lines: tuple[int, int] | None = None  # statement lines whose tests run it; None = runs at import (all)
-    outcome: str = ""  # killed / survived / timeout / equivalent
-    tests: int = 0  # tests run on it (0 when no test runs its line: it survives)
-    seconds: float = 0.0
-
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.module, self.function, self.source_line, self.mutation)
 
 
 # Tensor-shape calls: a changed constant in their arguments only breaks a shape, which any test that runs
@@ -232,6 +205,8 @@ def mutants_of(module: str, source: str) -> list[tuple[Mutant, int, object]]:
         if only is not None and not any(function == f or function.startswith(f + ".") for f in only):
             continue
         for description, how in _changes(node):
+            same = sum(m.line == node.lineno and m.mutation.split(" #")[0] == description for m, _, _ in found)
+            description += f" #{same + 1}" if same else ""  # the second `1 -> 2` of a line is another mutant
             mutant = Mutant(module, len(found), node.lineno, function, lines[node.lineno - 1].strip(), description,
                             _statement_lines(node, parents))
             found.append((mutant, position, how))
@@ -242,107 +217,6 @@ def mutated_source(source: str, position: int, how: object) -> str:
     tree = ast.parse(source)
     _apply(tree, position, how)
     return ast.unparse(tree)
-
-
-def make_scratch(module: str) -> Path:
-    """A copy of the repository's files (tracked and untracked, not ignored) under /tmp/mut/<module>."""
-    dest = SCRATCH / module.replace("/", "_").removesuffix(".py")
-    shutil.rmtree(dest, ignore_errors=True)
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
-    for name in files:
-        if name.startswith(("workbench/", "tests/", "docs/", "scripts/", "notebooks/")) or "/" not in name:
-            if (ROOT / name).is_file():
-                (dest / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(ROOT / name, dest / name)
-    return dest
-
-
-def _preload(tests: list[Path]) -> None:
-    """Import what the tests and the workbench import (lazy attributes too), then forget the workbench itself."""
-    for test in tests:
-        for node in ast.walk(ast.parse(test.read_text())):
-            if isinstance(node, ast.Import):
-                pairs = [(a.name, None) for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                pairs = [(node.module, a.name) for a in node.names]
-            else:
-                continue
-            for module, name in pairs:
-                try:
-                    getattr(importlib.import_module(module), name or "__name__")
-                except Exception:  # noqa: BLE001 - an import that fails here fails in the test too
-                    pass
-    for name in [m for m in sys.modules if m.split(".")[0] in ("workbench", "conftest", "tests")
-                 or m.startswith("test_")]:
-        del sys.modules[name]
-
-
-class LineTracer:
-    """pytest plugin for the baseline run: which lines of the target file each test runs, and its duration."""
-
-    def __init__(self, target: Path):
-        self.target = str(target)
-        self.lines: dict[str, set[int]] = {}
-        self.seconds: dict[str, float] = {}
-        self._now: set[int] = set()
-
-    def _trace(self, frame, event, arg):
-        if frame.f_code.co_filename != self.target:
-            return None
-        self._now.add(frame.f_lineno)
-        return self._local
-
-    def _local(self, frame, event, arg):
-        self._now.add(frame.f_lineno)
-        return self._local
-
-    def pytest_runtest_protocol(self, item):
-        import threading
-        self._now = set()
-        sys.settrace(self._trace)
-        threading.settrace(self._trace)
-
-    def pytest_runtest_logfinish(self, nodeid):
-        import threading
-        sys.settrace(None)
-        threading.settrace(None)
-        self.lines[nodeid] = self._now
-
-    def pytest_runtest_logreport(self, report):
-        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
-
-
-def run_child(args: list[str], timeout: float, log: Path, tracer: LineTracer | None = None,
-              coverage: Path | None = None) -> tuple[str, float]:
-    """Fork; the child runs pytest in-process on `args`. Returns (outcome, seconds)."""
-    start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        os.setpgid(0, 0)
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        import pytest
-        code = pytest.main([*args, "-x", "-q", "-p", "no:cacheprovider", "-p", "hypothesis.extra.pytestplugin",
-                            "-p", "pytest_timeout", "--hypothesis-seed=0",
-                            f"--timeout={int(timeout)}", "-W", "ignore"], plugins=[tracer] if tracer else [])
-        if tracer is not None:
-            coverage.write_text(json.dumps({"lines": {k: sorted(v) for k, v in tracer.lines.items()},
-                                            "seconds": tracer.seconds}))
-        sys.stdout.flush()
-        os._exit(int(code))
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        seconds = time.monotonic() - start
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            return ("survived" if code == 0 else "killed"), seconds
-        if seconds > timeout:
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", seconds
-        time.sleep(0.05)
 
 
 def baseline(module: str, scratch: Path, source: str) -> dict:
@@ -360,19 +234,21 @@ def baseline(module: str, scratch: Path, source: str) -> dict:
 
 def tests_for(mutant: Mutant, module: str, scratch: Path, coverage: dict) -> list[str]:
     """The test ids (or files) to run on a mutant: those that run its statement, fastest first."""
-    if mutant.lines is None:
+    if mutant.lines is None or not coverage["lines"]:
         return [str(scratch / "tests" / t) for t in MODULE_TESTS[module]]
     first, last = mutant.lines
     ran = [t for t, lines in coverage["lines"].items() if any(first <= n <= last for n in lines)]
     return sorted(ran, key=lambda t: coverage["seconds"].get(t, 0.0))  # node ids, relative to the scratch copy
 
 
-def check_module(module: str, fraction: float | None, seed: int, again: dict | None) -> list[Mutant]:
+def check_module(module: str, fraction: float | None, seed: int, again: dict | None,
+                 all_tests: bool = False, scratch_root: Path = SCRATCH) -> list[Mutant]:
     """Run every (or a sample of the) mutant(s) of one module; the unmutated source must pass first.
 
     again: the outcomes of an earlier pass over the same source; only its survivors are run again.
+    all_tests: no traced baseline; every mutant runs all the module's test files (first failure stops).
     """
-    scratch = make_scratch(module)
+    scratch = make_scratch(module, scratch_root)
     target = scratch / "workbench" / module
     source = (ROOT / "workbench" / module).read_text()
     found = mutants_of(module, source)
@@ -386,13 +262,16 @@ def check_module(module: str, fraction: float | None, seed: int, again: dict | N
         print(f"{module}: {len(found)} mutants", flush=True)
         results = []
         for mutant, position, how in found:
-            earlier = (again or {}).get((mutant.index, mutant.key))
-            if mutant.key in EQUIVALENT:
+            earlier = (again or {}).get((mutant.module, mutant.index))
+            if earlier is not None and earlier["source_line"] != mutant.source_line:
+                earlier = None  # the source changed since: run it
+            if mutant.key in EQUIVALENT or mutant.key[:3] in EQUIVALENT_LINES:
                 mutant.outcome = "equivalent"
             elif earlier is not None and earlier["outcome"] != "survived":
                 mutant.outcome, mutant.tests, mutant.seconds = earlier["outcome"], earlier["tests"], 0.0
             else:
-                coverage = coverage or baseline(module, scratch, source)  # only once a mutant has to run
+                if coverage is None:  # only once a mutant has to run
+                    coverage = {"lines": {}, "seconds": {}} if all_tests else baseline(module, scratch, source)
                 run_mutant(mutant, module, scratch, coverage, mutated_source(source, position, how))
             results.append(mutant)
             print(f"  {mutant.outcome:10s} {module}:{mutant.line} {mutant.mutation:14s} {mutant.source_line[:60]}"
@@ -413,6 +292,7 @@ def run_mutant(mutant: Mutant, module: str, scratch: Path, coverage: dict, mutat
         return
     seconds = coverage["seconds"]
     budget = sum(seconds.values()) if mutant.lines is None else sum(seconds.get(t, 0.0) for t in tests)
+    budget = budget or 600.0  # no baseline timings (--all-tests): a generous bound
     (scratch / "workbench" / module).write_text(mutated)
     importlib.invalidate_caches()
     mutant.outcome, mutant.seconds = run_child(tests, 3 * budget + 30, scratch / "mutant.log")
@@ -420,52 +300,47 @@ def run_mutant(mutant: Mutant, module: str, scratch: Path, coverage: dict, mutat
         shutil.copy(scratch / "mutant.log", scratch / f"survived_{mutant.index}.log")
 
 
-def score(results: list[Mutant]) -> tuple[int, int, float]:
-    """(killed, counted, percent) over the non-equivalent mutants."""
-    counted = [m for m in results if m.outcome != "equivalent"]
-    killed = sum(m.outcome in ("killed", "timeout") for m in counted)
-    return killed, len(counted), 100.0 * killed / max(len(counted), 1)
+def load_outcomes(paths: list[str]) -> list[Mutant]:
+    """The latest outcome of every mutant in these --json files (later files win), in MODULE_TESTS order."""
+    latest: dict[tuple[str, int], Mutant] = {}
+    current = {m: {x.index: x for x, _, _ in mutants_of(m, (ROOT / "workbench" / m).read_text())} for m in MODULE_TESTS}
+    for path in paths:
+        for row in json.loads(Path(path).read_text()):
+            mutant = current[row["module"]].get(row["index"])
+            if mutant is None or mutant.source_line != row["source_line"]:
+                raise SystemExit(f"{path}: {row['module']} changed since mutant {row['index']} ran; run it again")
+            mutant.outcome, mutant.tests, mutant.seconds = row["outcome"], row["tests"], row["seconds"]
+            if mutant.key in EQUIVALENT or mutant.key[:3] in EQUIVALENT_LINES:
+                mutant.outcome = "equivalent"
+            latest[(mutant.module, mutant.index)] = mutant
+    return sorted(latest.values(), key=lambda m: (list(MODULE_TESTS).index(m.module), m.index))
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95 % Wilson interval of a proportion k / n (the score of a random sample of mutants)."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p, d = k / n, 1 + z * z / n
-    mid, half = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return 100 * (mid - half), 100 * (mid + half)
-
-
-def report(results: list[Mutant], command: str, minutes: float, fraction: float | None) -> str:
-    """docs/mutation.md: the score per module, every survivor and every excluded equivalent mutant."""
-    killed, counted, percent = score(results)
-    low, high = wilson(killed, counted)
-    sample = ("every mutant of every module" if fraction is None else
-              f"a random {100 * fraction:.0f} % of each module's mutants, so the score is an estimate: "
-              f"95 % interval {low:.1f} to {high:.1f} % (Wilson)")
-    out = ["# Mutation pass", "",
-           f"Last run: `{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {minutes:.0f} min); "
-           f"{sample}.", "",
-           "Each mutant changes one operator or constant of one module (`+` <-> `-`, `*` <-> `/`, `**` -> `*`,",
-           "`<` <-> `<=`, `==` <-> `!=`, `and` <-> `or`, a dropped `-` or `not`, `True` <-> `False`, n -> n + 1) and",
-           "runs the tests of that module (`MODULE_TESTS` in scripts/mutation_check.py) that execute the mutated",
-           "statement in an unmutated, traced run; killed = a test fails, errors or times out. Messages of raised",
-           "errors, annotations, docstrings and the arguments of tensor-shape calls (`view`, `reshape`, ...) are",
-           "not mutated; of train/trainer.py only the resume path is (`ONLY_FUNCTIONS`).", "",
-           f"**Score: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %).**", "",
-           "| module | tests | mutants | equivalent | killed | survived | score |", "|---|---|---|---|---|---|---|"]
-    for module in dict.fromkeys(m.module for m in results):
-        mine = [m for m in results if m.module == module]
-        k, c, p = score(mine)
-        eq = sum(m.outcome == "equivalent" for m in mine)
-        out.append(f"| {module} | {', '.join(MODULE_TESTS[module])} | {len(mine)} | {eq} | {k} | {c - k} | {p:.0f} % |")
-    out += ["", "## Surviving mutants", ""]
-    out += [f"- `{m.module}:{m.line}` ({m.function or 'module'}) `{m.mutation}` in `{m.source_line}`"
-            for m in results if m.outcome == "survived"] or ["None."]
-    out += ["", "## Equivalent mutants left out of the score", ""]
-    out += [f"- `{m.module}:{m.line}` `{m.mutation}` in `{m.source_line}`: {EQUIVALENT[m.key]}"
-            for m in results if m.outcome == "equivalent"] or ["None."]
-    return "\n".join(out) + "\n"
+def merge(args: argparse.Namespace) -> int:
+    """Report the outcomes of a pass run in parts (--merge) and of a held-out sample (--held-out)."""
+    results = load_outcomes(args.merge)
+    print_score(results)
+    samples = [load_outcomes(paths) for paths in args.held_out or []]
+    for n, held in enumerate(samples, 1):
+        print(f"held-out sample {n}:")
+        print_score(held)
+    if not args.no_doc:
+        command = "python scripts/mutation_check.py --merge " + " ".join(Path(p).name for p in args.merge)
+        note = ("The pass ran in parts: each file holds a first pass over some modules or a rerun (`--again`) of "
+                "its survivors after tests were added; the latest outcome of each mutant counts.")
+        if args.first:
+            k, n, p = score(load_outcomes(args.merge[:args.first]))
+            note += (f" The first pass ({', '.join(Path(f).name for f in args.merge[:args.first])}) killed {k} of "
+                     f"{n} ({p:.1f} %); tests were then written for the maths its survivors showed untested, so the "
+                     "score above is biased upwards: the held-out samples at the end are the fair estimate.")
+        text = report(results, command, None, args.fraction, MODULE_TESTS, note)
+        for n, (held, paths) in enumerate(zip(samples, args.held_out), 1):
+            total = sum(len(mutants_of(m, (ROOT / "workbench" / m).read_text())) for m in {x.module for x in held})
+            afters = args.held_out_after or []
+            after = load_outcomes(afters[n - 1]) if n <= len(afters) else None
+            text += "\n".join(held_out_section(held, paths, total, after, n)) + "\n"
+        (ROOT / args.doc).write_text(text)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,6 +354,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", default="docs/mutation.md", help="where to write the result")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/mutation.md alone")
     parser.add_argument("--json", default=str(SCRATCH / "results.json"), help="every mutant and its outcome")
+    parser.add_argument("--all-tests", action="store_true", help="skip the traced baseline and run every test "
+                        "file of the module on each mutant (quicker with --again and few survivors)")
+    parser.add_argument("--scratch", default=str(SCRATCH), help="folder of the scratch copies (one per module; "
+                        "give concurrent passes different folders)")
+    parser.add_argument("--first", type=int, default=0, help="with --merge: how many of its files are the first "
+                        "pass (before tests were added); its score is reported too")
+    parser.add_argument("--held-out", nargs="+", action="append", metavar="JSON", help="with --merge: the "
+                        "--json files of a sample drawn with another seed, reported apart (repeatable)")
+    parser.add_argument("--held-out-after", nargs="+", action="append", metavar="JSON", help="reruns of a "
+                        "--held-out sample's survivors after tests were added (in the same order), reported beside")
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="only report: the outcomes of earlier --json "
+                        "files (later files win for the same mutant), e.g. a pass run in parts")
     parser.add_argument("--again", metavar="JSON", help="an earlier --json of the same sources: run only its "
                         "survivors again (after adding tests) and keep its other outcomes")
     args = parser.parse_args(argv)
@@ -488,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             for mutant, _, _ in mutants_of(module, (ROOT / "workbench" / module).read_text()):
                 print(f"{module}:{mutant.line} {mutant.mutation:14s} {mutant.source_line}")
         return 0
+    if args.merge:
+        return merge(args)
     sys.dont_write_bytecode = True
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # nbmake and the browser plugins cost seconds per start
@@ -495,24 +384,20 @@ def main(argv: list[str] | None = None) -> int:
     _preload([ROOT / "tests" / "conftest.py", *sorted({ROOT / "tests" / t for m in modules for t in MODULE_TESTS[m]})])
     again = None
     if args.again:
-        again = {(r["index"], (r["module"], r["function"], r["source_line"], r["mutation"])): r
-                 for r in json.loads(Path(args.again).read_text())}
+        again = {(r["module"], r["index"]): r for r in json.loads(Path(args.again).read_text())}
     results = []
     for module in modules:
         try:
-            results += check_module(module, args.fraction, args.seed, again)
+            results += check_module(module, args.fraction, args.seed, again, args.all_tests, Path(args.scratch))
         except SystemExit as err:  # the unmutated tests fail: say so and go on with the other modules
             print(err, flush=True)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps([asdict(m) for m in results], indent=1))
-    killed, counted, percent = score(results)
-    print(f"\nscore: {killed} of {counted} non-equivalent mutants killed ({percent:.1f} %)")
-    for m in results:
-        if m.outcome == "survived":
-            print(f"  survived {m.module}:{m.line} {m.mutation:14s} {m.source_line}")
+    print_score(results)
     if not args.no_doc:
         command = "python scripts/mutation_check.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        (ROOT / args.doc).write_text(report(results, command.strip(), (time.monotonic() - start) / 60, args.fraction))
+        minutes = (time.monotonic() - start) / 60
+        (ROOT / args.doc).write_text(report(results, command.strip(), minutes, args.fraction, MODULE_TESTS))
     return 0
 
 

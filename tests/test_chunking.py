@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.rl.chunking import (
     CHUNKERS,
+    check_sizes,
     chunk_boundaries,
     chunk_ids,
     chunk_mean,
@@ -46,10 +48,19 @@ def test_parse_sizes_and_boundaries():
     ("5,2", 16, True, "strictly increasing"),
     ("5,5", 16, True, "strictly increasing"),
     ("2,3,4,7", 0, False, "positive integer"),
+    ("16]", 16, False, "not an integer"),  # a bracket only counts in a pair: "16]" is no list
+    ("[16", 16, False, "not an integer"),
 ])
 def test_bad_specs_say_what_is_wrong(spec, steps, bounds, message):
     with pytest.raises(WorkbenchError, match=message):
         parse_chunk_spec(spec, steps, as_boundaries=bounds)
+
+
+@pytest.mark.parametrize("sizes", [[2.0, 3], [True, 4], [np.int64(2), 2.5]])
+def test_chunk_sizes_must_be_whole_numbers(sizes):
+    with pytest.raises(WorkbenchError, match="chunk sizes must be integers"):
+        check_sizes(sizes)
+    assert check_sizes([np.int64(2), 3]) == [2, 3]  # numpy integers are integers
 
 
 def test_chunk_ids_and_boundaries():
@@ -181,6 +192,8 @@ def test_chunk_sampling_weights_hand_case():
     weights = chunk_sampling_weights([2, 2], torch.tensor([1.0, 1.0, 3.0, 3.0]))
     assert torch.allclose(weights, torch.tensor([0.25, 0.75]))
     assert torch.allclose(chunk_sampling_weights([1, 3], torch.tensor([2.0, 1.0, 2.0, 3.0])), torch.tensor([0.5, 0.5]))
+    flat = chunk_sampling_weights([1, 2, 3], torch.zeros(6, dtype=torch.float64))  # no l1_rel mass: uniform
+    assert flat.dtype == torch.float64 and torch.allclose(flat, torch.full((3,), 1 / 3, dtype=torch.float64))
 
 
 def test_sample_chunks_count_and_no_replacement():
@@ -265,3 +278,21 @@ def test_toggle_boundary_adds_and_removes_the_boundary_after_a_step():
         toggle_boundary([2, 3, 4, 7], 15)
     with pytest.raises(WorkbenchError, match="steps 0..14"):
         toggle_boundary([2, 3, 4, 7], -1)
+
+
+def test_equal_mass_on_a_curve_with_little_mass_and_its_checks():
+    # mass 0.6 in all: prefix 0, .05, .1, .15, .6; half is .3, closest at 3 steps (uniform would cut at 2)
+    curve = torch.tensor([0.05, 0.05, 0.05, 0.45])
+    assert CHUNKERS.get("equal_mass")(4, curve, num_chunks=2) == [3, 1]
+    for bad in (True, 2.0, 0):
+        with pytest.raises(WorkbenchError, match="num_chunks must be a positive integer"):
+            CHUNKERS.get("equal_mass")(4, curve, num_chunks=bad)
+
+
+def test_chunk_sampling_fraction_and_chosen_indices_are_checked():
+    with pytest.raises(WorkbenchError, match=r"fraction must be in \(0, 1\]"):
+        sample_chunks([2, 2], torch.ones(4), fraction=1.5)
+    assert len(sample_chunks([2, 2], torch.ones(4), fraction=1.0)) == 2
+    assert step_mask_from_chunks([2, 2], [0]).tolist() == [True, True, False, False]
+    with pytest.raises(WorkbenchError, match="must be indices in 0..1"):
+        step_mask_from_chunks([2, 2], [2])

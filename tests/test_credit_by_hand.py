@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from workbench.core.errors import WorkbenchError
 from workbench.rl.credit import Credit
 
 NAN = math.nan
@@ -81,3 +83,105 @@ def test_halves_split_the_continuations_in_two():
     five = _credit()
     five.branch_rewards = torch.cat([five.branch_rewards, torch.ones(2, 2, 1)], dim=2)
     assert [h.branch_rewards.shape[-1] for h in five.halves()] == [2, 2]  # K = 5: 2 and 2, one left over
+
+
+def _brightness(images, prompts):
+    return images.float().mean(dim=(1, 2, 3))
+
+
+def test_one_continuation_per_state_is_allowed_and_four_is_the_default(random_policy):
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rl.credit import continuation_rewards, measure_credit
+
+    group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
+    one = measure_credit(random_policy, group, _brightness, branches=1, chunks="1,2")
+    assert one.counts.tolist() == [[1, 1], [1, 1]] and torch.isnan(one.step_se[:, 1:]).all()  # K = 1: no error
+    assert continuation_rewards(random_policy, group, _brightness).shape == (2, 2, 4)
+    two = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=2))  # one state between
+    assert measure_credit(random_policy, two, _brightness, branches=2, chunks="1,1").step_credit.shape == (2, 2)
+    with pytest.raises(WorkbenchError, match="at least 2 steps"):
+        measure_credit(random_policy, sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=1)),
+                       _brightness, chunks="1")
+
+
+def test_allocation_doubles_k_over_the_span_most_needed_first():
+    from workbench.rl.credit import _allocate
+
+    counts = torch.full((2, 2), 4)
+    # trajectory 0 has 3 undetermined neighbours (state 2 first), trajectory 1 none: states 1, 2 go to K = 8
+    rows = _allocate(torch.tensor([[1.0, 2.0], [0.0, 0.0]]), counts, 100)
+    assert rows.tolist() == [[0, 2, k] for k in range(4, 8)] + [[0, 1, k] for k in range(4, 8)]
+    rows = _allocate(torch.tensor([[1.0, 2.0], [0.0, 0.0]]), counts, 5)  # the budget runs out in state 1
+    assert rows.tolist() == [[0, 2, 4], [0, 2, 5], [0, 2, 6], [0, 2, 7], [0, 1, 4]]
+    rows = _allocate(torch.tensor([[1.0, 1.0], [0.0, 0.0]]), counts, 5)  # a tie: the earlier state first
+    assert rows.tolist() == [[0, 1, 4], [0, 1, 5], [0, 1, 6], [0, 1, 7], [0, 2, 4]]
+    rows = _allocate(torch.tensor([[0.0, 1.0], [1.0, 0.0]]), counts, 5)  # tied trajectories: the earlier first
+    assert rows.tolist() == [[0, 2, k] for k in range(4, 8)] + [[1, 1, 4]]
+    rows = _allocate(torch.tensor([[1.0, 0.0], [0.0, 3.0]]), torch.tensor([[4, 4], [2, 4]]), 100)
+    assert rows.tolist() == [[1, 2, k] for k in range(4, 8)] + [[0, 1, k] for k in range(4, 8)]
+
+
+def test_new_rows_grow_k_count_one_look_per_state_and_their_cost():
+    from workbench.rl.credit import _with_rows
+
+    credit = _credit()
+    credit.cost = {"nfe": 10}
+    rows = torch.tensor([[0, 2, 4], [0, 2, 5], [1, 1, 4]])
+    grown = _with_rows(credit, rows, torch.tensor([0.5, 0.25, 1.0]))
+    assert grown.counts.tolist() == [[4, 6], [5, 4]]
+    assert grown.branch_rewards[0, 1, 4:].tolist() == [0.5, 0.25] and grown.branch_rewards[1, 0, 4].item() == 1.0
+    assert torch.isnan(grown.branch_rewards[1, 1, 4:]).all()
+    assert grown.looks.tolist() == [[0.0, 1.0], [1.0, 0.0]]  # two rows in one state and round: one look
+    assert grown.cost["nfe"] == 10 + (3 - 2) * 2 + (3 - 1)  # a row from state s runs T - s steps
+
+
+def test_refining_spends_exactly_the_budget_and_refuses_another_group():
+    from workbench.rl.credit import refine_with
+
+    credit = _credit()
+    credit.branch_rewards = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]])  # K = 2: noisy
+    draws = []
+
+    def draw(rows, spent):
+        draws.append((len(rows), spent))
+        return torch.full((len(rows),), 0.5)
+    rounds = list(refine_with(credit, draw, budget=1))
+    assert draws == [(1, 0)] and len(rounds) == 1
+    assert int((rounds[0].counts - credit.counts).sum()) == 1
+    with pytest.raises(WorkbenchError, match="budget must be a positive number"):
+        list(refine_with_group(credit, budget=0))
+    with pytest.raises(WorkbenchError, match="the group the credit was measured on"):
+        list(refine_with_group(credit, budget=4, group_size=3))
+
+
+def refine_with_group(credit: Credit, budget: int, group_size: int = 2):
+    """refine_rounds on a stand-in group of the given size (T = 3): only its checks run before a draw."""
+    from workbench.rl.credit import refine_rounds
+
+    group = type("Group", (), {"group_size": group_size, "num_steps": 3})()
+    return refine_rounds(credit, None, group, None, budget)
+
+
+def test_refinement_progress_counts_continuations_up_to_those_spent(random_policy):
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rl.credit import measure_credit, refine_rounds
+
+    group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
+    credit = measure_credit(random_policy, group, _brightness, branches=2, chunks="1,2")
+    calls = []
+    one = list(refine_rounds(credit, random_policy, group, _brightness, 1))  # a budget of 1 is a budget
+    assert len(one) == 1 and int((one[0].counts - credit.counts).sum()) == 1
+    rounds = list(refine_rounds(credit, random_policy, group, _brightness, 6, progress=lambda *c: calls.append(c)))
+    spent = int((rounds[-1].counts - credit.counts).sum())
+    assert 0 < spent <= 6 and calls[-1] == (spent, 6)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)  # never goes back
+
+
+def test_a_look_ahead_credit_is_exact_so_every_nonzero_cell_is_determined():
+    credit = _credit(start=torch.tensor([0.5, 0.5]), deterministic=True)
+    # step credit [[0, .25, .25], [0, -.25, -.25]] with error 0 and infinite degrees of freedom
+    assert credit.step_se.eq(0).all() and torch.isinf(credit._dof(credit._step_edges)).all()
+    assert credit.step_classes().tolist() == [[0, 1, 1], [0, 1, 1]]  # d = 0 never; else d sign(A) > 0: aligned
+    assert credit.chunk_classes().tolist() == [[0, 1], [0, 1]]

@@ -51,3 +51,14 @@ def test_rate_difference_by_hand():
                   mass_against_se=0.05, plain=0.4, plain_se=0.02, cells=32, determined_cells=19)
     d = rate_difference("step", "misattributed", before, after)
     assert (d.before, d.after) == (0.4, 0.25) and math.isclose(d.diff, -0.15) and math.isclose(d.se, 0.05)
+
+
+def test_progress_runs_over_both_measurements_and_k_defaults_to_4(random_policy):
+    calls = []
+    c = compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, SamplingConfig(group=2, steps=3, seed=1),
+                       reward, chunks="1,2", progress=lambda *call: calls.append(call))
+    assert all(credit.counts.eq(4).all() for credit in c.credits)
+    total = calls[0][1]
+    assert all(t == total for _, t in calls) and calls[-1][0] == total  # one total for both measurements
+    half = [done for done, _ in calls if done <= total // 2]
+    assert half and [done for done, _ in calls] == sorted(done for done, _ in calls)  # the first, then the second

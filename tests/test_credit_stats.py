@@ -30,6 +30,8 @@ def test_classes_follow_the_definition():
     assert got.tolist() == [[ALIGNED, MISATTRIBUTED, UNDETERMINED, MISATTRIBUTED, UNDETERMINED],
                             [MISATTRIBUTED, ALIGNED, UNDETERMINED, UNDETERMINED, MISATTRIBUTED]]
     assert classify(credit, se, adv, z=3.0)[0, 0] == UNDETERMINED  # 0.5 < 3 x 0.2
+    # A = 0 gives no direction to agree with: every cell of that trajectory stays undetermined, whatever its error
+    assert classify(credit, se, torch.tensor([0.0, -1.0]), z=2.0)[0].tolist() == [UNDETERMINED] * 5
 
 
 def test_variance_of_independent_and_paired_values():
@@ -137,6 +139,8 @@ def test_one_trajectory_with_determined_cells_has_no_error():
     assert r.misattributed == pytest.approx(1 / 3) and math.isnan(r.misattributed_se)
     # determined: X = [3, 0], Y = [3, 2]; R = 3 / 5; residuals 3 - 1.8, 0 - 1.2; se = sqrt(2 x 2.88) / 5
     assert r.determined == pytest.approx(0.6) and r.determined_se == pytest.approx(math.sqrt(5.76) / 5)
+    # mass against: X = [0.2, 0.1], Y = [0.7, 0.2] (trajectory 2's last cell is not valid): R = 0.3 / 0.9
+    assert r.mass_against == pytest.approx(1 / 3) and r.fixed_cells == 0 and not r.by_construction
 
 
 def test_a_map_with_no_determined_cell_has_no_misattributed_rate():
@@ -146,3 +150,18 @@ def test_a_map_with_no_determined_cell_has_no_misattributed_rate():
     # determined: X = [0, 0, 0], Y = [3, 3, 2]: R = 0 with every residual 0, so se = 0
     assert (r.determined, r.determined_se, r.determined_cells, r.cells) == (0.0, 0.0, 0, 8)
     assert r.plain == pytest.approx(0.5)  # the plain rate needs no errors: as in the three-trajectory case
+    assert r.fixed_cells == 0
+
+
+def test_zero_credit_is_not_against_the_advantage():
+    credit = torch.tensor([[0.0, -0.5], [0.0, 0.25]])
+    valid = torch.ones(2, 2, dtype=torch.bool)
+    r = rates(credit, torch.zeros(2, 2, dtype=torch.int8), torch.tensor([1.0, -1.0]), valid)
+    # against: only -0.5 x sign(+1) < 0 and 0.25 x sign(-1) < 0; the two zeros are neither way: 2 of 4
+    assert r.plain == pytest.approx(0.5) and r.mass_against == pytest.approx(1.0)
+
+
+def test_one_fixed_cell_is_by_construction():
+    valid = torch.tensor([[True]])
+    r = rates(torch.tensor([[0.5]]), torch.ones(1, 1, dtype=torch.int8), torch.tensor([1.0]), valid, valid)
+    assert (r.cells, r.fixed_cells, r.by_construction) == (1, 1, True)

@@ -134,9 +134,10 @@ def test_paired_advantages_follow_the_presets():
     assert adv["gfpo"][:2].tolist() == [0.0, 0.0]  # GFPO keeps the top half by the metric
     with pytest.raises(WorkbenchError, match="pass metric"):
         paired_advantages(rewards, ["gfpo"])
-    for name in OBJECTIVES.names():
-        if name in PRESETS:
-            assert paired_estimator(name) == preset(name).advantage, name
+    presets = [name for name in OBJECTIVES.names() if name in PRESETS]
+    assert len(presets) >= 3, presets  # the check below runs on real cases
+    for name in presets:
+        assert paired_estimator(name) == preset(name).advantage, name
 
 
 def test_explain_rejects_a_kl_term_and_unknown_names():

@@ -15,7 +15,7 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.sampler import ode_sample, sample_group, sample_groups
-from workbench.flow.schedule import linspace_sigmas, shift_sigmas
+from workbench.flow.schedule import linspace_sigmas, sd3_sigmas, shift_sigmas
 from workbench.flow.sde import step_noise_scale
 from workbench.flow.trajectory import SEED_RANGE, SamplingConfig, check_seed, offset_seed
 
@@ -46,6 +46,8 @@ def test_the_euler_ode_lands_on_the_point_mass_and_guidance_moves_it_linearly():
     # v = v_u + s (v_c - v_u) is the exact velocity of x0 = x0_u + s (x0_c - x0_u) = -1 + 3 x 2 = 5
     assert torch.allclose(ode_sample(policy, ["a"], steps=3, guidance_scale=3.0), torch.full((1, 1, 1, 2), 5.0),
                           atol=1e-4)
+    assert torch.allclose(ode_sample(policy, ["a"], steps=3, guidance_scale=2.0), torch.full((1, 1, 1, 2), 3.0),
+                          atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["flow_grpo", "dance_grpo"])
@@ -67,6 +69,7 @@ def test_noise_scale_is_the_sdes_own_sigma_by_hand():
 
 
 def test_linspace_sigmas_by_hand():
+    assert linspace_sigmas(1).tolist() == [1.0, 0.0] and sd3_sigmas(1).tolist() == [1.0, 0.0]  # one step: x_T to x_0
     assert torch.allclose(linspace_sigmas(2, 1.0), torch.tensor([1.0, 0.5, 0.0]))
     # shift 3 (GCPO's default): 3 s / (1 + 2 s) at s = 0.5 is 0.75
     assert torch.allclose(linspace_sigmas(2), torch.tensor([1.0, 0.75, 0.0]))

@@ -1,0 +1,99 @@
+"""The state-value estimators against what they must give by construction: an ODE group continued by the ODE
+is its own trajectory, costs by hand, and progress over steps and slices (docs/methods.md "Credit")."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from workbench.flow.sampler import sample_group
+from workbench.flow.trajectory import SamplingConfig
+from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, grid_rows, run_continuations
+
+PROMPT = "a red circle"
+
+
+def brightness(images, prompts):
+    return images.float().mean(dim=(1, 2, 3))
+
+
+def test_the_ode_continued_by_the_ode_is_its_own_trajectory(random_policy):
+    """With noise level 0 every state of a group lies on one deterministic path: its value is the final reward."""
+    for guidance in (1.0, 2.0):
+        config = SamplingConfig(group=2, steps=3, noise_level=0.0, guidance_scale=guidance)
+        group = sample_group(random_policy, PROMPT, config)
+        final = brightness(group.images, None)  # (G,)
+        for name in ("ode", "mc"):
+            before = time.perf_counter()
+            est = ESTIMATORS.get(name)(random_policy, group, brightness, branches=2)
+            assert 0 < est.seconds <= time.perf_counter() - before
+            assert torch.allclose(est.branch_rewards, final[:, None, None].expand_as(est.branch_rewards), atol=1e-5)
+        before = time.perf_counter()
+        ode = ESTIMATORS.get("ode")(random_policy, group, brightness)
+        assert torch.allclose(ode.start, final, atol=1e-5) and ode.deterministic
+        assert 0 < ode.seconds <= time.perf_counter() - before  # the wall time it took, not a target
+
+
+def test_continuation_cost_by_hand():
+    rows = grid_rows(2, range(1, 4), range(2))  # G = 2, states 1..3, K = 2: 12 rows
+    assert rows.shape == (12, 3) and rows[:3].tolist() == [[0, 1, 0], [0, 1, 1], [0, 2, 0]]
+    assert continuation_cost(rows, 4) == 2 * 2 * (3 + 2 + 1)  # a row from state s runs T - s steps
+    group = sample_group_stub()
+    assert ESTIMATORS.get("x0")(Identity(), group, brightness_of_latents).nfe == 0  # reuses the sampler's passes
+
+
+def test_progress_counts_steps_and_slices(random_policy):
+    group = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=3))
+    rows = grid_rows(2, range(1, 3), range(2))  # 8 rows from states 1 and 2
+    whole, calls = [], []
+    out = run_continuations(random_policy, group, brightness, rows, progress=lambda *c: whole.append(c))
+    assert whole == [(1, 2), (2, 2)]  # one call per step from state 1 on
+    sliced = run_continuations(random_policy, group, brightness, rows, progress=lambda *c: calls.append(c), max_rows=3)
+    # step 1 runs the 4 rows from state 1 in slices of 3 (one call between them); step 2 runs 8 rows in 3 slices
+    assert calls == [(0, 2), (1, 2), (1, 2), (1, 2), (2, 2)]
+    assert torch.allclose(out, sliced, atol=1e-5)
+    assert torch.allclose(run_continuations(random_policy, group, brightness, rows, max_rows=3), out, atol=1e-5)
+
+
+def sample_group_stub():
+    """A group whose x0 predictions are known: trajectory i, state s holds the value 10 i + s."""
+    from workbench.flow.trajectory import TrajectoryGroup
+
+    x0 = torch.tensor([[10.0 * i + s for s in range(3)] for i in range(2)]).view(2, 3, 1, 1, 1)
+    zeros = torch.zeros(2, 3)
+    return TrajectoryGroup("p", SamplingConfig(group=2, steps=3), torch.linspace(1, 0, 4), torch.zeros(2, 4, 1, 1, 1),
+                           x0, x0, zeros, zeros, torch.zeros(2, 3, 1, 1))
+
+
+def brightness_of_latents(images, prompts):
+    return images.flatten(1).mean(dim=1)
+
+
+class Identity:
+    """decode = identity, so the x0 estimator rewards the stored x0 predictions themselves."""
+
+    device = "cpu"
+
+    @staticmethod
+    def decode(latents):
+        return latents
+
+
+def test_x0_values_are_the_rewards_of_the_stored_predictions():
+    calls = []
+    est = ESTIMATORS.get("x0")(Identity(), sample_group_stub(), brightness_of_latents,
+                               progress=lambda *c: calls.append(c))
+    assert est.start.tolist() == [0.0, 10.0]  # state 0 of each trajectory
+    assert est.branch_rewards[..., 0].tolist() == [[1.0, 2.0], [11.0, 12.0]] and est.deterministic
+    assert calls == [(1, 1)]
+
+
+def test_every_continuation_and_step_draws_its_own_noise_seed():
+    from workbench.rl.credit_estimators import noise_seed
+
+    crn = {noise_seed(7, i, k, u, None) for i in range(4) for k in range(16) for u in range(16)}
+    independent = {noise_seed(7, i, k, u, s) for i in range(4) for k in range(8) for u in range(8)
+                   for s in range(u + 1)}  # s: the state the continuation starts from
+    assert len(crn) == 4 * 16 * 16 and len(independent) == 4 * 8 * 36
+    assert all(0 <= seed < 2**63 for seed in crn | independent)  # what torch.Generator.manual_seed takes

@@ -1,0 +1,123 @@
+"""The run store's small rules checked one by one: which process counts as alive, checkpoint keeping and
+order, the newest-first run list (docs/methods.md has no formula here; these are the store's contracts)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.train.store import (
+    DAMAGED_METRICS,
+    METRICS,
+    RunStore,
+    list_runs,
+    load_checkpoint,
+    process_alive,
+    process_start,
+)
+
+
+@pytest.mark.parametrize("pid", [None, "1", 1.0, True, 0, -5, 2**31, 2**40])
+def test_a_pid_that_cannot_be_a_process_is_not_alive(pid):
+    assert process_alive(pid) is False
+
+
+def test_process_start_is_the_kernels_start_time():
+    """/proc/<pid>/stat field 22 in clock ticks since boot: a process started now started about uptime ago."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        uptime = float(open("/proc/uptime").read().split()[0])
+        started = process_start(child.pid) / os.sysconf("SC_CLK_TCK")  # seconds since boot
+        assert uptime - 30 < started <= uptime + 1
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_alive_means_this_process_and_not_a_reused_pid():
+    me = os.getpid()
+    assert process_alive(me) and process_alive(me, process_start(me))
+    assert not process_alive(me, process_start(me) + 1)  # same pid, another start time: a reused pid
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not process_alive(gone.pid)
+
+
+def test_checkpoints_keep_the_newest_and_the_pointer_leads(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    weights, state = {"w": torch.ones(2)}, {"step": 1}
+    for it in (1, 2, 3):
+        store.save_checkpoint(it, weights, state, keep=2)
+    names = [p.name for p in store.checkpoints()]
+    assert names == ["iter_0003", "iter_0002"]  # keep 2: the oldest went
+    store.save_checkpoint(4, weights, state, keep=1)
+    assert [p.name for p in store.checkpoints()] == ["iter_0004"]
+    assert not list((tmp_path / "run" / "checkpoints").glob(".*tmp"))
+    store.save_checkpoint(5, weights, state, keep=3)
+    (tmp_path / "run" / "checkpoints" / "latest.json").write_text('{"iteration": 4, "dir": "iter_0004"}')
+    assert [p.name for p in store.checkpoints()] == ["iter_0004", "iter_0005"]  # the pointer's first
+    assert store.latest_checkpoint().iteration == 4
+
+
+def test_runs_are_listed_newest_first(tmp_path):
+    for name, started in (("a", 10.0), ("b", 30.0), ("c", 20.0), ("d", "not a time"), ("e", True), ("f", 5)):
+        store = RunStore.create(tmp_path, name)
+        store.write_config({})
+        store.write_status("finished", 1, started=started)
+    names = [info.name for info in list_runs(tmp_path)]
+    assert names[:4] == ["b", "c", "a", "f"] and set(names[4:]) == {"d", "e"}  # no time (a bool is none) is 0
+
+
+def test_a_new_status_keeps_the_start_time(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    store.write_status("running", 0, started=123.0)
+    store.write_status("finished", 3)
+    assert store.status()["started"] == 123.0 and store.status()["iteration"] == 3
+
+
+def test_truncating_keeps_the_rows_and_puts_only_the_damaged_lines_aside(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    for it in (1, 2, 3):
+        store.append_metrics({"iteration": it, "loss": 0.5})
+    with open(store.path / METRICS, "ab") as f:
+        f.write(b'{"iteration": 4, "lo')  # a crash's torn tail
+    store.append_metrics({"iteration": 4, "loss": 0.25})  # closes the torn line first, never glued to it
+    store.truncate_metrics(2)
+    assert [r["iteration"] for r in store.metrics()] == [1, 2]
+    assert (store.path / DAMAGED_METRICS).read_bytes() == b'{"iteration": 4, "lo\n'
+
+
+def test_a_checkpoint_at_iteration_0_loads_and_a_negative_one_does_not(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    folder = store.save_checkpoint(0, {"w": torch.ones(2)}, {"step": 0})
+    assert load_checkpoint(folder).iteration == 0
+    (folder / "state.json").write_text('{"iteration": -1}')
+    with pytest.raises(WorkbenchError, match="state.json cannot be read"):
+        load_checkpoint(folder)
+
+
+class Stranger:
+    """A class torch.load(weights_only=True) does not allow: loading it could run any code a pickle names."""
+
+
+def test_an_optimizer_state_holding_other_objects_is_refused(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    folder = store.save_checkpoint(1, {"w": torch.ones(2)}, {"state": Stranger()})
+    with pytest.raises(WorkbenchError, match="optimizer.pt cannot be read"):
+        load_checkpoint(folder)
+
+
+def test_a_trainer_without_a_run_folder_takes_no_lock(random_policy):
+    from workbench.train import TrainConfig, Trainer
+
+    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)
+    trainer = Trainer(config, None, random_policy)
+    try:
+        assert trainer.store is None and trainer._lock is None
+    finally:
+        trainer.release()
