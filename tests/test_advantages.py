@@ -41,6 +41,9 @@ def test_grpo_without_eps_gives_a_flat_group_zero_not_nan():
         assert adv.values[1].eq(0).all() and torch.isfinite(adv.values).all()
     flat = grpo(torch.full((2, 3), 4.0), AdvantageSettings(eps=0.0, global_std=True))  # whole batch std 0
     assert flat.values.eq(0).all()
+    for settings in (AdvantageSettings(eps=0.0, tol=0.0), AdvantageSettings(eps=0.0, tol=0.0, global_std=True)):
+        adv = grpo(torch.tensor([[1.0, 3.0], [5.0, 5.0]]), settings)  # tol 0: the flat group is not flagged
+        assert adv.values[1].eq(0).all() and torch.isfinite(adv.values).all(), settings
 
 
 def test_grpo_clip_engages_at_five():

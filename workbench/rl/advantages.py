@@ -154,7 +154,8 @@ def grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
     if s.unbiased_std:
         std = r.std(dim=1, unbiased=True) if r.shape[1] > 1 else std  # (N,)
     scale = r.std(unbiased=s.unbiased_std).expand_as(std) if s.global_std else std  # (N,)
-    raw = (centered / (scale[:, None] + s.eps)).masked_fill(zero_std[:, None], 0.0)  # (N, G); eps 0: no 0 / 0
+    denom = scale[:, None] + s.eps  # (N, 1); 0 only for a flat group (or batch) with eps 0
+    raw = (centered / denom).masked_fill(zero_std[:, None] | (denom == 0), 0.0)  # (N, G); never 0 / 0
     values, clipped = _clip(raw, s.clip)  # (N, G)
     return Advantages(values=values, group_mean=mean, group_std=std, zero_std=zero_std,
                       kept=torch.ones_like(r, dtype=torch.bool), clipped=clipped,
