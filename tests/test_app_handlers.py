@@ -304,7 +304,7 @@ def test_the_form_brings_each_method_with_its_companions(model_dir, objective, e
     assert {k: getattr(config, k) for k in expected} == expected
 
 
-@pytest.mark.parametrize("field, value, message", [("objective", "ppo", "unknown objective 'ppo'"),
+@pytest.mark.parametrize("field, value, message", [("objective", "trpo", "unknown objective 'trpo'"),
                                                    ("chunks", "2,3", "sum to 5"), ("lr", -1, "lr and max_grad_norm"),
                                                    ("iterations", 0, "iterations must be"),
                                                    ("iterations", 10**12, "at most 2000 in the app"),
