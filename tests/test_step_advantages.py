@@ -140,3 +140,11 @@ def test_ppo_refuses_to_resume_without_a_critic(tmp_path):
     store.write_config(replace(config, objective="ppo", chunks="3", iterations=2).to_dict())
     with pytest.raises(WorkbenchError, match="no critic"):
         Trainer.resume(tmp_path / "run", policy=fresh_policy())
+
+
+def test_dense_grpo_with_the_x0_look_ahead_needs_no_extra_sampling(tmp_path):
+    config = replace(preset("dense_grpo"), lookahead="x0", **{k: getattr(TINY, k) for k in (
+        "group", "steps", "chunks", "prompts_per_iteration", "lr", "clip_low")}, iterations=1, eval_prompts=0)
+    Trainer(config, tmp_path / "run", fresh_policy()).run()
+    row = RunStore(tmp_path / "run").metrics()[-1]
+    assert row["lookahead/nfe"] == 0 and row["loss/policy"] == row["loss/policy"]  # x0 predictions are stored
