@@ -179,7 +179,7 @@ def test_the_exported_page_opens_offline_with_every_figure(page, url, browser, t
         view = offline.new_page()
         view.goto(saved.as_uri())
         view.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=LONG)
-        expect(view.locator(".js-plotly-plot")).to_have_count(4)  # log-probs, step credit, chunk credit, objectives
+        expect(view.locator(".js-plotly-plot")).to_have_count(5)  # log-probs, credit, chunks, L1_rel, objectives
         expect(view.locator("img")).to_have_count(2)
         assert all(view.locator("img").evaluate_all("imgs => imgs.map(i => i.naturalWidth > 0)"))
         expect(view.locator("body")).to_contain_text("python -m workbench export --prompt")

@@ -138,7 +138,8 @@ def test_export_writes_a_standalone_page(model_dir, tmp_path, capsys):
                  "1,2", "--model", str(model_dir), "--out", str(out)]) == 0
     assert "no network needed" in capsys.readouterr().err
     text = out.read_text()
-    assert len(text.encode()) < 10_000_000 and text.count('class="plotly-graph-div"') == 4
+    assert len(text.encode()) < 10_000_000 and text.count('class="plotly-graph-div"') == 5
+    assert "<h2>Temporal dynamics and the chunks</h2>" in text  # the model's L1_rel curve under the chunks
     assert "--chunks 1,2 --continuations 2 --estimator mc" in text and f"--model {model_dir}" in text
     assert main(["export", "--prompt", PROMPT, "--steps", "3", "--chunks", "1,1", "--model", str(model_dir),
                  "--out", str(out)]) == 2  # a schedule that does not cover the steps: a message, no page

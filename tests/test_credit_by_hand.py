@@ -95,11 +95,11 @@ def test_one_continuation_per_state_is_allowed_and_four_is_the_default(random_po
     from workbench.rl.credit import continuation_rewards, measure_credit
 
     group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
-    one = measure_credit(random_policy, group, _brightness, branches=1, chunks="1,2")
+    one = measure_credit(random_policy, group, _brightness, continuations=1, chunks="1,2")
     assert one.counts.tolist() == [[1, 1], [1, 1]] and torch.isnan(one.step_se[:, 1:]).all()  # K = 1: no error
     assert continuation_rewards(random_policy, group, _brightness).shape == (2, 2, 4)
     two = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=2))  # one state between
-    assert measure_credit(random_policy, two, _brightness, branches=2, chunks="1,1").step_credit.shape == (2, 2)
+    assert measure_credit(random_policy, two, _brightness, continuations=2, chunks="1,1").step_credit.shape == (2, 2)
     with pytest.raises(WorkbenchError, match="at least 2 steps"):
         measure_credit(random_policy, sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=1)),
                        _brightness, chunks="1")
@@ -169,7 +169,7 @@ def test_refinement_progress_counts_continuations_up_to_those_spent(random_polic
     from workbench.rl.credit import measure_credit, refine_rounds
 
     group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
-    credit = measure_credit(random_policy, group, _brightness, branches=2, chunks="1,2")
+    credit = measure_credit(random_policy, group, _brightness, continuations=2, chunks="1,2")
     calls = []
     one = list(refine_rounds(credit, random_policy, group, _brightness, 1))  # a budget of 1 is a budget
     assert len(one) == 1 and int((one[0].counts - credit.counts).sum()) == 1

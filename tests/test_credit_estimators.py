@@ -26,7 +26,7 @@ def test_the_ode_continued_by_the_ode_is_its_own_trajectory(random_policy):
         final = brightness(group.images, None)  # (G,)
         for name in ("ode", "mc"):
             before = time.perf_counter()
-            est = ESTIMATORS.get(name)(random_policy, group, brightness, branches=2)
+            est = ESTIMATORS.get(name)(random_policy, group, brightness, continuations=2)
             assert 0 < est.seconds <= time.perf_counter() - before
             assert torch.allclose(est.branch_rewards, final[:, None, None].expand_as(est.branch_rewards), atol=1e-5)
         before = time.perf_counter()

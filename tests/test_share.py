@@ -69,7 +69,9 @@ def check_page(text: str, session) -> None:
     head, _, body = text.partition("</head>")
     assert "plotly.js" in head.lower() and len(head) > 1_000_000  # plotly's JavaScript inlined, once
     assert "<script src" not in body and "<link" not in text[:500] and 'src="http' not in body  # nothing fetched
-    assert text.count('class="plotly-graph-div"') == 4  # log-probs, step credit, chunk credit, objectives' maps
+    # log-probs, step credit, chunk credit, the model's L1_rel curve with the chunks, objectives' maps
+    assert text.count('class="plotly-graph-div"') == 5
+    assert "<h2>Temporal dynamics and the chunks</h2>" in text
     assert body.count("data:image/png;base64,") == 2  # the final images and the x0 filmstrip
     assert "python -m workbench export --prompt" in text and "--continuations 2" in text
     assert "Step misattribution" in text and "±" in text  # the numbers with their errors

@@ -14,6 +14,18 @@ from pathlib import Path
 from workbench.cli.args import RenamedFlag, non_negative_float, positive_int
 
 
+def model_curve(policy, group):
+    """The model's L1_rel curve at the group's steps and noise: over 8 spread prompts of the toy world (as the app's
+    Chunks tab), else over the group's prompt."""
+    from dataclasses import replace
+
+    from workbench.flow.dynamics import dynamics_curve
+    from workbench.toyworld.world import spread_prompts
+
+    prompts = spread_prompts(8) if getattr(policy, "toy_world", False) else [group.prompt]
+    return dynamics_curve(policy, prompts, replace(group.config, group=2 if len(prompts) > 1 else 8))
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from workbench.cli.main import check_memory, load_model, sampling_config
     from workbench.flow.sampler import sample_group
@@ -40,7 +52,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                 "T": config.steps, "noise level": config.noise_level, "sampler": config.sde, "reward": args.reward,
                 "chunks": ",".join(map(str, sizes)), "continuations": args.continuations,
                 "estimator": args.estimator, "z": args.z}
-    out = write_page(policy, group, rewards, advantages, credit, args.z, settings, args.out)
+    out = write_page(policy, group, rewards, advantages, credit, args.z, settings, args.out,
+                     curve=model_curve(policy, group))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it in any browser, no network needed",
           file=sys.stderr)
     return 0

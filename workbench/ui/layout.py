@@ -39,6 +39,7 @@ from workbench.ui.welcome import (
     CHUNKS_INTRO,
     FINETUNE_INTRO,
     GENERATE_INTRO,
+    RUNS_INTRO,
     glossary_tab,
     go_to_learn,
     welcome_panel,
@@ -350,6 +351,7 @@ def _finetune_tab(wb, session, tab) -> None:
 
 
 def _runs_tab(wb, tab) -> None:
+    gr.Markdown(RUNS_INTRO, elem_id="runs-intro")
     refresh = gr.Button("Refresh", elem_id="refresh-runs-btn")
     status = gr.Markdown(elem_id="runs-status")
     table = gr.Dataframe(headers=rh.RUN_COLUMNS, interactive=False, label="Runs on disk", elem_id="runs-table")

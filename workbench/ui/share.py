@@ -148,7 +148,7 @@ def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: f
                       session, tab, base)[0]
     out = _fresh_export_folder() / "workbench-group.html"  # removed after a while, like the run downloads
     write_page(wb.policy(session.source), g, session.rewards, session.advantages, credit, session.z, settings, out,
-               link=link)
+               link=link, curve=wb.curve(g.num_steps, g.config.noise_level, session.source))
     size = out.stat().st_size / 1e6
     return gr.File(str(out), visible=True), ok(f"page written ({size:.1f} MB): download it and open it in any "
                                                "browser, no network needed")

@@ -32,6 +32,11 @@ CHUNKS_INTRO = gloss(
     "chunk credit and the misattribution rates update at once (the stored credit and its errors are "
     "re-chunked, nothing is sampled again).")
 
+RUNS_INTRO = gloss(
+    "Every fine-tuning run on disk, from this app or the command line: its objective (GRPO, Chunk-GRPO, ...), "
+    "how far it got, its reward and its held-out accuracy. Choose runs to compare a metric across them; "
+    "load one in the model picker at the top to measure its credit before and after.")
+
 FINETUNE_INTRO = gloss(
     "Fine-tune the policy: every iteration samples a group per prompt, turns rewards into advantages and "
     "updates the model with the chosen objective (Chunk-GRPO uses the chunk schedule below; every objective "

@@ -117,13 +117,14 @@ def export_command(settings: dict) -> str:
 
 
 def write_page(policy, group, rewards, advantages, credit, z: float, settings: dict, out: Path,
-               link: str = "") -> Path:
-    """Render the page of a measured group to `out`; refuses a page over `PAGE_LIMIT` bytes."""
+               link: str = "", curve=None) -> Path:
+    """Render the page of a measured group to `out` (with the model's L1_rel `curve`, a DynamicsCurve, when
+    given); refuses a page over `PAGE_LIMIT` bytes."""
     from workbench.flow.pictures import x0_filmstrip
 
     strip = x0_filmstrip(policy, group, max_columns=16, thumb=64)
     text = render_page(group_page(group, rewards, advantages, credit, z, strip, settings, export_command(settings),
-                                  link))
+                                  link, curve))
     size = len(text.encode("utf-8"))
     if size > PAGE_LIMIT:
         raise WorkbenchError(f"the page would be {size / 1e6:.1f} MB (limit {PAGE_LIMIT / 1e6:.0f} MB): "
