@@ -61,6 +61,9 @@ def rows(f: dict) -> list[str]:
             "scripts/bench_app.py --lesson: the crosses lesson started and watched from the Fine-tune tab"),
         row("Credit at the defaults in the browser", app.get("credit_s"), "s", 6,
             "scripts/bench_app.py: Measure credit pressed to status (G=8, T=16, M=4); threads as the app chooses"),
+        row("Credit at the defaults in the browser, app on one thread",
+            f.get("app_one_thread", {}).get("credit_s"), "s", 6,
+            "scripts/bench_app.py --threads 1: the same, the app limited to one torch thread (issue 24's target)"),
         row("Credit at the defaults, library", credit.get("credit_s"), "s", 6,
             "workbench bench credit: measure_credit alone, median of runs"),
         row("Training next to a busy process / quiet (auto threads)", threads.get("slowdown_auto"), "x", 2,
@@ -116,6 +119,7 @@ def render(f: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("figures", help="the JSON file of `workbench bench all --json`")
+    p.add_argument("--app-one-thread", default=None, help="the JSON of `scripts/bench_app.py --threads 1`")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     Path(args.out).write_text(render(json.loads(Path(args.figures).read_text())))

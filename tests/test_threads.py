@@ -110,9 +110,10 @@ def test_training_processes_get_passive_waiting(tmp_path, monkeypatch):
         raise Stop
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.setattr(subprocess, "Popen", popen)
     from workbench.train.config import TrainConfig
 
     with pytest.raises(Stop):
         JobManager(tmp_path, "cpu").start(TrainConfig(iterations=1))
-    assert captured["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert captured["OMP_WAIT_POLICY"] == "PASSIVE" and captured["GOMP_SPINCOUNT"] == "10000"

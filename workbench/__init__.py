@@ -22,9 +22,11 @@ from __future__ import annotations
 import importlib
 import os
 
-# OpenMP threads sleep rather than spin while they wait, so a process sharing cores with another (the app and
-# its fine-tune) does not collapse (workbench/core/threads.py). Read when torch loads; a value set stays.
+# OpenMP threads spin briefly, then sleep while they wait, so a process sharing cores with another (the app and
+# its fine-tune) does not collapse (workbench/core/threads.py PASSIVE_WAIT). Read when torch loads; a value set
+# in the environment stays.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 _EXPORTS = {"load_policy": "workbench.train.sources", "load_model": "workbench.models.adapters",
             "sample_group": "workbench.flow.sampler",

@@ -4,7 +4,8 @@
 
 Each case is a fresh `workbench.cli.bench_train` process (OpenMP reads its wait policy when torch loads):
 
-- quiet, auto:        the training default (threads from the free cores, passive OpenMP waiting);
+- quiet, auto:        the training default (threads from the free cores, OpenMP threads that spin briefly and
+                      then sleep: `PASSIVE_WAIT`);
 - busy, auto:         the same next to one single-threaded process that computes all the time;
 - quiet, 2 spinning:  the old default (as many threads as cores, OpenMP threads spinning while they wait);
 - busy, 2 spinning:   the old default next to the busy process (the 28x collapse of issue 24).
@@ -22,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workbench.core.threads import cpu_count
+from workbench.core.threads import PASSIVE_WAIT, cpu_count
 
 TARGET_SLOWDOWN = 2.0
 BUSY = "while True: pass"  # one single-threaded competing load
@@ -32,7 +33,8 @@ CASES = (("quiet", "auto", "PASSIVE"), ("busy", "auto", "PASSIVE"),
 
 def run_case(load: str, threads: str, wait: str, iterations: int, timeout: float) -> dict:
     """One bench_train process under `load` ('quiet' or 'busy'); its figures, or {'timed_out': True}."""
-    env = {**os.environ, "OMP_WAIT_POLICY": wait}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(PASSIVE_WAIT if wait == "PASSIVE" else {"OMP_WAIT_POLICY": wait})
     neighbour = subprocess.Popen([sys.executable, "-c", BUSY]) if load == "busy" else None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
