@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
-import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -30,17 +29,4 @@ def test_the_chunk_size_slider_rechunks_the_map_and_the_rate(tmp_path):
         "assert (label.value, len(fig.layout.shapes)) != before[::2]",
         "size.value = STEPS",
         "assert 'chunks [' in label.value and len(fig.layout.shapes) == 0, (label.value, fig.layout.shapes)",
-    ], tmp_path)
-
-
-@pytest.mark.slow
-def test_the_rerun_button_trains_and_shows_the_new_run(tmp_path):
-    run_with("03_finetune.ipynb", [
-        # a two-iteration lesson stands in for the 80-iteration one: the button's wiring is what is checked
-        "import workbench.train as _wt\n"
-        "preset = lambda name: _wt.preset(name, iterations=2, eval_every=1, eval_prompts=2, sample_every=1)",
-        "button.click()",
-        "assert status.value.startswith('done'), status.value\n"
-        "assert LESSON_MODEL == LESSON_DIR and not button.disabled\n"
-        "assert len(curve.data) > 0",
     ], tmp_path)
