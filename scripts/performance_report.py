@@ -1,7 +1,8 @@
 """Write docs/performance.md from the figures of `workbench bench all --json FILE [--tests]`.
 
     .venv/bin/python -m workbench bench all --json /tmp/bench.json --tests   # ~15 minutes on 2 quiet cores
-    .venv/bin/python scripts/performance_report.py /tmp/bench.json            # -> docs/performance.md
+    .venv/bin/python scripts/bench_app.py --lesson --json /tmp/lesson.json    # the lesson's memory (~7 min quiet)
+    .venv/bin/python scripts/performance_report.py /tmp/bench.json --lesson /tmp/lesson.json  # -> docs/performance.md
 
 Every number in the page comes from that file; the page says how each was measured and on which machine.
 """
@@ -58,7 +59,8 @@ def rows(f: dict) -> list[str]:
         row("App memory after Generate + credit", rss.get("generate_credit"), "MB", 700,
             "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4"),
         row("App memory after a lesson run from the app", rss.get("lesson"), "MB", 1024,
-            "scripts/bench_app.py --lesson: the crosses lesson started and watched from the Fine-tune tab"),
+            "scripts/bench_app.py --lesson: the crosses lesson started and watched from the Fine-tune tab"
+            + (f" ({f['app']['lesson_s'] / 60:.0f} minutes)" if "lesson_s" in f.get("app", {}) else "")),
         row("Credit at the defaults in the browser", app.get("credit_s"), "s", 6,
             "scripts/bench_app.py: Measure credit pressed to status (G=8, T=16, M=4); threads as the app chooses"),
         row("Credit at the defaults in the browser, app on one thread",
@@ -119,10 +121,23 @@ def render(f: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("figures", help="the JSON file of `workbench bench all --json`")
+    p.add_argument("--lesson", default=None, help="the JSON of `scripts/bench_app.py --lesson` (its memory after "
+                   "the lesson and the lesson's duration)")
     p.add_argument("--app-one-thread", default=None, help="the JSON of `scripts/bench_app.py --threads 1`")
+    p.add_argument("--tests", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json`")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
-    Path(args.out).write_text(render(json.loads(Path(args.figures).read_text())))
+    figures = json.loads(Path(args.figures).read_text())
+    if args.lesson:
+        lesson = json.loads(Path(args.lesson).read_text())
+        app = figures.setdefault("app", {})
+        app.setdefault("rss_mb", {})["lesson"] = lesson["rss_mb"]["lesson"]
+        app["lesson_s"] = lesson["lesson_s"]
+    if args.app_one_thread:
+        figures["app_one_thread"] = json.loads(Path(args.app_one_thread).read_text())
+    if args.tests:
+        figures["tests"] = json.loads(Path(args.tests).read_text())
+    Path(args.out).write_text(render(figures))
     print(f"wrote {args.out}")
 
 
