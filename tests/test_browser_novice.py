@@ -133,6 +133,47 @@ def test_objectives_maps_go_stale_with_a_new_group_and_take_a_scale_per_objectiv
     shot(page, "objectives_stale")
 
 
+def address(page, *parts: str) -> str:
+    """The page's query string once it holds every one of `parts` (it follows the view without Copy link)."""
+    for _ in range(LONG // 250):
+        query = page.evaluate("window.location.search")
+        if all(part in query for part in parts):
+            return query
+        page.wait_for_timeout(250)
+    raise AssertionError(f"the address bar holds {query!r}, not all of {parts}")
+
+
+def test_the_address_bar_follows_the_view_without_copy_link(page, url, browser):
+    page.goto(url)
+    assert page.evaluate("window.location.search") == ""  # nothing to hold before a group exists
+    generate(page, group=3, steps=6)
+    query = address(page, "G=3", "T=6", "seed=0", "noise=0.7", "sampler=flow_grpo", "chunks=", "tab=generate")
+    page.get_by_role("tab", name="Chunks").click()
+    expect(page.locator("#chunks-status")).to_contain_text("over T=6 steps", timeout=LONG)
+    page.locator("#chunk-spec textarea").fill("1,2,3")
+    page.click("#apply-spec-btn")
+    address(page, "chunks=1%2C2%2C3", "tab=chunks")  # a chunk edit and the tab switch
+    page.get_by_role("tab", name="Attribution").click()
+    address(page, "tab=attribution")
+    set_number(page, "credit-k", 2)
+    page.click("#credit-btn")
+    expect(page.locator("#credit-status")).to_contain_text("measured credit with M=2", timeout=LONG)
+    rates = page.locator("#credit-rates [data-testid=markdown]").inner_text()
+    query = address(page, "continuations=2", "chunks=1%2C2%2C3", "tab=attribution")
+    assert page.locator("#share-link textarea").input_value() == url + query  # the link box shows it too
+    other = browser.new_page()
+    try:
+        other.goto(url + query)
+        expect(other.locator("#share-status")).to_contain_text("opened a shared link", timeout=4 * LONG)
+        expect(other.locator("#credit-rates")).to_contain_text("Step misattribution", timeout=LONG)
+        assert other.locator("#credit-rates [data-testid=markdown]").inner_text() == rates  # the same numbers
+        expect(other.get_by_role("tab", name="Attribution")).to_have_attribute("aria-selected", "true")
+        expect(other.locator("#credit-k input[type=number]")).to_have_value("2")
+        assert other.evaluate("window.location.search") == query  # opening the link keeps it (chunks 1,2,3 too)
+    finally:
+        other.close()
+
+
 def test_a_shared_link_opens_the_same_view_with_the_same_numbers(page, url, browser):
     page.goto(url)
     generate(page, group=3, steps=6)

@@ -37,6 +37,17 @@ def test_a_link_holds_the_view_and_opening_it_gives_the_same_numbers(wb):
     assert out[-3] == rates and opened.sizes == [1, 3]
 
 
+def test_the_address_bar_link_is_the_shown_group_not_the_controls(wb):
+    controls = (PROMPT, 3, 4, 0.7, 5, "flow_grpo", "", "adherence", 2, "mc")
+    assert is_skip(share.follow_link(*controls, Session(), "Generate", "http://host/"))  # no group: keep the bar
+    session = base.h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", Session())[-2]
+    link = share.share_link(wb, *controls, session, "Chunks", "http://host/")[0]
+    assert share.follow_link(*controls, session, "Chunks", "http://host/") == link
+    edited = ("another prompt", 5, 8, 0.3, 1, "cps", "0,2", "adherence", 2, "mc")  # typed, not generated yet
+    assert share.follow_link(*edited, session, "Chunks", "http://host/") == link
+    assert is_skip(share.follow_link(*controls[:-2], None, "mc", session, "Chunks", "http://host/"))  # emptied M
+
+
 def test_no_query_changes_nothing_and_bad_links_are_messages(wb):
     out = share.open_link(wb, Session(), "")
     assert all(is_skip(x) for x in out[:-1]) and out[-1] == ""

@@ -183,7 +183,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                 compare_text=compare_text, both=both, continuations=continuations, estimator=estimator)
 
 
-def _chunks_tab(wb, session, tab) -> gr.Textbox:
+def _chunks_tab(wb, session, tab) -> tuple[gr.Textbox, list]:
     gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
@@ -209,15 +209,15 @@ def _chunks_tab(wb, session, tab) -> gr.Textbox:
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
     tab.select(partial(h.chunks_view, wb), [session], outputs, api_visibility="private")
     fast = {"queue": False, "show_progress": "hidden"}  # edits take ~50 ms: skip the queue round trip
-    gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
-          api_name="chunks_from_spec", **fast)
-    use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs, api_name="chunks_from_chunker",
-              **fast)
-    split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split", **fast)
-    merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **fast)
-    clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
-                  js=forward_js("curve-plot"), trigger_mode="always_last", **fast)  # a click while one runs waits
-    return spec
+    edits = [gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
+                   api_name="chunks_from_spec", **fast),
+             use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs,
+                       api_name="chunks_from_chunker", **fast),
+             split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split", **fast),
+             merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **fast),
+             clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
+                           js=forward_js("curve-plot"), trigger_mode="always_last", **fast)]  # a click waits
+    return spec, edits  # the edits skip the queue, so the address bar follows them explicitly (ui/share.py)
 
 
 OBJECTIVES_INTRO = (
@@ -407,7 +407,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                              [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
                              api_name="generate", **HEAVY)
             with gr.Tab("Chunks", id="chunks") as chunks_tab:
-                spec = _chunks_tab(wb, session, chunks_tab)
+                spec, edits = _chunks_tab(wb, session, chunks_tab)
             with gr.Tab("Objectives", id="objectives") as objectives_tab:
                 _objectives_tab(wb, session, objectives_tab)
             with gr.Tab("Fine-tune", id="finetune") as finetune_tab:
@@ -424,7 +424,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         share.wire(wb, demo, link, tabs, session,
                    [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
                    [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
-                    attribution["heatmap"], attribution["rates"]])
+                    attribution["heatmap"], attribution["rates"]], edits)
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change

@@ -2,7 +2,10 @@
 
 `share_link` turns the controls (and the session's policy and chunk schedule) into
 `...?model=base&prompt=...&seed=0&G=8&T=16&noise=0.7&sampler=flow_grpo&chunks=2,3,4,7&continuations=4&estimator=mc
-&tab=attribution`; the Copy link button writes it to the address bar and the clipboard. `open_link` runs on page
+&tab=attribution`; the Copy link button writes it to the address bar and the clipboard. The address bar also
+follows the view without the button: `follow_link` rebuilds the link whenever the session changes (a Generate,
+Learn's example, a credit measurement, a chunk edit) or another tab opens, and `FOLLOW_JS` puts it there with
+history.replaceState (no new history entry, no reload). `open_link` runs on page
 load: with a query string it loads the policy, samples the same group (sampling and the credit measurement are
 seeded, so the numbers are the same), applies the schedule, measures credit with the same continuations and
 estimator, and opens the tab. A bad value is a message naming the parameter, never a traceback.
@@ -37,6 +40,10 @@ COPY_JS = """(link) => {
   }
   return [];
 }"""
+FOLLOW_JS = """(link) => {
+  if (link && link.startsWith('http') && link !== window.location.href) window.history.replaceState(null, '', link);
+  return [];
+}"""
 
 
 @guarded(2)
@@ -44,12 +51,37 @@ def share_link(wb: Workbench, prompt: str, group: float, steps: float, noise: fl
                window: str, reward: str, continuations: float, estimator: str, session: Session, tab: str,
                base: str):
     """Copy link -> (the link, status): the address of this page with the view's settings as its query."""
+    link = view_link(prompt, group, steps, noise, seed, sde, window, reward, continuations, estimator, session, tab,
+                     base)
+    return link, ok("link to this view copied (and shown in the address bar); opening it regenerates the view")
+
+
+def view_link(prompt: str, group: float, steps: float, noise: float, seed: float, sde: str, window: str,
+              reward: str, continuations: float, estimator: str, session: Session, tab: str, base: str) -> str:
+    """The link to a view: `base` with these settings, the session's policy and chunk schedule as its query
+    (the only place a link is built; `parse_query` reads it back)."""
     query = {"model": session.source, "prompt": (prompt or "").strip(), "seed": int(seed), "G": int(group),
              "T": int(steps), "noise": f"{float(noise):g}", "sampler": sde or "", "window": (window or "").strip(),
              "reward": (reward or "").strip(), "chunks": format_sizes(session.sizes),
              "continuations": int(continuations), "estimator": estimator or "mc", "tab": TABS.get(tab, tab or "")}
-    link = (base or "") + "?" + urlencode({k: v for k, v in query.items() if v != ""})
-    return link, ok("link to this view copied (and shown in the address bar); opening it regenerates the view")
+    return (base or "") + "?" + urlencode({k: v for k, v in query.items() if v != ""})
+
+
+def follow_link(prompt: str, group: float, steps: float, noise: float, seed: float, sde: str,
+                window: str, reward: str, continuations: float, estimator: str, session: Session, tab: str,
+                base: str):
+    """The session changed or a tab opened -> the link to the view now shown, for the address bar; the group's
+    own settings, not the controls' (Learn's example fills the controls after its session). Without a group, or
+    with a control the link cannot hold (an emptied number), the address bar keeps what it has."""
+    if session.group is None:
+        return gr.skip()
+    c = session.group.config
+    shown = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
+    try:
+        return view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, shown,
+                         session.reward_spec, continuations, estimator, session, tab, base)
+    except (TypeError, ValueError):
+        return gr.skip()
 
 
 def _int(params: dict, key: str, default: int, low: int = 0) -> int:
@@ -169,8 +201,11 @@ def share_row() -> dict:
     return dict(copy=copy, link=link, tab=tab, base=base, status=status, export=export, page=page)
 
 
-def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, controls: list, shown: list) -> None:
-    """Copy link reads `controls` (prompt, G, T, noise, seed, sampler, window, reward, continuations, estimator);
+def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, controls: list, shown: list,
+         edits: list) -> None:
+    """Copy link reads `controls` (prompt, G, T, noise, seed, sampler, window, reward, continuations, estimator),
+    and so does the address bar, which follows every session change, tab switch and event of `edits` (the chunk
+    edits: they skip the queue, and gradio fires a State's change only for queued events);
     a page load with a query string fills `shown` (prompt, G, T, noise, seed, reward, sampler, window, picker,
     chunk spec, continuations, estimator, header, gallery, filmstrip, log-prob figure, credit map, rates)."""
     from functools import partial
@@ -181,6 +216,10 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
     row["export"].click(partial(export_page, wb), [*controls, session, row["tab"], row["base"]],
                         [row["page"], row["status"]], js=CURRENT_TAB_JS, api_name="export_page",
                         concurrency_id="model", concurrency_limit=1)
+    follow = dict(fn=follow_link, inputs=[*controls, session, row["tab"], row["base"]], outputs=[row["link"]],
+                  js=CURRENT_TAB_JS, queue=False, show_progress="hidden", api_visibility="private")
+    for event in [gr.on([session.change, tabs.change], **follow), *(edit.then(**follow) for edit in edits)]:
+        event.then(None, [row["link"]], None, js=FOLLOW_JS)
     demo.load(partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,
               api_visibility="private", concurrency_id="model", concurrency_limit=1,
               show_progress_on=[shown[-2]])  # over the credit map only: not over every control of the page
