@@ -140,6 +140,10 @@ def test_export_writes_a_standalone_page(model_dir, tmp_path, capsys):
     text = out.read_text()
     assert len(text.encode()) < 10_000_000 and text.count('class="plotly-graph-div"') == 5
     assert "<h2>Temporal dynamics and the chunks</h2>" in text  # the model's L1_rel curve under the chunks
+    from workbench.rl.objectives import OBJECTIVES
+
+    shown = [name for name in OBJECTIVES.names() if f'"text":"{name}\\u003cbr' in text]  # a map's title
+    assert shown == OBJECTIVES.names()  # every registered objective, gfpo (filtered by sharpness) included
     assert "--chunks 1,2 --continuations 2 --estimator mc" in text and f"--model {model_dir}" in text
     assert main(["export", "--prompt", PROMPT, "--steps", "3", "--chunks", "1,1", "--model", str(model_dir),
                  "--out", str(out)]) == 2  # a schedule that does not cover the steps: a message, no page

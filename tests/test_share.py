@@ -9,6 +9,7 @@ import torch
 
 from tests import test_app_handlers as base
 from workbench.core.errors import WorkbenchError
+from workbench.rl.objectives import OBJECTIVES
 from workbench.ui import share
 from workbench.ui.state import Session
 
@@ -83,6 +84,8 @@ def check_page(text: str, session) -> None:
     # log-probs, step credit, chunk credit, the model's L1_rel curve with the chunks, objectives' maps
     assert text.count('class="plotly-graph-div"') == 5
     assert "<h2>Temporal dynamics and the chunks</h2>" in text
+    titled = [name for name in OBJECTIVES.names() if f'"text":"{name}\\u003cbr' in text]  # each map's title
+    assert titled == OBJECTIVES.names()  # every registered objective, gfpo included
     assert body.count("data:image/png;base64,") == 2  # the final images and the x0 filmstrip
     assert "python -m workbench export --prompt" in text and "--continuations 2" in text
     assert "Step misattribution" in text and "±" in text  # the numbers with their errors

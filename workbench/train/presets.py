@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from workbench.core.registry import Registry
 from workbench.rl.objectives import OBJECTIVES
 from workbench.train.config import TrainConfig
@@ -129,6 +131,15 @@ def crosses() -> TrainConfig:
                        prompts_per_iteration=8,  # 4 was too noisy (see above); ~3.6 CPU-s per iteration
                        keep_checkpoints=8,  # every 10th iteration stays loadable: credit before, during and after
                        iterations=80)  # 268-274 training CPU-s on one thread: within 5 minutes on 2 cores
+
+
+def gfpo_scores(group) -> torch.Tensor:
+    """(G,) GFPO's second score of a TrajectoryGroup's final images: the reward its preset filters the group by
+    (sharpness: the paper keeps the shortest answers, rl/objectives.py). The Objectives tab and the exported page
+    explain gfpo with it."""
+    from workbench.rewards import build_reward
+
+    return build_reward(preset("gfpo").gfpo_metric)(group.images, [group.prompt] * group.group_size)
 
 
 def with_objective(base: TrainConfig, name: str) -> TrainConfig:

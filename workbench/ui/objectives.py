@@ -20,6 +20,7 @@ from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.explain import Explanation, explain, moved_log_probs, paired_advantages, paired_estimator
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config import TrainConfig
+from workbench.train.presets import gfpo_scores
 from workbench.ui.clicks import clicked_point
 from workbench.ui.formulas import cell, formula_markdown
 from workbench.ui.guard import guarded, number, ok, whole_number
@@ -62,14 +63,6 @@ def explanations(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str,
     return [(key, title if key == "ratio1" else f"after {view.updates} update{'' if view.updates == 1 else 's'}",
              explain(new, old, view.advantages, settings, names, mask))
             for (key, title), new in zip(ROWS, (old, view.moved))]
-
-
-def _gfpo_metric(group: TrajectoryGroup) -> torch.Tensor:
-    """GFPO's second score for the group's images: the reward its preset filters by (sharpness)."""
-    from workbench.rewards import build_reward
-    from workbench.train.presets import preset
-
-    return build_reward(preset("gfpo").gfpo_metric)(group.images, [group.prompt] * group.group_size)
 
 
 def _current(view: ObjectivesView | None, session: Session) -> ObjectivesView:
@@ -146,7 +139,7 @@ def _advantages(wb: Workbench, group: TrajectoryGroup, session: Session, names: 
     from workbench.rewards import build_reward
     from workbench.train.step_compare import per_step_advantages
 
-    advantages = paired_advantages(session.rewards, names, metric=_gfpo_metric(group))
+    advantages = paired_advantages(session.rewards, names, metric=gfpo_scores(group))
     return advantages | per_step_advantages(wb.policy(session.source), group, session.rewards, names,
                                             build_reward(session.reward_spec))
 
@@ -154,7 +147,7 @@ def _advantages(wb: Workbench, group: TrajectoryGroup, session: Session, names: 
 def _ratio_one(group: TrajectoryGroup, rewards: torch.Tensor, sizes: list[int], clip: float) -> Explanation:
     """Every objective's push on a group at ratio 1 (the first update of an iteration), paired advantages."""
     names = objective_names()
-    advantages = paired_advantages(rewards, names, metric=_gfpo_metric(group))
+    advantages = paired_advantages(rewards, names, metric=gfpo_scores(group))
     old = group.log_probs  # (G, T)
     return explain(old, old, advantages, ObjectiveSettings(clip_low=clip, chunks=list(sizes)), names,
                    group.config.sde_mask().expand_as(old))

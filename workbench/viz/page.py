@@ -80,12 +80,14 @@ def group_page(group, rewards, advantages, credit, z: float, x0_strip: Image.Ima
     from workbench.core.imaging import grid
     from workbench.rl.explain import explain, paired_advantages
     from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
+    from workbench.train.presets import gfpo_scores
     from workbench.viz import credit_view, plots
     from workbench.viz.explain_plots import objective_maps_figure
 
-    names = [n for n in OBJECTIVES.names() if n != "gfpo"]  # gfpo needs a second reward to filter by
+    names = OBJECTIVES.names()
     old = group.log_probs  # (G, T): at ratio 1 the policy is the sampling policy
-    ex = explain(old, old, paired_advantages(rewards, names), ObjectiveSettings(chunks=list(credit.sizes)), names,
+    paired = paired_advantages(rewards, names, metric=gfpo_scores(group))  # gfpo filters by its second score
+    ex = explain(old, old, paired, ObjectiveSettings(chunks=list(credit.sizes)), names,
                  group.config.sde_mask().expand_as(old))
     captions = ", ".join(f"{i}: r {float(r):.3f}, A {float(a):+.2f}" for i, (r, a) in enumerate(zip(rewards,
                                                                                                    advantages)))
