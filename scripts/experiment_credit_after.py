@@ -50,7 +50,9 @@ from workbench.train.tasks import TASKS
 
 OBJECTIVES = ("chunk_grpo", "step_grpo")  # the preset's Chunk-GRPO, and step GRPO at equal compute
 CACHE = "credit_cache.pt"
-RAW = ("prompt", "rewards", "advantages", "branch_rewards", "sizes", "seed", "trained", "crn")  # what Credit measured
+OLD_NAMES = {"branch_rewards": "continuation_rewards"}  # a cache written before the rename holds the old field
+RAW = ("prompt", "rewards", "advantages", "continuation_rewards", "sizes", "seed", "trained",
+       "crn")  # what Credit measured
 
 
 def train_all(args, overrides: dict) -> dict[str, Path]:
@@ -113,7 +115,7 @@ def rates_of(results: list) -> dict[str, np.ndarray]:
              "chunk_determined", "reward", "crosses")
     out = {n: np.full((prompts, seeds), np.nan) for n in names}
     for p, c, raw, accuracy in results:
-        credit = Credit(**raw)
+        credit = Credit(**{OLD_NAMES.get(k, k): v for k, v in raw.items()})
         r = credit.rates()
         for unit in ("step", "chunk"):
             rate = getattr(r, unit)

@@ -53,7 +53,7 @@ def schedules(steps: int, l1_rel: torch.Tensor) -> dict[str, list[int]]:
 
 def first_k(credit, k: int):
     """The measurement made of the first k continuations of every state (nested: no new sampling)."""
-    return replace(credit, branch_rewards=credit.branch_rewards[..., :k])
+    return replace(credit, continuation_rewards=credit.continuation_rewards[..., :k])
 
 
 def rate_row(credit, z: float) -> dict:

@@ -46,8 +46,8 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("rl/explain.py", "explain", "share = torch.where(total > 0, weight.abs() / total.clamp_min(1e-300), "
      "torch.zeros_like(weight))", "> -> >="):
         "where the total is 0 every weight is 0 and 0 / 1e-300 is the same 0",
-    **{("rl/credit_estimators.py", function, f"def {function}(policy, group, reward_fn, branches: int = 1, "
-        "seed: int = 0, crn: bool = True,", mutation): "the look-ahead estimators take K, the seed and CRN only to "
+    **{("rl/credit_estimators.py", function, f"def {function}(policy, group, reward_fn, continuations: int = 1, "
+        "seed: int = 0, crn: bool = True,", mutation): "the look-ahead estimators take M, the seed and CRN only to "
        "share the Monte-Carlo estimator's signature: the ODE has no noise and x0 no continuation"
        for function in ("ode_completion", "denoised_prediction") for mutation in ("1 -> 2", "0 -> 1", "True -> False")},
     ("rl/credit_estimators.py", "denoised_prediction",

@@ -44,9 +44,9 @@ def shares(credit: Credit, z: float) -> dict[str, float]:
            "steps 1-2": float((c.step[:, 1:T - 1] != 0).double().mean()),
            "chunk 0 (x_T to state 2)": float((c.chunk[:, 0] != 0).double().mean()),
            "normal z, steps 0-2": float(((step / se)[:, : T - 1].abs() > z).double().mean())}
-    g, k = credit.rewards.shape[0], credit.branch_rewards.shape[-1]
+    g, k = credit.rewards.shape[0], credit.continuation_rewards.shape[-1]
     start_var = (credit.rewards.var() / g).expand(g)
-    v1 = credit.branch_rewards[:, 0].var(-1) / k  # (G,)
+    v1 = credit.continuation_rewards[:, 0].var(-1) / k  # (G,)
     nu = welch_dof(start_var.double(), torch.full((g,), g - 1.0), v1.double(), torch.full((g,), k - 1.0))
     out["plain Welch, step 0"] = float(determined(step[:, 0], se[:, 0], nu, z).double().mean())
     return out

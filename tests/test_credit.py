@@ -39,16 +39,35 @@ def test_credits_telescope_to_the_raw_advantage(random_policy, group):
 def test_continuations_restart_from_the_stored_state(random_policy):
     """With noise level 0 every continuation is the ODE from its state: M continuations agree."""
     g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=4, noise_level=0.0))
-    branch = continuation_rewards(random_policy, g, mean_red, continuations=3)
+    conts = continuation_rewards(random_policy, g, mean_red, continuations=3)
     final = mean_red(g.images, [PROMPT] * 2)
-    assert torch.allclose(branch, final[:, None, None].expand(2, 3, 3), atol=1e-5)
+    assert torch.allclose(conts, final[:, None, None].expand(2, 3, 3), atol=1e-5)
 
 
 @pytest.mark.parametrize("crn", [True, False])
-def test_branches_differ_under_the_sde_and_repeat_with_the_seed(random_policy, group, crn):
-    branch = continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn)
-    assert branch.shape == (4, 4, 3) and branch.std(-1).mean() > 0
-    assert torch.equal(branch, continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn))
+def test_continuations_differ_under_the_sde_and_repeat_with_the_seed(random_policy, group, crn):
+    conts = continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn)
+    assert conts.shape == (4, 4, 3) and conts.std(-1).mean() > 0
+    assert torch.equal(conts, continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn))
+
+
+def test_the_old_branches_keyword_still_works_and_names_its_successor(random_policy, group):
+    """branches= was renamed continuations= (K is the number of chunks, as in GCPO): the old keyword warns."""
+    from workbench.rl.credit_compare import compare_credit
+
+    new = measure_credit(random_policy, group, mean_red, continuations=2, chunks="2,3")
+    with pytest.warns(FutureWarning, match=r"measure_credit\(\): branches= is now continuations="):
+        old = measure_credit(random_policy, group, mean_red, branches=2, chunks="2,3")
+    assert torch.equal(old.continuation_rewards, new.continuation_rewards)  # the same measurement
+    with pytest.warns(FutureWarning, match="continuation_rewards.*continuations="):
+        assert torch.equal(continuation_rewards(random_policy, group, mean_red, branches=2), new.continuation_rewards)
+    with pytest.warns(FutureWarning, match="monte_carlo.*continuations="):
+        assert ESTIMATORS.get("mc")(random_policy, group, mean_red, branches=1).continuation_rewards.shape[-1] == 1
+    with pytest.warns(FutureWarning, match="compare_credit.*continuations="):
+        compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, SamplingConfig(group=2, steps=2),
+                       mean_red, branches=1, chunks="2")
+    with pytest.raises(WorkbenchError, match="both branches= and continuations="):
+        measure_credit(random_policy, group, mean_red, continuations=2, branches=2)
 
 
 def _one_step(policy, group, traj: int, k: int, s: int, seed: int) -> torch.Tensor:
@@ -104,8 +123,8 @@ def test_common_random_numbers_shrink_the_errors(random_policy):
 def test_plain_rates_by_hand():
     rewards = torch.tensor([1.0, 0.0])  # mean 0.5, A = [+, -]
     # values: [0.5, v1, v2, r]; trajectory 0: 0.5 -> 0.2 -> 0.9 -> 1.0 (first step misattributed)
-    branch = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])  # (G=2, T-1=2, M=2)
-    c = Credit("p", rewards, torch.tensor([1.0, -1.0]), branch, [1, 2])
+    conts = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])  # (G=2, T-1=2, M=2)
+    c = Credit("p", rewards, torch.tensor([1.0, -1.0]), conts, [1, 2])
     assert torch.allclose(c.step_credit, torch.tensor([[-0.3, 0.7, 0.1], [-0.2, 0.3, -0.6]]))
     assert c.misattributed_steps().tolist() == [[True, False, False], [False, True, False]]
     m = c.misattribution()
@@ -121,9 +140,9 @@ def test_plain_rates_by_hand():
 
 def test_untrained_steps_are_left_out_of_every_rate():
     rewards, adv = torch.tensor([1.0, 0.0]), torch.tensor([1.0, -1.0])
-    branch = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])
-    every = Credit("p", rewards, adv, branch, [1, 2])
-    window = Credit("p", rewards, adv, branch, [1, 2], trained=torch.tensor([False, True, True]))
+    conts = torch.tensor([[[0.2, 0.2], [0.9, 0.9]], [[0.3, 0.3], [0.6, 0.6]]])
+    every = Credit("p", rewards, adv, conts, [1, 2])
+    window = Credit("p", rewards, adv, conts, [1, 2], trained=torch.tensor([False, True, True]))
     assert every.rates().step.cells == 6 and window.rates().step.cells == 4
     assert window.misattribution()["step_misattribution"] == pytest.approx(1 / 4)  # only traj 1's step 1
     assert window.rates().chunk.cells == 2  # chunk [0] has no trained step
@@ -132,7 +151,7 @@ def test_untrained_steps_are_left_out_of_every_rate():
 def test_rechunk_reuses_the_samples(random_policy, group):
     credit = measure_credit(random_policy, group, mean_red, continuations=2, chunks="5")
     other = credit.rechunk("1,1,1,1,1")
-    assert torch.equal(other.branch_rewards, credit.branch_rewards)
+    assert torch.equal(other.continuation_rewards, credit.continuation_rewards)
     m1, m5 = other.misattribution(), credit.misattribution()
     assert m1["chunk_misattribution"] == pytest.approx(m1["step_misattribution"])  # chunk size 1 == steps
     assert torch.allclose(other.chunk_se, other.step_se, equal_nan=True)
@@ -151,7 +170,7 @@ def test_refinement_never_decreases_k_and_stops_at_the_budget(random_policy, gro
         counts.append(r.counts)
     assert int((counts[-1] - before).sum()) == 37 and len(rounds) >= 2
     last = rounds[-1]
-    assert torch.equal(last.branch_rewards[..., :2], credit.branch_rewards)  # old continuations kept
+    assert torch.equal(last.continuation_rewards[..., :2], credit.continuation_rewards)  # old continuations kept
     assert last.cost["nfe"] > credit.cost["nfe"]
     # every cell determined (z = 0): nothing to refine, the budget is not spent
     assert torch.equal(refine(credit, random_policy, group, mean_red, budget=37, z=0.0).counts, before)
@@ -220,9 +239,9 @@ def test_refinement_spends_on_undetermined_steps_when_only_a_whole_trajectory_ch
         random_policy, group):
     credit = measure_credit(random_policy, group, mean_red, continuations=2, chunks="5")
     mean = float(credit.rewards.mean())
-    g, s, _ = credit.branch_rewards.shape
+    g, s, _ = credit.continuation_rewards.shape
     noisy = torch.stack([torch.full((g, s), mean - 1.0), torch.full((g, s), mean + 1.0)], dim=-1)  # V = mean, se ~1
-    made = replace(credit, branch_rewards=noisy, crn=False)  # independent: a step between two states has se ~1
+    made = replace(credit, continuation_rewards=noisy, crn=False)  # independent: a step between two states has se ~1
     z = 1e6  # nothing determined; the one chunk (r_i - V(x_T), small error) is within reach, no step is
     assert bool((made.chunk_credit.abs() >= made.chunk_se).any()) and not bool((made.step_credit.abs()
                                                                                 >= made.step_se).any())
@@ -232,36 +251,37 @@ def test_refinement_spends_on_undetermined_steps_when_only_a_whole_trajectory_ch
 
 def test_a_chunk_from_the_shared_start_to_the_image_is_fixed_by_construction():
     rewards = torch.tensor([1.0, 0.0, 0.4])
-    branch = torch.rand(3, 3, 4)  # (G, T - 1 = 3, M = 4)
-    c = Credit("p", rewards, rewards - rewards.mean(), branch, [4])
+    conts = torch.rand(3, 3, 4)  # (G, T - 1 = 3, M = 4)
+    c = Credit("p", rewards, rewards - rewards.mean(), conts, [4])
     assert c.chunk_fixed.all() and c.rates().chunk.by_construction and c.rates().chunk.fixed_cells == 3
     assert torch.allclose(c.chunk_credit[:, 0], rewards - rewards.mean())  # the raw advantage: never against A
     split = c.rechunk("2,2")
     assert not split.chunk_fixed.any() and not split.rates().chunk.by_construction
-    own = replace(c, start_branches=torch.rand(3, 4))  # own x_T per trajectory: its value is measured, not fixed
+    own = replace(c, start_continuations=torch.rand(3, 4))  # own x_T per trajectory: its value is measured, not fixed
     assert not own.chunk_fixed.any()
 
 
 def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuations(random_policy):
     own = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=4, seed=2, shared_noise=False))
     credit = measure_credit(random_policy, own, mean_red, continuations=3, chunks="4")
-    assert credit.start_branches.shape == (3, 3) and credit.cost["nfe"] == 3 * 3 * (4 + 3 + 2 + 1)
-    assert torch.allclose(credit.values[:, 0], credit.start_branches.mean(1))  # V(x_T^i), not the group mean
-    assert torch.allclose(credit.chunk_credit[:, 0], credit.rewards - credit.start_branches.mean(1), atol=1e-6)
+    assert credit.start_continuations.shape == (3, 3) and credit.cost["nfe"] == 3 * 3 * (4 + 3 + 2 + 1)
+    assert torch.allclose(credit.values[:, 0], credit.start_continuations.mean(1))  # V(x_T^i), not the group mean
+    assert torch.allclose(credit.chunk_credit[:, 0], credit.rewards - credit.start_continuations.mean(1), atol=1e-6)
     assert not credit.chunk_fixed.any() and bool(credit.step_se[:, 0].isfinite().all())
     rows = torch.tensor([[i, 0, k] for i in range(3) for k in range(3)])
     again = run_continuations(random_policy, own, mean_red, rows, seed=0, crn=True).view(3, 3)
-    assert torch.allclose(again, credit.start_branches)  # the same continuations, from each own x_T
+    assert torch.allclose(again, credit.start_continuations)  # the same continuations, from each own x_T
 
 
 def test_two_halves_of_the_continuations_are_two_measurements():
     rewards = torch.tensor([1.0, 0.0, 0.4])
-    branch = torch.rand(3, 3, 6)  # (G, T - 1, M = 6)
-    c = Credit("p", rewards, rewards - rewards.mean(), branch, [2, 2], start_branches=torch.rand(3, 6))
+    conts = torch.rand(3, 3, 6)  # (G, T - 1, M = 6)
+    c = Credit("p", rewards, rewards - rewards.mean(), conts, [2, 2], start_continuations=torch.rand(3, 6))
     a, b = c.halves()
-    assert torch.equal(a.branch_rewards, branch[..., :3]) and torch.equal(b.branch_rewards, branch[..., 3:])
-    assert torch.equal(b.start_branches, c.start_branches[:, 3:]) and a.rates().step.cells == c.rates().step.cells
-    uneven = branch.clone()
+    assert torch.equal(a.continuation_rewards, conts[..., :3]) and torch.equal(b.continuation_rewards, conts[..., 3:])
+    assert torch.equal(b.start_continuations, c.start_continuations[:, 3:])
+    assert a.rates().step.cells == c.rates().step.cells
+    uneven = conts.clone()
     uneven[0, 0, 4:] = float("nan")  # one state with M = 4 (refined elsewhere): halves would not pair
-    assert replace(c, branch_rewards=uneven).halves() is None and replace(c, branch_rewards=branch[..., :2]).halves() \
-        is None
+    assert replace(c, continuation_rewards=uneven).halves() is None
+    assert replace(c, continuation_rewards=conts[..., :2]).halves() is None

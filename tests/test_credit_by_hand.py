@@ -16,9 +16,9 @@ NAN = math.nan
 
 def _credit(**kwargs) -> Credit:
     # continuation rewards from states 1 and 2 of each trajectory; means 0.5, 0.75 and 0.5, 0.25
-    branches = torch.tensor([[[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]],
+    continuations = torch.tensor([[[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]],
                              [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]]])  # (G, T - 1, K)
-    return Credit("p", torch.tensor([1.0, 0.0]), torch.tensor([1.0, -1.0]), branches, [1, 2], **kwargs)
+    return Credit("p", torch.tensor([1.0, 0.0]), torch.tensor([1.0, -1.0]), continuations, [1, 2], **kwargs)
 
 
 def test_values_and_credit_by_hand():
@@ -28,7 +28,7 @@ def test_values_and_credit_by_hand():
     assert torch.allclose(credit.step_credit, torch.tensor([[0.0, 0.25, 0.25], [0.0, -0.25, -0.25]]))
     assert torch.allclose(credit.chunk_credit, torch.tensor([[0.0, 0.5], [0.0, -0.5]]))
     assert credit.num_steps == 3 and credit.counts.tolist() == [[4, 4], [4, 4]]
-    own = _credit(start_branches=torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
+    own = _credit(start_continuations=torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
     assert torch.allclose(own.values[:, 0], torch.tensor([0.5, 0.0]))  # each trajectory's own x_T
     look_ahead = _credit(start=torch.tensor([0.25, 0.75]))
     assert torch.allclose(look_ahead.values[:, 0], torch.tensor([0.25, 0.75]))
@@ -54,7 +54,7 @@ def test_only_a_chunk_from_the_shared_start_to_the_image_is_fixed():
     whole = _credit().rechunk([3])
     assert whole.chunk_fixed.tolist() == [[True], [True]]
     assert torch.allclose(whole.chunk_credit[:, 0], torch.tensor([0.5, -0.5]))  # r_i - mean r
-    own = _credit(start_branches=torch.ones(2, 4)).rechunk([3])
+    own = _credit(start_continuations=torch.ones(2, 4)).rechunk([3])
     assert own.chunk_fixed.tolist() == [[False], [False]]  # its own x_T: not the group mean
 
 
@@ -67,22 +67,23 @@ def test_looks_count_the_rounds_that_grew_either_end():
 
 
 def test_halves_split_the_continuations_in_two():
-    first, second = _credit(start_branches=torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])).halves()
-    assert first.branch_rewards[0, 0].tolist() == [1.0, 1.0] and second.branch_rewards[0, 0].tolist() == [0.0, 0.0]
-    assert first.start_branches.tolist() == [[1.0, 0.0], [0.0, 0.0]]
-    assert second.start_branches.tolist() == [[1.0, 1.0], [0.0, 1.0]]
+    first, second = _credit(start_continuations=torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])).halves()
+    assert first.continuation_rewards[0, 0].tolist() == [1.0, 1.0]
+    assert second.continuation_rewards[0, 0].tolist() == [0.0, 0.0]
+    assert first.start_continuations.tolist() == [[1.0, 0.0], [0.0, 0.0]]
+    assert second.start_continuations.tolist() == [[1.0, 1.0], [0.0, 1.0]]
     assert first.looks is None and second.looks is None
     assert _credit(deterministic=True).halves() is None
     three = _credit()
-    three.branch_rewards = three.branch_rewards[..., :3]
+    three.continuation_rewards = three.continuation_rewards[..., :3]
     assert three.halves() is None  # K = 3 < 4
     uneven = _credit()
-    uneven.branch_rewards = uneven.branch_rewards.clone()
-    uneven.branch_rewards[1, 1, 3] = NAN  # one state has K = 3 after refinement
+    uneven.continuation_rewards = uneven.continuation_rewards.clone()
+    uneven.continuation_rewards[1, 1, 3] = NAN  # one state has M = 3 after refinement
     assert uneven.halves() is None
     five = _credit()
-    five.branch_rewards = torch.cat([five.branch_rewards, torch.ones(2, 2, 1)], dim=2)
-    assert [h.branch_rewards.shape[-1] for h in five.halves()] == [2, 2]  # K = 5: 2 and 2, one left over
+    five.continuation_rewards = torch.cat([five.continuation_rewards, torch.ones(2, 2, 1)], dim=2)
+    assert [h.continuation_rewards.shape[-1] for h in five.halves()] == [2, 2]  # M = 5: 2 and 2, one left over
 
 
 def _brightness(images, prompts):
@@ -130,8 +131,9 @@ def test_new_rows_grow_k_count_one_look_per_state_and_their_cost():
     rows = torch.tensor([[0, 2, 4], [0, 2, 5], [1, 1, 4]])
     grown = _with_rows(credit, rows, torch.tensor([0.5, 0.25, 1.0]))
     assert grown.counts.tolist() == [[4, 6], [5, 4]]
-    assert grown.branch_rewards[0, 1, 4:].tolist() == [0.5, 0.25] and grown.branch_rewards[1, 0, 4].item() == 1.0
-    assert torch.isnan(grown.branch_rewards[1, 1, 4:]).all()
+    assert grown.continuation_rewards[0, 1, 4:].tolist() == [0.5, 0.25]
+    assert grown.continuation_rewards[1, 0, 4].item() == 1.0
+    assert torch.isnan(grown.continuation_rewards[1, 1, 4:]).all()
     assert grown.looks.tolist() == [[0.0, 1.0], [1.0, 0.0]]  # two rows in one state and round: one look
     assert grown.cost["nfe"] == 10 + (3 - 2) * 2 + (3 - 1)  # a row from state s runs T - s steps
 
@@ -140,7 +142,7 @@ def test_refining_spends_exactly_the_budget_and_refuses_another_group():
     from workbench.rl.credit import refine_with
 
     credit = _credit()
-    credit.branch_rewards = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]])  # K = 2: noisy
+    credit.continuation_rewards = torch.tensor([[[1.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [1.0, 0.0]]])  # M = 2: noisy
     draws = []
 
     def draw(rows, spent):

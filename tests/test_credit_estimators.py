@@ -28,7 +28,8 @@ def test_the_ode_continued_by_the_ode_is_its_own_trajectory(random_policy):
             before = time.perf_counter()
             est = ESTIMATORS.get(name)(random_policy, group, brightness, continuations=2)
             assert 0 < est.seconds <= time.perf_counter() - before
-            assert torch.allclose(est.branch_rewards, final[:, None, None].expand_as(est.branch_rewards), atol=1e-5)
+            got = est.continuation_rewards
+            assert torch.allclose(got, final[:, None, None].expand_as(got), atol=1e-5)
         before = time.perf_counter()
         ode = ESTIMATORS.get("ode")(random_policy, group, brightness)
         assert torch.allclose(ode.start, final, atol=1e-5) and ode.deterministic
@@ -85,7 +86,7 @@ def test_x0_values_are_the_rewards_of_the_stored_predictions():
     est = ESTIMATORS.get("x0")(Identity(), sample_group_stub(), brightness_of_latents,
                                progress=lambda *c: calls.append(c))
     assert est.start.tolist() == [0.0, 10.0]  # state 0 of each trajectory
-    assert est.branch_rewards[..., 0].tolist() == [[1.0, 2.0], [11.0, 12.0]] and est.deterministic
+    assert est.continuation_rewards[..., 0].tolist() == [[1.0, 2.0], [11.0, 12.0]] and est.deterministic
     assert calls == [(1, 1)]
 
 

@@ -36,24 +36,24 @@ def test_classes_follow_the_definition():
 
 def test_variance_of_independent_and_paired_values():
     # G = 1, T = 3: states 1 and 2 with M = 3 continuations each
-    branches = torch.tensor([[[1.0, 2.0, 3.0], [2.0, 4.0, 9.0]]])
+    continuations = torch.tensor([[[1.0, 2.0, 3.0], [2.0, 4.0, 9.0]]])
     var1, var2 = 1.0 / 3, 13.0 / 3  # sample variances 1 and 13, divided by n = 3
     cov = (-1 * -3 + 0 * -1 + 1 * 4) / 2 / 3  # paired covariance 3.5 of the means: m c / (n_a n_b) = 3 * 3.5 / 9
     start = torch.tensor([0.25])
-    ind = credit_variance(branches, start, [0, 1, 2, 3], paired=False)[0]
-    crn = credit_variance(branches, start, [0, 1, 2, 3], paired=True)[0]
+    ind = credit_variance(continuations, start, [0, 1, 2, 3], paired=False)[0]
+    crn = credit_variance(continuations, start, [0, 1, 2, 3], paired=True)[0]
     assert ind.tolist() == pytest.approx([0.25 + var1, var1 + var2, var2])
     assert crn.tolist() == pytest.approx([0.25 + var1, var1 + var2 - 2 * cov, var2])  # start and end: no pairs
     diffs = torch.tensor([1.0, 2.0, 6.0])  # equal M: Var = sample var of the paired differences / M
     assert float(crn[1]) == pytest.approx(float(diffs.var() / 3))
-    chunk = credit_variance(branches, start, [0, 3], paired=True)[0]  # one chunk: V(x_0) = r has no error
+    chunk = credit_variance(continuations, start, [0, 3], paired=True)[0]  # one chunk: V(x_0) = r has no error
     assert chunk.tolist() == pytest.approx([0.25])
 
 
 def test_unequal_counts_pair_only_the_shared_continuations():
-    branches = torch.tensor([[[1.0, 2.0, NAN, NAN], [2.0, 4.0, 9.0, 5.0]]])  # M = 2 and 4
-    got = credit_variance(branches, torch.zeros(1), [0, 1, 2, 3], paired=True)[0]
-    var1, var2 = 0.5 / 2, branches[0, 1].var().item() / 4
+    continuations = torch.tensor([[[1.0, 2.0, NAN, NAN], [2.0, 4.0, 9.0, 5.0]]])  # M = 2 and 4
+    got = credit_variance(continuations, torch.zeros(1), [0, 1, 2, 3], paired=True)[0]
+    var1, var2 = 0.5 / 2, continuations[0, 1].var().item() / 4
     c = (1.0 - 1.5) * (2.0 - 3.0) * 2  # pairs (1, 2), (2, 4) around their own means, / (m - 1) = 1
     assert float(got[1]) == pytest.approx(var1 + var2 - 2 * 2 * c / (2 * 4))
     single = torch.tensor([[[1.0, NAN], [2.0, 3.0]]])  # one continuation: no error estimate

@@ -35,7 +35,7 @@ def wb(tmp_path_factory):
 def test_a_new_group_frees_the_old_one_and_its_credit(wb):
     session = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session(), progress=Quiet())[-2]
     session = h.attribute(wb, 2, session, progress=Quiet())[-2]
-    old_states, old_credit = weakref.ref(session.group.states), weakref.ref(session.credit.branch_rewards)
+    old_states, old_credit = weakref.ref(session.group.states), weakref.ref(session.credit.continuation_rewards)
     session = h.generate(wb, PROMPT, 3, 4, 0.7, 1, "adherence", session, progress=Quiet())[-2]
     gc.collect()
     assert session.credit is None

@@ -57,7 +57,7 @@ def test_flux_sample_and_attribute_with_the_defaults(flux_dir, tmp_path, capsys)
     assert json.loads(capsys.readouterr().out)["step_determined"] is not None
     assert cli([*args, "--reward", "adherence"]) == 2
     err = capsys.readouterr().err
-    assert "reward 'adherence' scores 32x32 px" in err and "branching" not in err  # refused before sampling
+    assert "reward 'adherence' scores 32x32 px" in err and "continuations: " not in err  # refused before sampling
 
 
 def test_flux_train_resume_and_refusal(flux_dir, tmp_path):

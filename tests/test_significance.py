@@ -37,19 +37,20 @@ def test_welch_satterthwaite_by_hand():
 
 def test_cell_degrees_of_freedom_paired_and_independent():
     # G = 1, T = 3: state 1 with M = 3, state 2 with M = 5 (NaN-padded); start variance 0.25 from G = 4 rewards
-    branches = torch.tensor([[[1.0, 2.0, 3.0, math.nan, math.nan], [2.0, 4.0, 9.0, 5.0, 1.0]]])
+    continuations = torch.tensor([[[1.0, 2.0, 3.0, math.nan, math.nan], [2.0, 4.0, 9.0, 5.0, 1.0]]])
     start = torch.tensor([0.25])
-    v1, v2 = 1.0 / 3, float(branches[0, 1].var()) / 5
-    ind = credit_dof(branches, start, 3.0, [0, 1, 2, 3], paired=False)[0]
-    crn = credit_dof(branches, start, 3.0, [0, 1, 2, 3], paired=True)[0]
+    v1, v2 = 1.0 / 3, float(continuations[0, 1].var()) / 5
+    ind = credit_dof(continuations, start, 3.0, [0, 1, 2, 3], paired=False)[0]
+    crn = credit_dof(continuations, start, 3.0, [0, 1, 2, 3], paired=True)[0]
     # from the group-mean start: min(3, 2) (Hsu); between states: Welch, or 3 pairs -> 2; to the image: 5 - 1
     assert ind.tolist() == pytest.approx([2.0, (v1 + v2) ** 2 / (v1 ** 2 / 2 + v2 ** 2 / 4), 4.0])
     assert crn.tolist() == pytest.approx([2.0, 2.0, 4.0])
-    chunk = credit_dof(branches, start, 3.0, [0, 3], paired=True)[0]
+    chunk = credit_dof(continuations, start, 3.0, [0, 3], paired=True)[0]
     assert chunk.tolist() == [3.0]  # x_T to the image: only the group mean's error (G - 1)
-    loose = credit_dof(branches, start, 3.0, [0, 2, 3], paired=False)[0]  # x_T -> state 2 (M = 5): min(3, 4)
+    loose = credit_dof(continuations, start, 3.0, [0, 2, 3], paired=False)[0]  # x_T -> state 2 (M = 5): min(3, 4)
     assert loose.tolist() == pytest.approx([3.0, 4.0])
-    own = credit_dof(branches, start, 3.0, [0, 1, 2, 3], True, start_branches=torch.tensor([[0.0, 1.0, 5.0]]))[0]
+    own = credit_dof(continuations, start, 3.0, [0, 1, 2, 3], True,
+                     start_continuations=torch.tensor([[0.0, 1.0, 5.0]]))[0]
     assert own[0] == 2.0  # own start continuations pair with state 1's (3 pairs)
 
 

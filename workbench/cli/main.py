@@ -157,7 +157,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
                  continuations=args.continuations if args.estimator == "mc" else 1)  # ode / x0: one look-ahead
     group = sample_group(policy, args.prompt, config)
     credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=args.chunks,
-                            advantage=args.advantage, seed=args.seed, progress=_progress("branching"),
+                            advantage=args.advantage, seed=args.seed, progress=_progress("continuations"),
                             estimator=args.estimator, crn=not args.no_crn)
     summary = credit.summary(args.z)
     if args.json:
@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser("attribute", help="measure step vs chunk advantage misattribution (Monte-Carlo credit)",
-                       description="Sample a group, branch M continuations from every state, and compare "
+                       description="Sample a group, run M continuations from every state, and compare "
                                    "each step's measured credit with the uniform GRPO advantage.")
     add_sampling_args(p)
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",

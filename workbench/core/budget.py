@@ -26,8 +26,8 @@ def rollout_bytes(group: int, steps: int, latent_shape: tuple[int, ...], prompts
     """
     latent = math.prod(latent_shape)  # elements of one state, C * H * W
     per_trajectory = copies * (3 * steps + 1) * latent
-    per_branch_row = 2 * max(steps - 1, 0) * continuations * latent  # rows and their noise
-    return FLOAT_BYTES * prompts * group * (per_trajectory + per_branch_row)
+    per_continuation_row = 2 * max(steps - 1, 0) * continuations * latent  # rows and their noise
+    return FLOAT_BYTES * prompts * group * (per_trajectory + per_continuation_row)
 
 
 def free_bytes(device) -> int | None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.renamed import renamed
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import chunk_boundaries, chunk_sum, parse_chunk_spec
@@ -72,7 +73,7 @@ class Credit:
     prompt: str
     rewards: torch.Tensor  # (G,) r_i of the final images
     advantages: torch.Tensor  # (G,) A_i the objective would use (only its sign matters here)
-    branch_rewards: torch.Tensor  # (G, T - 1, M) continuation rewards from states 1..T-1, NaN past a state's M
+    continuation_rewards: torch.Tensor  # (G, T - 1, M) continuation rewards from states 1..T-1, NaN past a state's M
     sizes: list[int]  # chunk sizes over the T steps
     seed: int = 0  # continuation noise seed
     trained: torch.Tensor | None = None  # (T,) bool: steps that carry a log-prob; None = all
@@ -81,26 +82,26 @@ class Credit:
     start: torch.Tensor | None = None  # (G,) V(x_T) of a look-ahead estimator; None = group mean reward
     deterministic: bool = False  # look-ahead estimators have no Monte-Carlo error
     cost: dict = field(default_factory=dict)  # {"nfe": transformer evaluations, "seconds": wall time}
-    start_branches: torch.Tensor | None = None  # (G, M) continuations from each own x_T (no shared start noise)
+    start_continuations: torch.Tensor | None = None  # (G, M) continuations from each own x_T (no shared start noise)
     looks: torch.Tensor | None = None  # (G, T - 1) refinement rounds that grew each state; None = 0
 
     @property
     def num_steps(self) -> int:
-        return self.branch_rewards.shape[1] + 1
+        return self.continuation_rewards.shape[1] + 1
 
     @property
     def counts(self) -> torch.Tensor:
         """(G, T - 1) continuations per intermediate state."""
-        return state_counts(self.branch_rewards)
+        return state_counts(self.continuation_rewards)
 
     @property
     def values(self) -> torch.Tensor:
         """(G, T + 1) state values V(x_t^i): start value, continuation means, final rewards."""
         g = self.rewards.shape[0]
         start = self.rewards.mean().expand(g) if self.start is None else self.start  # (G,)
-        if self.start_branches is not None:
-            start = state_means(self.start_branches[:, None])[:, 0]  # (G,) each trajectory's own x_T
-        return torch.cat([start[:, None], state_means(self.branch_rewards), self.rewards[:, None]], dim=1)
+        if self.start_continuations is not None:
+            start = state_means(self.start_continuations[:, None])[:, 0]  # (G,) each trajectory's own x_T
+        return torch.cat([start[:, None], state_means(self.continuation_rewards), self.rewards[:, None]], dim=1)
 
     @property
     def step_credit(self) -> torch.Tensor:
@@ -123,14 +124,14 @@ class Credit:
         if self.deterministic:
             return torch.zeros(self.rewards.shape[0], len(edges) - 1)
         start_var, _ = self._start_var()
-        return credit_variance(self.branch_rewards, start_var, edges, self.crn, self.start_branches).sqrt()
+        return credit_variance(self.continuation_rewards, start_var, edges, self.crn, self.start_continuations).sqrt()
 
     def _dof(self, edges: list[int]) -> torch.Tensor:
         """(G, J) degrees of freedom of each unit's error (`credit_stats.credit_dof`)."""
         if self.deterministic:
             return torch.full((self.rewards.shape[0], len(edges) - 1), torch.inf, dtype=torch.float64)
         start_var, start_dof = self._start_var()
-        return credit_dof(self.branch_rewards, start_var, start_dof, edges, self.crn, self.start_branches)
+        return credit_dof(self.continuation_rewards, start_var, start_dof, edges, self.crn, self.start_continuations)
 
     def _looks(self, edges: list[int]) -> torch.Tensor:
         """(G, J) times each unit has been tested: 1 + the refinement rounds that grew either end state."""
@@ -165,7 +166,7 @@ class Credit:
         misattributed, whatever the policy."""
         edges = self._chunk_edges
         whole = torch.tensor([a == 0 and b == self.num_steps for a, b in zip(edges[:-1], edges[1:])])  # (K,)
-        by_mean = self.start is None and self.start_branches is None
+        by_mean = self.start is None and self.start_continuations is None
         return whole[None, :].expand(self.rewards.shape[0], -1) & by_mean
 
     @property
@@ -212,10 +213,11 @@ class Credit:
         if self.deterministic or int(k.min()) != int(k.max()) or int(k.min()) < 4:
             return None
         h = int(k.min()) // 2
-        starts = (None, None) if self.start_branches is None else (self.start_branches[:, :h],
-                                                                    self.start_branches[:, h:2 * h])
-        return (replace(self, branch_rewards=self.branch_rewards[..., :h], start_branches=starts[0], looks=None),
-                replace(self, branch_rewards=self.branch_rewards[..., h:2 * h], start_branches=starts[1], looks=None))
+        own = self.start_continuations
+        starts = (None, None) if own is None else (own[:, :h], own[:, h:2 * h])
+        rewards = self.continuation_rewards
+        return (replace(self, continuation_rewards=rewards[..., :h], start_continuations=starts[0], looks=None),
+                replace(self, continuation_rewards=rewards[..., h:2 * h], start_continuations=starts[1], looks=None))
 
     def misattribution(self, z: float = Z) -> dict[str, float]:
         """The plain sign rates (earlier figures) with their errors, beside the significance-aware rates."""
@@ -238,7 +240,7 @@ class Credit:
         return {"prompt": self.prompt, "chunks": self.sizes, "estimator": self.estimator, "crn": self.crn, "z": z,
                 "false_call_rate": false_call_rate(z),
                 "chunk_fixed_by_construction": self.rates(z).chunk.by_construction,
-                "branches_min": int(k.min()), "branches_max": int(k.max()), "cost": self.cost,
+                "continuations_min": int(k.min()), "continuations_max": int(k.max()), "cost": self.cost,
                 "rewards": self.rewards.tolist(), "advantage": self.advantages.tolist(), "values": self.values.tolist(),
                 "credit": self.step_credit.tolist(), "credit_se": _finite(self.step_se),
                 "step_classes": self.step_classes(z).tolist(), "chunk_credit": self.chunk_credit.tolist(),
@@ -251,12 +253,14 @@ def _finite(t: torch.Tensor) -> list:
     return [[None if v != v else v for v in row] for row in t.tolist()]
 
 
+@renamed(branches="continuations")
 def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                          seed: int = 0, progress=None, crn: bool = True) -> torch.Tensor:
     """Rewards (G, T - 1, M) of M continuations from every intermediate state x_1 .. x_{T-1}."""
-    return ESTIMATORS.get("mc")(policy, group, reward_fn, continuations, seed, crn, progress).branch_rewards
+    return ESTIMATORS.get("mc")(policy, group, reward_fn, continuations, seed, crn, progress).continuation_rewards
 
 
+@renamed(branches="continuations")
 def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                    chunks="2,3,4,7", advantage: str = "grpo", seed: int = 0, progress=None,
                    estimator: str = "mc", crn: bool = True) -> Credit:
@@ -271,14 +275,14 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
     if continuations < 1:
         raise WorkbenchError(f"continuations (M) must be a positive integer, got {continuations}")
     if group.num_steps < 2:
-        raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to branch from")
+        raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
     est = fn(policy, group, reward_fn, continuations, seed, crn, progress)
-    return Credit(group.prompt, rewards, advantages, est.branch_rewards, sizes, seed, group.config.sde_mask(), crn,
-                  estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
-                  est.start_branches)
+    return Credit(group.prompt, rewards, advantages, est.continuation_rewards, sizes, seed, group.config.sde_mask(),
+                  crn, estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
+                  est.start_continuations)
 
 
 REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
@@ -291,9 +295,9 @@ def _open_cells(credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor, v
 
 
 def _undetermined_near_states(credit: Credit, z: float) -> torch.Tensor:
-    """(G, T - 1) undetermined valid cells (steps and chunks) that start or end at each state that can branch
-    (not the shared start x_T, not the final image), counting only those within reach of z errors when any
-    of them touches such a state."""
+    """(G, T - 1) undetermined valid cells (steps and chunks) that start or end at each state continuations
+    start from (not the shared start x_T, not the final image), counting only those within reach of z errors
+    when any of them touches such a state."""
     t = credit.num_steps
     steps = _open_cells(credit.step_credit, credit.step_se, credit.step_classes(z), credit.step_valid)
     chunks = _open_cells(credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid)
@@ -305,7 +309,7 @@ def _undetermined_near_states(credit: Credit, z: float) -> torch.Tensor:
         n[:, 1:] += steps[use]
         n.index_add_(1, edges[:-1], chunks[use])
         n.index_add_(1, edges[1:], chunks[use])
-        near.append(n[:, 1:-1])  # (G, T - 1): states 1..T - 1 branch; x_T and the image do not
+        near.append(n[:, 1:-1])  # (G, T - 1): continuations start from states 1..T - 1; x_T and the image have none
     return near[0] if bool(near[0].any()) else near[1]
 
 
@@ -336,15 +340,15 @@ def _allocate(priority: torch.Tensor, counts: torch.Tensor, remaining: int) -> t
 
 def _with_rows(credit: Credit, rows: torch.Tensor, rewards: torch.Tensor) -> Credit:
     """The credit with new continuation rewards (R,) at rows (R, 3) = (i, s, k) added; M only grows."""
-    g, s, k = credit.branch_rewards.shape
+    g, s, k = credit.continuation_rewards.shape
     grown = torch.full((g, s, max(k, int(rows[:, 2].max()) + 1)), torch.nan)
-    grown[..., :k] = credit.branch_rewards
+    grown[..., :k] = credit.continuation_rewards
     grown[rows[:, 0], rows[:, 1] - 1, rows[:, 2]] = rewards
     cost = {**credit.cost, "nfe": credit.cost.get("nfe", 0) + continuation_cost(rows, credit.num_steps)}
     looks = torch.zeros(g, s) if credit.looks is None else credit.looks.clone()  # (G, T - 1)
     grew = (rows[:, 0], rows[:, 1] - 1)
     looks[grew] = looks[grew] + 1  # once per state and round, however many rows it got (values read before writing)
-    return replace(credit, branch_rewards=grown, cost=cost, looks=looks)
+    return replace(credit, continuation_rewards=grown, cost=cost, looks=looks)
 
 
 def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, reward_fn, budget: int,
@@ -375,7 +379,7 @@ def refine_with(credit: Credit, draw, budget: int, z: float = Z) -> Iterator[Cre
     """The rounds of `refine_rounds` with continuations from `draw(rows (R, 3), spent) -> rewards (R,)`."""
     spent = 0
     while spent < budget:
-        priority = _undetermined_near_states(credit, z)  # (G, T - 1): states that can branch
+        priority = _undetermined_near_states(credit, z)  # (G, T - 1): states continuations start from
         if not bool(priority.any()):
             return
         rows = _allocate(priority, credit.counts, budget - spent)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from workbench.core.registry import Registry
+from workbench.core.renamed import renamed
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 
@@ -31,12 +32,12 @@ from workbench.flow.trajectory import TrajectoryGroup
 class Estimate:
     """State values of one group from one estimator."""
 
-    branch_rewards: torch.Tensor  # (G, T - 1, M) rewards per state 1..T-1 (M = 1 for look-ahead estimators)
+    continuation_rewards: torch.Tensor  # (G, T - 1, M) rewards per state 1..T-1 (M = 1 for look-ahead estimators)
     start: torch.Tensor | None  # (G,) value of state 0, or None: the group mean reward (Monte-Carlo)
     deterministic: bool  # no Monte-Carlo noise: every credit has error 0
     nfe: int  # transformer evaluations of one latent (the cost that dominates)
     seconds: float = 0.0
-    start_branches: torch.Tensor | None = None  # (G, M) continuation rewards from each own x_T (no shared start)
+    start_continuations: torch.Tensor | None = None  # (G, M) continuation rewards from each own x_T (no shared start)
 
 
 ESTIMATORS: Registry = Registry("credit estimator")
@@ -113,6 +114,7 @@ def continuation_cost(rows: torch.Tensor, steps: int) -> int:
 
 
 @ESTIMATORS.register("mc")
+@renamed(branches="continuations")
 def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0, crn: bool = True,
                 progress=None) -> Estimate:
     """M continuations from every state 1..T-1 with the group's own sampler; V = their mean reward.
@@ -130,6 +132,7 @@ def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0,
 
 
 @ESTIMATORS.register("ode")
+@renamed(branches="continuations")
 def ode_completion(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
                    progress=None) -> Estimate:
     """V(x_s) = reward of the deterministic Euler ODE completion from x_s, for states 0..T-1 (TP-GRPO)."""
@@ -142,6 +145,7 @@ def ode_completion(policy, group, reward_fn, continuations: int = 1, seed: int =
 
 
 @ESTIMATORS.register("x0")
+@renamed(branches="continuations")
 @torch.no_grad()
 def denoised_prediction(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
                         progress=None) -> Estimate:

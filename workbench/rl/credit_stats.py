@@ -18,20 +18,20 @@ from workbench.rl.significance import determined, welch_dof
 MISATTRIBUTED, UNDETERMINED, ALIGNED = -1, 0, 1
 
 
-def state_counts(branches: torch.Tensor) -> torch.Tensor:
+def state_counts(continuations: torch.Tensor) -> torch.Tensor:
     """Continuations per state (G, S) of NaN-padded rewards (G, S, M)."""
-    return (~branches.isnan()).sum(-1)
+    return (~continuations.isnan()).sum(-1)
 
 
-def state_means(branches: torch.Tensor) -> torch.Tensor:
+def state_means(continuations: torch.Tensor) -> torch.Tensor:
     """Mean continuation reward per state (G, S); NaN padding (states with fewer continuations) is ignored."""
-    return branches.nanmean(-1)
+    return continuations.nanmean(-1)
 
 
-def _mean_variance(branches: torch.Tensor) -> torch.Tensor:
+def _mean_variance(continuations: torch.Tensor) -> torch.Tensor:
     """Var of each state's mean (G, S): unbiased sample variance / n; NaN where n < 2 (no estimate)."""
-    n = state_counts(branches).float()  # (G, S)
-    dev = branches - state_means(branches)[..., None]  # (G, S, M)
+    n = state_counts(continuations).float()  # (G, S)
+    dev = continuations - state_means(continuations)[..., None]  # (G, S, M)
     var = dev.pow(2).nansum(-1) / (n - 1)  # (G, S)
     return torch.where(n >= 2, var / n, torch.nan)
 
@@ -51,12 +51,12 @@ def _paired_covariance(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
     return torch.where(m >= 2, m * c / (na * nb).clamp_min(1), 0.0)
 
 
-def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list[int], paired: bool,
-                    start_branches: torch.Tensor | None = None) -> torch.Tensor:
+def credit_variance(continuations: torch.Tensor, start_var: torch.Tensor, edges: list[int], paired: bool,
+                    start_continuations: torch.Tensor | None = None) -> torch.Tensor:
     """Variance (G, J) of the credit V(e_{j+1}) - V(e_j) of every unit between consecutive edges.
 
-    branches: (G, T - 1, M) continuation rewards of states 1..T-1, NaN-padded; start_var (G,): variance of
-    V(x_T) (state 0), or start_branches (G, M): the start's own continuations (trajectories that do not share
+    continuations: (G, T - 1, M) continuation rewards of states 1..T-1, NaN-padded; start_var (G,): variance of
+    V(x_T) (state 0), or start_continuations (G, M): the start's own continuations (trajectories that do not share
     x_T), which then count like any state; the final state's value is the reward itself (variance 0).
     edges: state indices 0 = e_0 < ... < e_J = T. paired: continuations share noise (CRN), so Cov(V_a, V_b)
     is subtracted:
@@ -65,7 +65,7 @@ def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list
 
     NaN where a state has fewer than 2 continuations.
     """
-    var, ext = _extended(branches, start_var, start_branches)
+    var, ext = _extended(continuations, start_var, start_continuations)
     a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,) each
     total = var[:, a] + var[:, b]  # (G, J)
     if paired:
@@ -73,31 +73,31 @@ def credit_variance(branches: torch.Tensor, start_var: torch.Tensor, edges: list
     return total.clamp_min(0)
 
 
-def _extended(branches: torch.Tensor, start_var: torch.Tensor,
-              start_branches: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _extended(continuations: torch.Tensor, start_var: torch.Tensor,
+              start_continuations: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Variances of the means (G, T + 1) of states 0..T and the continuations (G, T + 1, M) with the final
     state, and the start state unless it has continuations of its own, as empty (NaN) rows."""
-    g, s, k = branches.shape
-    k = k if start_branches is None else max(k, start_branches.shape[1])
-    pad = torch.full((g, 1, k), torch.nan, dtype=branches.dtype)
+    g, s, k = continuations.shape
+    k = k if start_continuations is None else max(k, start_continuations.shape[1])
+    pad = torch.full((g, 1, k), torch.nan, dtype=continuations.dtype)
     first = pad.clone()
-    if start_branches is not None:
-        first[:, 0, : start_branches.shape[1]] = start_branches
-    body = torch.cat([branches, torch.full((g, s, k - branches.shape[2]), torch.nan)], dim=2)  # (G, T - 1, M)
+    if start_continuations is not None:
+        first[:, 0, : start_continuations.shape[1]] = start_continuations
+    body = torch.cat([continuations, torch.full((g, s, k - continuations.shape[2]), torch.nan)], dim=2)  # (G, T - 1, M)
     ext = torch.cat([first, body, pad], dim=1)  # (G, T + 1, M): states 0..T
     var = _mean_variance(ext)  # (G, T + 1)
-    if start_branches is None:
+    if start_continuations is None:
         var[:, 0] = start_var
     var[:, -1] = 0.0
     return var, ext
 
 
-def credit_dof(branches: torch.Tensor, start_var: torch.Tensor, start_dof: float, edges: list[int],
-               paired: bool, start_branches: torch.Tensor | None = None) -> torch.Tensor:
+def credit_dof(continuations: torch.Tensor, start_var: torch.Tensor, start_dof: float, edges: list[int],
+               paired: bool, start_continuations: torch.Tensor | None = None) -> torch.Tensor:
     """Degrees of freedom (G, J) of each unit's variance estimate (`credit_variance`), for its Student t.
 
     A state with n continuations has n - 1; the start value V(x_T) `start_dof` (G - 1 for the group mean, inf
-    for a look-ahead value; n - 1 with start_branches), the final reward inf (no error). Independent
+    for a look-ahead value; n - 1 with start_continuations), the final reward inf (no error). Independent
     continuations, and units that touch the final state: Welch-Satterthwaite over the two terms
     (`significance.welch_dof`). Units from the group-mean start: min(nu_a, nu_b) (Hsu's conservative bound;
     the start's term is ~1/G of the variance, and Welch's estimate jumps to G - 1 whenever a state's few
@@ -105,18 +105,18 @@ def credit_dof(branches: torch.Tensor, start_var: torch.Tensor, start_dof: float
     with continuations: m - 1, m the pairs (the variance of m paired differences). NaN where a state has fewer
     than 2 continuations.
     """
-    var, ext = _extended(branches, start_var, start_branches)
+    var, ext = _extended(continuations, start_var, start_continuations)
     n = state_counts(ext).double()  # (G, T + 1)
     dof = n - 1
-    if start_branches is None:
+    if start_continuations is None:
         dof[:, 0] = start_dof
     dof[:, -1] = torch.inf
     a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,) each
     out = welch_dof(var[:, a].double(), dof[:, a], var[:, b].double(), dof[:, b])  # (G, J)
-    if start_branches is None:  # Hsu's bound min(nu_a, nu_b) next to the group mean (see docs/methods.md)
+    if start_continuations is None:  # Hsu's bound min(nu_a, nu_b) next to the group mean (see docs/methods.md)
         out = torch.where((a == 0)[None, :], torch.minimum(dof[:, a], dof[:, b]), out)
     if paired:
-        lowest = 0 if start_branches is not None else 1
+        lowest = 0 if start_continuations is not None else 1
         inner = ((a >= lowest) & (b < ext.shape[1] - 1))[None, :]  # (1, J): both ends have continuations
         pairs = torch.minimum(n[:, a], n[:, b])  # (G, J)
         out = torch.where(inner, pairs - 1, out)

@@ -104,7 +104,7 @@ class LookaheadCredit:
     def values(self, group: TrajectoryGroup, rewards: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(G, T + 1) look-ahead values R_0 .. R_{T-1}, r_i of one group, and the transformer evaluations spent."""
         est = self.estimator(self.policy, group, self.reward_fn)
-        return torch.cat([est.start[:, None], est.branch_rewards[..., 0], rewards.cpu()[:, None]], dim=1), est.nfe
+        return torch.cat([est.start[:, None], est.continuation_rewards[..., 0], rewards.cpu()[:, None]], dim=1), est.nfe
 
     def __call__(self, it: int, groups: list[TrajectoryGroup], rewards: torch.Tensor, steps: torch.Tensor
                  ) -> tuple[torch.Tensor, dict[str, float]]:

@@ -95,7 +95,7 @@ def credit_text(credit: Credit, ex: Explanation) -> str:
     wrong = (credit.step_classes(Z) == MISATTRIBUTED) & credit.step_valid  # (G, T)
     best = int(credit.advantages.argmax())
     corr = float(ex.correlation(credit.step_credit)[ex.index("step_grpo")])
-    k = credit.branch_rewards.shape[-1]
+    k = credit.continuation_rewards.shape[-1]
     return (f"**3. The measured credit, and where it disagrees.** With M={k} continuations from every state, "
             f"{r.determined_cells} of the {r.cells} (image, step) cells are determined (their credit differs from 0 "
             f"at a {100 * false_call_rate(Z):.1f} % false-call rate); among them "
