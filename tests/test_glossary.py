@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from workbench.core.glossary import TERMS, gloss, glossary_markdown, term
+from tests import test_app_handlers as base
+from workbench.core.glossary import SHIELDED, TERMS, _pattern, gloss, glossary_markdown, term
 from workbench.ui.jobs import objective_names
 
 ROOT = Path(__file__).resolve().parents[1]
+model_dir, wb = base.model_dir, base.wb  # the handler tests' fixtures: a tiny model and its Workbench
 REQUIRED = ["GRPO", "advantage", "trajectory", "denoising step", "log-prob", "importance ratio", "clipping", "chunk",
             "temporal dynamics (L1_rel)", "credit", "continuation", "determined", "misattributed", "aligned",
             "push (-w)"]
@@ -62,3 +64,73 @@ def test_each_tab_hovers_its_terms_where_it_first_uses_them(tab, expected):
              "learn": gloss(learn.INTRO), "finetune": welcome.FINETUNE_INTRO}
     names = {t if t != "undetermined" else "determined" for t in expected}
     assert names <= set(glossed(texts[tab])), (tab, names - set(glossed(texts[tab])))
+
+
+def tab_texts(tab) -> list[tuple[str, str]]:
+    """(what, text) a tab shows before anything is run, top to bottom: Markdown and HTML (as gloss leaves them),
+    control labels and info lines, button captions (plotly figure titles are not read)."""
+    import gradio as gr
+
+    out = []
+    for block in _shown(tab):
+        name = type(block).__name__
+        if isinstance(block, (gr.Markdown, gr.HTML)) and isinstance(block.value, str):
+            out.append((f"{name} text", block.value))
+        elif isinstance(block, gr.Button) and isinstance(block.value, str):
+            out.append((f"{name} caption", block.value))
+        for attr in ("label", "info"):
+            value = getattr(block, attr, None)
+            if isinstance(value, str) and value and not isinstance(block, (gr.Markdown, gr.Button)):
+                out.append((f"{name} {attr} (plain text: no hover possible)", value))
+    return out
+
+
+def _shown(block):
+    for child in getattr(block, "children", None) or []:
+        if getattr(child, "visible", True) not in (False, "hidden"):
+            yield child
+            yield from _shown(child)
+
+
+def first_use(t, texts: list[tuple[str, str]]) -> tuple[str, str, bool] | None:
+    """(what, text, glossed) of the first use of term t in a tab's texts; None if the tab never uses it. In an
+    HTML text a use inside code, LaTeX, a tag or another term's hover does not count (as for `gloss`)."""
+    pattern, hover = _pattern(t), f'<abbr title="{t.name}: '
+    for what, text in texts:
+        html = what.endswith(" text")
+        spans = [(m.start(), m.end()) for m in SHIELDED.finditer(text)] if html else []
+        plain, pos = None, 0
+        for start, end in spans + [(len(text), len(text))]:
+            match = pattern.search(text, pos, start)
+            if match:
+                plain = match.start()
+                break
+            pos = end
+        hovered = text.find(hover) if html else -1
+        if hovered >= 0 and (plain is None or hovered < plain):
+            return what, text, True
+        if plain is not None:
+            return what, text, False
+    return None
+
+
+def test_every_term_is_hovered_where_each_tab_first_uses_it(wb):
+    """Tab by tab, top to bottom: the first use of every glossary term is hovered. A control's label or info
+    cannot hold a hover (gradio shows them as plain text), so a text above it must use the term first."""
+    import gradio as gr
+
+    from workbench.ui.layout import build_app
+
+    tabs = [b for b in build_app(wb).blocks.values() if isinstance(b, gr.Tab) and b.label != "Glossary"]
+    assert [t.label for t in tabs] == ["Generate", "Attribution", "Chunks", "Objectives", "Fine-tune", "Runs",
+                                       "Learn"]
+    unglossed = []
+    for tab in tabs:
+        texts = tab_texts(tab)
+        for t in TERMS:
+            use = first_use(t, texts)
+            if use is not None and not use[2]:
+                at = _pattern(t).search(use[1]).start()
+                unglossed.append(f"{tab.label}: '{t.name}' first in a {use[0]}: ...{use[1][max(0, at - 30):at + 30]}")
+    assert not unglossed, "\n".join(unglossed)
+    assert first_use(term("denoising step"), [("Number label (plain text: no hover possible)", "Step t")])[2] is False

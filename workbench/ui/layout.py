@@ -103,7 +103,7 @@ def _generate_tab(wb, session) -> dict:
 
 
 ATTRIBUTION_INTRO = (
-    "Branch M continuations from every state of the group made in **Generate** and compare each step's measured "
+    "Sample M continuations from every state of the group made in **Generate** and compare each step's measured "
     "credit (left) with the one advantage GRPO gives the whole trajectory (right). Every cell has a standard "
     "error: it is **misattributed** (x) or **aligned** (dot) only when its credit differs from 0 at the false-call "
     "rate z sets (z = 2: 4.6 % of cells without credit are called; a Student-t test, since each error comes from "
@@ -116,10 +116,10 @@ ATTRIBUTION_INTRO = (
 
 def _per_step_section(wb, session) -> None:
     """Attribution: ppo's and dense_grpo's per-step advantages beside the measured credit (`step_handlers`)."""
-    gr.Markdown("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns a "
-                "critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** (TP-GRPO) "
-                "gives each step the gain of the reward of an ODE completion from its states. Here all three are set "
-                "beside the Monte-Carlo credit measured above.")
+    gr.Markdown(gloss("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns "
+                      "a critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** "
+                      "(TP-GRPO) gives each step the gain of the reward of an ODE completion from its states. Here "
+                      "all three are set beside the Monte-Carlo credit measured above.", ("ppo", "dense_grpo")))
     with gr.Row():
         critic = gr.Dropdown(sh.critic_choices(wb), value=sh.FIT, allow_custom_value=True, filterable=True,
                              label="ppo's critic", info="fitted on this group, or the critic a ppo run saved",
@@ -199,8 +199,8 @@ def _chunks_tab(wb, session, tab) -> tuple[gr.Textbox, list]:
         merge = gr.Button("Merge here", elem_id="merge-btn", scale=1)
     status = gr.Markdown(elem_id="chunks-status")
     rates = gr.Markdown(elem_id="chunks-rates")
-    gr.Markdown("**Click the curve** at step t to add or remove the chunk boundary after step t (the dashed "
-                "line at t + 0.5).")
+    gr.Markdown(gloss("**Click the curve** at step t to add or remove the chunk boundary after step t (the "
+                      "dashed line at t + 0.5).", ("denoising step",)))
     curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
     chunk_map = gr.Plot(label="Chunk credit", elem_id="chunk-credit-plot")
     outputs = [curve, chunk_map, spec, step, rates, session, status]
@@ -228,7 +228,8 @@ OBJECTIVES_INTRO = (
     "objective* to see their pattern). The top row is the first update of an iteration (every ratio "
     "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "
     "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
-    "**Click a cell** (or set it below) to see that objective's formula with the cell's numbers.")
+    "**Click a cell** (trajectory i, step t; or set them below) to see that objective's formula with the cell's "
+    "numbers.")
 LATEX = [{"left": "$$", "right": "$$", "display": True}]
 
 

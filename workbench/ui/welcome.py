@@ -9,6 +9,7 @@ from __future__ import annotations
 import gradio as gr
 
 from workbench.core.glossary import gloss, glossary_markdown
+from workbench.ui.jobs import objective_names
 
 WELCOME = gloss("""
 **New to GRPO?** GRPO fine-tunes an image model by sampling a group of images for one prompt, scoring
@@ -38,10 +39,12 @@ RUNS_INTRO = gloss(
     "load one in the model picker at the top to measure its credit before and after.")
 
 FINETUNE_INTRO = gloss(
-    "Fine-tune the policy: every iteration samples a group per prompt, turns rewards into advantages and "
-    "updates the model with the chosen objective (Chunk-GRPO uses the chunk schedule below; every objective "
-    "clips its importance ratio at the clip range). Runs go in a separate process; Before / Now show the same "
-    "held-out prompts and noise before and after.")
+    "Fine-tune the policy: every iteration samples a group of trajectories per prompt, turns rewards into "
+    "advantages and updates the model with the chosen objective, which raises or lowers the log-prob of each "
+    "trained step (Chunk-GRPO uses the chunk schedule below; every objective clips its importance ratio at the "
+    f"clip range). The objectives: {', '.join(objective_names())}; "
+    "the **Objectives** tab shows what each pushes on your group. Runs go in a separate process; Before / Now "
+    "show the same held-out prompts and noise before and after.")
 
 
 def welcome_panel() -> tuple[gr.Accordion, gr.Button]:
