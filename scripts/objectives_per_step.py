@@ -36,7 +36,7 @@ from workbench.train.presets import with_objective
 from workbench.train.store import RunStore
 
 METHODS = ("step_grpo", "chunk_grpo", "gspo", "ppo", "dense_grpo")
-CREDIT_GROUPS, CREDIT_BRANCHES = 2, 4  # base-model groups and MC continuations per state for the agreement
+CREDIT_GROUPS, CREDIT_CONTINUATIONS = 2, 4  # base-model groups and MC continuations per state for the agreement
 
 
 def base_config(args) -> tuple[TrainConfig, str]:
@@ -117,7 +117,7 @@ def agreement_rows(configs: dict[str, TrainConfig], run_dirs: dict[str, list[Pat
     rows: dict[str, list[dict]] = {}
     for k in range(CREDIT_GROUPS):
         group = sample_groups(policy, [pool[k % len(pool)]], replace(scfg, seed=100 + k), [100 + k])[0]
-        credit = measure_credit(policy, group, reward_fn, CREDIT_BRANCHES, chunks=chunks, seed=seed + k)
+        credit = measure_credit(policy, group, reward_fn, CREDIT_CONTINUATIONS, chunks=chunks, seed=seed + k)
         for critic in critics:
             for row in compare_step_advantages(policy, group, reward_fn, credit, config, critic).table():
                 rows.setdefault(row["method"], []).append(row)
@@ -172,7 +172,7 @@ def write_report(path: Path, figure: str, base: TrainConfig, metric: str, config
     lines += ["", f"![held-out curves]({figure})", ""]
     if agreement:
         lines += ["Per-step advantage against the Monte-Carlo credit d_{i,t} (base-model groups, K = "
-                  f"{CREDIT_BRANCHES} continuations per state; cells: trained steps with A_i != 0), mean over "
+                  f"{CREDIT_CONTINUATIONS} continuations per state; cells: trained steps with A_i != 0), mean over "
                   "groups x ppo critics:", "",
                   "| advantage | sign agreement, all cells | sign agreement, determined cells | correlation | "
                   "determined / cells | source |", "|---|---|---|---|---|---|"]

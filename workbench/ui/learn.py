@@ -203,7 +203,7 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
     old = session.group.log_probs  # (G, T): at ratio 1 the policy is the sampling policy
     ex = explain(old, old, session.advantages, ObjectiveSettings(chunks=session.sizes), ["step_grpo", "chunk_grpo"],
                  step_mask=session.group.config.sde_mask().expand_as(old))
-    waiting = f"Branching M={LEARN['continuations']} continuations from every state to value it..."
+    waiting = f"Sampling M={LEARN['continuations']} continuations from every state to value it..."
     yield (handlers._gallery(session, short=True), group_text(session),
            explain_plots.advantage_figure(session.rewards, session.advantages),
            step_grpo_text(ex, session.advantages), explain_plots.push_figure(ex, "step_grpo", "Step GRPO's push "
