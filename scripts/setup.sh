@@ -17,10 +17,17 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/pip install -q "torch==2.13.0"
   fi
 fi
+# The rest with uv when it can be had (parallel downloads: about 1 minute here instead of 4 with pip); pip
+# otherwise. torch is already there at the pinned version, which satisfies the project, so uv keeps it.
+install() {
+  [ -x .venv/bin/uv ] || .venv/bin/pip install -q uv >/dev/null 2>&1 || true
+  if [ -x .venv/bin/uv ] && .venv/bin/uv pip install -q --python .venv/bin/python "$@"; then return; fi
+  .venv/bin/pip install -q "$@"
+}
 stamp=.venv/.installed-$dev
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing the workbench into .venv"
-  if [ "$dev" = 1 ]; then .venv/bin/pip install -q -e ".[dev]"; else .venv/bin/pip install -q -e .; fi
+  if [ "$dev" = 1 ]; then install -e ".[dev]"; else install -e .; fi
   touch "$stamp"
 fi
 if [ "$dev" = 1 ] && [ ! -x /usr/bin/chromium ]; then

@@ -72,3 +72,20 @@ def test_release_freed_asks_glibc_where_there_is_one():
     assert heap.release_freed() == (heap._trim() is not None)
     if sys.platform.startswith("linux"):
         assert heap._trim() is not None
+
+
+def test_settled_objects_leave_the_walk_and_new_garbage_is_still_collected():
+    class Node:
+        pass
+
+    heap.settle()
+    try:
+        assert gc.get_freeze_count() > 0, "settle froze nothing: every later collection walks the whole heap"
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the collector frees it
+        ref = weakref.ref(a)
+        del a, b
+        heap.release_freed()
+        assert ref() is None, "garbage made after settle was not collected"
+    finally:
+        gc.unfreeze()

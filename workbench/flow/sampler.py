@@ -96,13 +96,14 @@ def sample_groups(policy: FlowPolicy, prompts: list[str], config: SamplingConfig
             progress(t + 1, steps)
     images = policy.decode(x)  # (N * G, 3, H', W')
 
-    def per_group(items: list[torch.Tensor], i: int) -> torch.Tensor:  # -> (G, len(items), ...)
-        return torch.stack(items, dim=1)[i * config.group:(i + 1) * config.group].cpu()
+    fields = {name: torch.stack(items, dim=1).cpu() for name, items in  # (N * G, T or T + 1, ...), stacked once
+              (("states", states), ("x0_preds", x0s), ("means", means), ("stds", stds), ("log_probs", lps))}
+    fields["images"] = images.cpu()
 
-    return [TrajectoryGroup(prompt=p, config=c, sigmas=sigmas.cpu(), states=per_group(states, i),
-                            x0_preds=per_group(x0s, i), means=per_group(means, i), stds=per_group(stds, i),
-                            log_probs=per_group(lps, i), images=images[i * config.group:(i + 1) * config.group].cpu(),
-                            meta={"model": policy.name})
+    def rows(i: int) -> dict[str, torch.Tensor]:  # group i's rows
+        return {name: x[i * config.group:(i + 1) * config.group] for name, x in fields.items()}
+
+    return [TrajectoryGroup(prompt=p, config=c, sigmas=sigmas.cpu(), meta={"model": policy.name}, **rows(i))
             for i, (p, c) in enumerate(zip(prompts, configs))]
 
 

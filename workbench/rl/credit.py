@@ -84,6 +84,13 @@ class Credit:
     cost: dict = field(default_factory=dict)  # {"nfe": transformer evaluations, "seconds": wall time}
     start_continuations: torch.Tensor | None = None  # (G, M) continuations from each own x_T (no shared start noise)
     looks: torch.Tensor | None = None  # (G, T - 1) refinement rounds that grew each state; None = 0
+    # classes and halves already computed, by key (a Credit is never changed in place: edits make a new one)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _remember(self, key: tuple, compute):
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @property
     def num_steps(self) -> int:
@@ -183,12 +190,14 @@ class Credit:
     def step_classes(self, z: float = Z) -> torch.Tensor:
         """(G, T) int8: -1 misattributed, 0 undetermined, +1 aligned (`credit_stats.classify`)."""
         edges = self._step_edges
-        return classify(self.step_credit, self.step_se, self.advantages, z, self._dof(edges), self._looks(edges))
+        return self._remember(("step", z), lambda: classify(self.step_credit, self.step_se, self.advantages, z,
+                                                            self._dof(edges), self._looks(edges)))
 
     def chunk_classes(self, z: float = Z) -> torch.Tensor:
         """(G, K) int8 classes of the chunk credits."""
         edges = self._chunk_edges
-        return classify(self.chunk_credit, self.chunk_se, self.advantages, z, self._dof(edges), self._looks(edges))
+        return self._remember(("chunk", z), lambda: classify(self.chunk_credit, self.chunk_se, self.advantages, z,
+                                                             self._dof(edges), self._looks(edges)))
 
     def classify(self, z: float = Z) -> CreditClasses:
         """Step and chunk classes at z (cells that count in no rate keep their class; see step_valid)."""
@@ -196,19 +205,32 @@ class Credit:
 
     def rates(self, z: float = Z) -> CreditRates:
         """Misattributed among determined cells, determined share, credit mass against A, plain sign rate."""
-        step = rates(self.step_credit, self.step_classes(z), self.advantages, self.step_valid)
         chunk = rates(self.chunk_credit, self.chunk_classes(z), self.advantages, self.chunk_valid, self.chunk_fixed)
-        return CreditRates(step, chunk, z)
+        return CreditRates(self.step_rates(z), chunk, z)
+
+    def step_rates(self, z: float = Z) -> Rates:
+        """The step rates alone (they do not depend on the chunks)."""
+        return rates(self.step_credit, self.step_classes(z), self.advantages, self.step_valid)
 
     def rechunk(self, spec) -> Credit:
-        """The same measurement under another chunk schedule ("2,3,4,7" or a list of sizes)."""
-        return replace(self, sizes=parse_chunk_spec(spec, self.num_steps))
+        """The same measurement under another chunk schedule ("2,3,4,7" or a list of sizes). The step classes
+        and the halves, which do not depend on the chunks, come along already computed."""
+        sizes = parse_chunk_spec(spec, self.num_steps)
+        out = replace(self, sizes=sizes)
+        out._memo.update({k: v for k, v in self._memo.items() if k[0] == "step"})
+        if ("halves",) in self._memo:
+            split = self._memo[("halves",)]
+            out._memo[("halves",)] = None if split is None else tuple(half.rechunk(sizes) for half in split)
+        return out
 
     def halves(self) -> tuple[Credit, Credit] | None:
         """Two measurements of the same group from disjoint halves of the continuations (M / 2 each): their
         continuation noise is independent (noise is seeded by the index k), so how far their rates differ
         shows how much a rate moves with the continuation seed at M / 2. None when M differs between states
         (after refinement), M < 4, or the estimator has no Monte-Carlo noise."""
+        return self._remember(("halves",), self._split)
+
+    def _split(self) -> tuple[Credit, Credit] | None:
         k = self.counts
         if self.deterministic or int(k.min()) != int(k.max()) or int(k.min()) < 4:
             return None

@@ -113,7 +113,7 @@ def _halves_text(credit: Credit) -> str:
     if split is None:
         return (" These ± are over images; measured again with other continuation noise, the rates move by "
                 "several points more (docs/misattribution.md).")
-    a, b = (half.rates(Z).step.misattributed for half in split)
+    a, b = (half.step_rates(Z).misattributed for half in split)
     return (f" These ± are over images; the continuation noise moves the rate too: two disjoint halves of the "
             f"continuations (M={int(split[0].counts.max())} each) find {_pct(a, float('nan'))} and "
             f"{_pct(b, float('nan'))}.")

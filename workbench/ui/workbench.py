@@ -12,6 +12,7 @@ import os
 import threading
 from collections import OrderedDict
 
+from workbench.core.heap import settle
 from workbench.flow.trajectory import SamplingConfig
 from workbench.ui.jobs import TRAIN_COMMAND, JobManager
 from workbench.ui.state import BASE, DEFAULT_STEPS, EMBEDDED
@@ -136,6 +137,7 @@ class Workbench:
                 self.curve(DEFAULT_STEPS, 0.7)
             except Exception:  # noqa: BLE001 - reported again, as a message, on first use
                 pass
+            settle()  # the loaded model and modules leave the collector's walk (core/heap.py)
         thread = threading.Thread(target=load, name="load-model", daemon=True)
         thread.start()
         return thread

@@ -171,7 +171,7 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
                  "with A = 0 are left out.")
     split = credit.halves()
     if split is not None:
-        a, b = (half.rates(z).step for half in split)
+        a, b = (half.step_rates(z) for half in split)
         lines.append(f"**Spread over continuation noise:** two disjoint halves of the continuations "
                      f"(M={int(split[0].counts.max())} each) find {_pct(a.misattributed, float('nan'))} and "
                      f"{_pct(b.misattributed, float('nan'))} of their determined steps misattributed "
