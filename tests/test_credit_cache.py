@@ -14,8 +14,8 @@ def _credit(sizes=(2, 3, 4, 7)) -> Credit:
     rewards = torch.rand(g, generator=gen)
     # continuation rewards drift towards each trajectory's reward, so some cells are determined and some not
     drift = torch.linspace(0, 1, t - 1)[None, :, None] * (rewards[:, None, None] - rewards.mean())
-    branches = rewards.mean() + drift + 0.05 * torch.randn(g, t - 1, m, generator=gen)
-    return Credit(prompt="p", rewards=rewards, advantages=rewards - rewards.mean(), branch_rewards=branches,
+    continuations = rewards.mean() + drift + 0.05 * torch.randn(g, t - 1, m, generator=gen)
+    return Credit(prompt="p", rewards=rewards, advantages=rewards - rewards.mean(), continuation_rewards=continuations,
                   sizes=list(sizes))
 
 
