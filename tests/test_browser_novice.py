@@ -265,6 +265,7 @@ def test_the_listed_view_defects_are_gone(page, url, app_runs):
     expect(page.locator("#gallery img")).to_have_count(4, timeout=LONG)
     assert page.evaluate(CUT_JS, "#gallery .caption-label") == []  # no caption cut ("traj 0: reward 0.9...")
     strip = page.locator("#filmstrip img")  # the x0 filmstrip carries a strip of step numbers above its cells
+    expect(strip).to_have_js_property("complete", True, timeout=LONG)  # loaded: a busy machine can lag the gallery
     assert strip.evaluate("i => i.naturalHeight") == 36 + 4 * (32 * 3 + 2) + 2
     shot(page, "defect_generate")
     page.get_by_role("tab", name="Attribution").click()
