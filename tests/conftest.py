@@ -12,6 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Under pytest-xdist (scripts/test.sh) the workers share the cores: one thread each on a 2-core machine.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, torch.get_num_threads()) // WORKERS))
+if WORKERS > 1:  # the app (`Workbench.share_cores`) and the commands tests start read it: never oversubscribe
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
 @pytest.fixture(scope="session")
