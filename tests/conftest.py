@@ -33,3 +33,13 @@ def shipped_policy():
     from workbench.models.embedded import EmbeddedPolicy
 
     return EmbeddedPolicy.load()
+
+
+@pytest.fixture(autouse=True)
+def _worker_thread_share():
+    """A test that sets torch's threads (`bench`, `train --threads auto`, the app) gives the worker its share
+    back: a later test on 2 threads beside the other worker would wait on a parked thread (issue 24)."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
