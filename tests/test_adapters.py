@@ -50,12 +50,12 @@ def clip_config():
                           layer_norm_eps=1e-5, hidden_act="gelu")
 
 
-def tiny_vae():
+def tiny_vae(mid_attention: bool = True):
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
                          latent_channels=4, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
-                         shift_factor=0.0609, scaling_factor=1.5035)
+                         shift_factor=0.0609, scaling_factor=1.5035, mid_block_add_attention=mid_attention)
 
 
 @pytest.fixture(scope="module")

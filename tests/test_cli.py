@@ -17,9 +17,31 @@ def model_dir(tmp_path_factory):
     return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
 
 
-def run_cli(*args):
+def run_cli(*args, cwd=None):
     """Run `python -m workbench` in a subprocess, as a user would."""
-    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of the command line run in this process: what `python -m workbench` runs
+    after its imports (`sys.exit(main())`), without a new interpreter's ~4 s of imports."""
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exit_:  # argparse: --help and bad flags
+        code = exit_.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_python_m_workbench_is_the_command_line(tmp_path):
+    """The entry point in a fresh interpreter, as a user runs it (the tests below call `main` in-process):
+    help exits 0, a bad input exits 2 with one `error:` line and no traceback."""
+    result = run_cli("sample", "--help")
+    assert result.returncode == 0 and "usage" in result.stdout
+    result = run_cli("sample", "--prompt", "a red dog", "--out", "x.png", cwd=tmp_path)
+    assert result.returncode == 2 and "unknown word 'dog'" in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1, result.stderr
 
 
 def test_sample_writes_a_grid(model_dir, tmp_path, capsys):
@@ -81,34 +103,35 @@ def test_chunks_json(model_dir, capsys):
     (["attribute", "--prompt", PROMPT, "--steps", "4", "--chunks", "2,a"], "integer"),
     (["chunks", "--method", "zigzag"], "valid chunkers"),
 ])
-def test_errors_are_one_line_without_traceback(args, needle, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True,
-                            timeout=300, cwd=tmp_path)
-    assert result.returncode != 0
-    assert needle in result.stderr and "Traceback" not in result.stderr, result.stderr
-    assert len([line for line in result.stderr.splitlines() if "error:" in line]) == 1
+def test_errors_are_one_line_without_traceback(args, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(capsys, *args)
+    assert code != 0
+    assert needle in err and "Traceback" not in err, err
+    assert len([line for line in err.splitlines() if "error:" in line]) == 1
 
 
-def test_corrupted_weights_are_a_clear_error(model_dir, tmp_path):
+def test_corrupted_weights_are_a_clear_error(model_dir, tmp_path, capsys):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text((model_dir / "config.json").read_text())
     (bad / "model.safetensors").write_bytes(b"not a safetensors file")
-    result = run_cli("sample", "--prompt", PROMPT, "--model", str(bad), "--out", str(tmp_path / "g.png"))
-    assert result.returncode == 2 and "corrupted" in result.stderr and "Traceback" not in result.stderr
+    code, _, err = run_main(capsys, "sample", "--prompt", PROMPT, "--model", bad, "--out", tmp_path / "g.png")
+    assert code == 2 and "corrupted" in err and "Traceback" not in err
 
 
-def test_missing_weights_are_a_clear_error(tmp_path):
+def test_missing_weights_are_a_clear_error(tmp_path, capsys):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")
-    result = run_cli("sample", "--prompt", PROMPT, "--model", str(tmp_path / "m"), "--out", str(tmp_path / "g.png"))
-    assert result.returncode == 2 and "model.safetensors" in result.stderr and "Traceback" not in result.stderr
+    code, _, err = run_main(capsys, "sample", "--prompt", PROMPT, "--model", tmp_path / "m", "--out",
+                            tmp_path / "g.png")
+    assert code == 2 and "model.safetensors" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("command", ["sample", "attribute", "chunks", "bench", "train"])
-def test_every_command_has_help(command):
-    result = run_cli(command, "--help")
-    assert result.returncode == 0 and "usage" in result.stdout
+def test_every_command_has_help(command, capsys):
+    code, out, _ = run_main(capsys, command, "--help")
+    assert code == 0 and "usage" in out
 
 
 def test_attribute_marks_a_whole_trajectory_chunk_fixed_by_construction(model_dir, capsys):

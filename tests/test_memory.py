@@ -65,6 +65,14 @@ def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):
     assert dry_run.embedded_sizes(None).tokens == 64 + 16
 
 
+@pytest.fixture(scope="module")
+def sd3_mid(tmp_path_factory):
+    """A random SD3 of 4 blocks 256 wide, 589 tokens, saved once for the probes that load it (read only)."""
+    from tiny_pipelines import save_tiny_sd3
+
+    return save_tiny_sd3(tmp_path_factory.mktemp("sd3mid"), layers=4, heads=8, head_dim=32)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("settings", [
     dict(),  # the embedded model, TrainConfig's defaults: full fine-tuning, 4 minibatches of 128 transitions
@@ -72,14 +80,11 @@ def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):
     dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8, gradient_checkpointing=False),
     dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8),
 ], ids=["embedded-full", "embedded-lora-checkpointing", "sd3-lora", "sd3-lora-checkpointing"])
-def test_estimate_within_25_percent_of_the_measured_peak(settings, tmp_path_factory):
+def test_estimate_within_25_percent_of_the_measured_peak(settings, request, tmp_path_factory):
     if not sys.platform.startswith("linux"):
         pytest.skip("peak memory is read from /proc")
     if settings.get("model") == "SD3":
-        from tiny_pipelines import save_tiny_sd3
-
-        folder = tmp_path_factory.mktemp("sd3mid")  # 4 blocks 256 wide, 589 tokens
-        settings = {**settings, "model": str(save_tiny_sd3(folder, layers=4, heads=8, head_dim=32))}
+        settings = {**settings, "model": str(request.getfixturevalue("sd3_mid"))}
     result = probe(tmp_path_factory.mktemp("probe"), **settings)
     assert result["estimate_bytes"] == pytest.approx(result["peak_bytes"], rel=0.25), result
 

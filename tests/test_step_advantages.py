@@ -77,8 +77,8 @@ def test_critic_fits_a_known_value_function():
     critic = ValueNet(3, 4)
     assert parameter_count(critic) < 300_000
     before = explained_variance(predict(critic, x, sigma, text), target)
-    fit(critic, torch.optim.Adam(critic.parameters(), lr=3e-3), x, sigma, text, target, epochs=150, batch=128,
-        generator=gen)
+    fit(critic, torch.optim.Adam(critic.parameters(), lr=3e-3), x, sigma, text, target, epochs=30, batch=128,
+        generator=gen)  # explained variance 0.999 after 30 epochs (seeds 0, 1), 0.98 after 10
     after = explained_variance(predict(critic, x, sigma, text), target)
     assert before < 0.2 and after > 0.9, (before, after)
 

@@ -1,7 +1,9 @@
 """Tiny random SD3 and FLUX pipelines saved to a folder, as diffusers' own tests build them (hub-free tokenizers).
 
 Shared by the tests of real-model paths. The FLUX pipeline's VAE has one block (factor 1), so its default
-resolution is the pipeline's 128 latents = 128 px: not the toy world's 32.
+resolution is the pipeline's 128 latents = 128 px: not the toy world's 32. That VAE has no mid-block attention:
+at factor 1 it would attend over all 16,384 pixels of a 128 px image (a real VAE's factor 8 makes that 256
+positions) and took most of a FLUX test's time.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ def save_tiny_flux(folder: Path) -> Path:
                                          pooled_projection_dim=32, axes_dims_rope=[4, 4, 8], guidance_embeds=True)
     t5 = T5EncoderModel(T5Config(vocab_size=1000, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4))
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15)
-    FluxPipeline(transformer=transformer, vae=tiny_vae(), scheduler=scheduler,
+    FluxPipeline(transformer=transformer, vae=tiny_vae(mid_attention=False), scheduler=scheduler,
                  text_encoder=CLIPTextModel(clip_config()), tokenizer=clip_tokenizer(),
                  text_encoder_2=t5, tokenizer_2=t5_tokenizer()).save_pretrained(folder)
     return folder
