@@ -38,10 +38,8 @@ def test_a_chunk_edit_draws_the_changed_figure_once(page, url):  # noqa: F811 - 
         expect(title).to_contain_text("[" + sizes.replace(",", ", ") + "]", timeout=LONG)  # the new figure shows
         page.wait_for_timeout(300)  # any late call of Gradio's has run by now
         after = counts(page)
-        # the curve's title and boundary lines change in place (one relayout, no figure sent or drawn again); the
+        # the curve changed and is drawn once (Gradio asked twice, once on the element it then re-mounted); the
         # chunk map is the same "measure credit first" figure and is not redrawn
-        assert after["relayouts"] - before["relayouts"] == 1, (before, after)
-        assert after["drawn"] == before["drawn"], (before, after)
-        lines = page.locator("#curve-plot .shapelayer path")
-        expect(lines).to_have_count(sizes.count(","))  # one dashed line per boundary
+        assert after["drawn"] - before["drawn"] == 1, (before, after)
+        assert after["dropped"] > before["dropped"], (before, after)
     expect(page.locator("#curve-plot .js-plotly-plot")).to_have_count(1)

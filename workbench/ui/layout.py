@@ -6,7 +6,7 @@ so two browser sessions never share a group, a credit measurement, a chunk sched
 
 from __future__ import annotations
 
-from functools import partial, wraps
+from functools import partial
 
 import gradio as gr
 
@@ -33,7 +33,7 @@ from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
-from workbench.ui.redraw import REDRAW_JS, layout_patch, relayout_js
+from workbench.ui.redraw import REDRAW_JS
 from workbench.ui.state import Session
 from workbench.ui.welcome import (
     CHUNKS_INTRO,
@@ -206,33 +206,20 @@ def _chunks_tab(wb, session, tab) -> tuple[gr.Textbox, list]:
     point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
                        elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
-    patch = gr.JSON(visible="hidden", elem_id="curve-patch")  # an edit's new title and boundaries of the curve
-    patch.change(None, patch, None, js=relayout_js("curve-plot"))
-    tab.select(partial(h.chunks_view, wb), [session], [curve, chunk_map, spec, step, rates, session, status],
-               api_visibility="private")
-    outputs = [patch, chunk_map, spec, step, rates, session, status]
+    outputs = [curve, chunk_map, spec, step, rates, session, status]
+    tab.select(partial(h.chunks_view, wb), [session], outputs, api_visibility="private")
     fast = {"queue": False, "show_progress": "hidden"}  # edits take ~50 ms: skip the queue round trip
-    edits = [gr.on([apply.click, spec.submit], _curve_patched(h.chunks_from_spec, wb), [spec, session], outputs,
+    edits = [gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
                    api_name="chunks_from_spec", **fast),
-             use.click(_curve_patched(h.chunks_from_chunker, wb), [chunker, option, session], outputs,
+             use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs,
                        api_name="chunks_from_chunker", **fast),
-             split.click(_curve_patched(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split",
+             split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split",
                          **fast),
-             merge.click(_curve_patched(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge",
+             merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge",
                          **fast),
-             clicked.click(_curve_patched(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
+             clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
                            js=forward_js("curve-plot"), trigger_mode="always_last", **fast)]  # a click waits
     return spec, edits  # the edits skip the queue, so the address bar follows them explicitly (ui/share.py)
-
-
-def _curve_patched(handler, wb):
-    """A chunk edit handler whose first output, the curve figure, goes out as its `layout_patch` (ui/redraw.py)."""
-    @wraps(handler)
-    def edit(*inputs):
-        figure, *rest = handler(wb, *inputs)
-        return (layout_patch(figure), *rest)
-    edit.__wrapped__ = partial(handler, wb)  # the signature gradio reads: the handler's inputs after wb
-    return edit
 
 
 OBJECTIVES_INTRO = (
