@@ -4,6 +4,12 @@
     .venv/bin/python scripts/bench_app.py --lesson --json /tmp/lesson.json    # the lesson's memory (~7 min quiet)
     .venv/bin/python scripts/performance_report.py /tmp/bench.json --lesson /tmp/lesson.json  # -> docs/performance.md
 
+`--baseline OLD.json --baseline-commit SHA` adds the browser figures of an earlier commit measured on the same
+machine right after (`git worktree add /tmp/old SHA; cd /tmp/old; python scripts/bench_app.py --json OLD.json`):
+this machine's speed drifts by tens of percent between hours, so a figure is compared with its baseline of the
+same hour, not with an older page. `--lesson-commit SHA` says which commit the lesson's memory was measured on
+when it is older than the rest.
+
 Every number in the page comes from that file; the page says how each was measured and on which machine.
 """
 
@@ -60,7 +66,8 @@ def rows(f: dict) -> list[str]:
             "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4"),
         row("App memory after a lesson run from the app", rss.get("lesson"), "MB", 1024,
             "scripts/bench_app.py --lesson: the crosses lesson started and watched from the Fine-tune tab"
-            + (f" ({f['app']['lesson_s'] / 60:.0f} minutes)" if "lesson_s" in f.get("app", {}) else "")),
+            + (f" ({f['app']['lesson_s'] / 60:.0f} minutes)" if "lesson_s" in f.get("app", {}) else "")
+            + (f"; measured on commit {app['lesson_commit']}" if app.get("lesson_commit") else "")),
         row("Credit at the defaults in the browser", app.get("credit_s"), "s", 6,
             "scripts/bench_app.py: Measure credit pressed to status (G=8, T=16, M=4); threads as the app chooses"),
         row("Credit at the defaults in the browser, app on one thread",
@@ -110,6 +117,20 @@ def render(f: dict) -> str:
         "## Training",
         "",
     ]
+    base = f.get("baseline")
+    if base:
+        app = f.get("app", {})
+        lines += ["## Against the previous commit, same hour", "",
+                  f"`scripts/bench_app.py` on commit {f['baseline_commit']} right after this page's run:", "",
+                  "| Figure | This commit | Commit " + f["baseline_commit"] + " |", "|---|---|---|"]
+        for name, key, unit in (("Chunk edit (median)", "edit_ms", "ms"), ("Curve click (median)", "click_ms", "ms"),
+                                ("Generate G=8, T=16", "generate_s", "s"), ("Credit at the defaults", "credit_s", "s")):
+            now, then = app.get(key), base.get(key)
+            now, then = (median(v) if isinstance(v, list) else v for v in (now, then))
+            if now is not None and then is not None:
+                digits = 0 if unit == "ms" else 2
+                lines.append(f"| {name} | {now:.{digits}f} {unit} | {then:.{digits}f} {unit} |")
+        lines.append("")
     train = f.get("train", {})
     if train:
         lines.append(f"`workbench bench train`: {train['seconds_per_iteration']:.2f} s per chunk_grpo iteration "
@@ -125,6 +146,9 @@ def main() -> None:
                    "the lesson and the lesson's duration)")
     p.add_argument("--app-one-thread", default=None, help="the JSON of `scripts/bench_app.py --threads 1`")
     p.add_argument("--tests", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json`")
+    p.add_argument("--baseline", default=None, help="the JSON of `scripts/bench_app.py` on an earlier commit")
+    p.add_argument("--baseline-commit", default="?", help="that commit")
+    p.add_argument("--lesson-commit", default=None, help="the commit the lesson's memory was measured on, if older")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     figures = json.loads(Path(args.figures).read_text())
@@ -133,10 +157,14 @@ def main() -> None:
         app = figures.setdefault("app", {})
         app.setdefault("rss_mb", {})["lesson"] = lesson["rss_mb"]["lesson"]
         app["lesson_s"] = lesson["lesson_s"]
+        app["lesson_commit"] = args.lesson_commit
     if args.app_one_thread:
         figures["app_one_thread"] = json.loads(Path(args.app_one_thread).read_text())
     if args.tests:
         figures["tests"] = json.loads(Path(args.tests).read_text())
+    if args.baseline:
+        figures["baseline"] = json.loads(Path(args.baseline).read_text())
+        figures["baseline_commit"] = args.baseline_commit
     Path(args.out).write_text(render(figures))
     print(f"wrote {args.out}")
 

@@ -34,3 +34,18 @@ def test_rows_carry_the_figures_and_judge_the_targets():
     assert "| 1.40 x | ≤ 2 x | yes |" in lines["Training next to a busy process / quiet (auto threads)"]
     assert "| busy, cores | timed out |" in page
     assert "720 passed" in page
+
+
+def test_a_baseline_commit_gets_its_own_table_of_the_same_hour():
+    report = load()
+    page = report.render({"cores": 2, "torch": "2.13.0",
+                          "app": {"edit_ms": [200.0, 210.0, 220.0], "click_ms": [230.0], "credit_s": 8.0,
+                                  "generate_s": 5.0},
+                          "baseline": {"edit_ms": [250.0, 260.0], "click_ms": [270.0], "credit_s": 8.4},
+                          "baseline_commit": "1887f9b"})
+    assert "## Against the previous commit, same hour" in page
+    assert "| Chunk edit (median) | 210 ms | 255 ms |" in page
+    assert "| Curve click (median) | 230 ms | 270 ms |" in page
+    assert "| Credit at the defaults | 8.00 s | 8.40 s |" in page
+    assert "Generate G=8, T=16" not in page, "a figure the baseline lacks got a row"
+    assert "same hour" not in report.render({"cores": 2, "torch": "2.13.0"})
