@@ -44,14 +44,3 @@ def _worker_thread_share():
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 
-
-# Files that take the longest (scripts/bench_tests.sh with --durations) start first: pytest-xdist hands out whole
-# files in collection order, and a long file handed out last leaves the other worker idle at the end.
-LONG_FIRST = ("test_memory.py", "test_distributed.py", "test_switches.py", "03_finetune.ipynb",
-              "test_browser_novice.py", "test_browser.py", "01_trajectories.ipynb", "test_packaging.py",
-              "04_per_step_advantages.ipynb", "02_misattribution.ipynb")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: n for n, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
