@@ -87,6 +87,24 @@ def rows(f: dict) -> list[str]:
     return out
 
 
+def baseline_lines(f: dict) -> list[str]:
+    """The browser figures beside an earlier commit's, measured in the same hour (empty without a baseline)."""
+    base = f.get("baseline")
+    if not base:
+        return []
+    app = f.get("app", {})
+    lines = ["## Against the previous commit, same hour", "",
+             f"`scripts/bench_app.py` on commit {f['baseline_commit']} right after this page's run:", "",
+             "| Figure | This commit | Commit " + f["baseline_commit"] + " |", "|---|---|---|"]
+    for name, key, unit in (("Chunk edit (median)", "edit_ms", "ms"), ("Curve click (median)", "click_ms", "ms"),
+                            ("Generate G=8, T=16", "generate_s", "s"), ("Credit at the defaults", "credit_s", "s")):
+        now, then = (median(v) if isinstance(v, list) else v for v in (app.get(key), base.get(key)))
+        if now is not None and then is not None:
+            digits = 0 if unit == "ms" else 2
+            lines.append(f"| {name} | {now:.{digits}f} {unit} | {then:.{digits}f} {unit} |")
+    return [*lines, ""]
+
+
 def render(f: dict) -> str:
     per = f.get("threads", {}).get("seconds_per_iteration", {})
     lines = [
@@ -101,6 +119,7 @@ def render(f: dict) -> str:
         "|---|---|---|---|---|",
         *rows(f),
         "",
+        *baseline_lines(f),
         "## Sharing two cores with a fine-tune",
         "",
         "Seconds per training iteration (median, `workbench bench threads`):",
@@ -117,20 +136,6 @@ def render(f: dict) -> str:
         "## Training",
         "",
     ]
-    base = f.get("baseline")
-    if base:
-        app = f.get("app", {})
-        lines += ["## Against the previous commit, same hour", "",
-                  f"`scripts/bench_app.py` on commit {f['baseline_commit']} right after this page's run:", "",
-                  "| Figure | This commit | Commit " + f["baseline_commit"] + " |", "|---|---|---|"]
-        for name, key, unit in (("Chunk edit (median)", "edit_ms", "ms"), ("Curve click (median)", "click_ms", "ms"),
-                                ("Generate G=8, T=16", "generate_s", "s"), ("Credit at the defaults", "credit_s", "s")):
-            now, then = app.get(key), base.get(key)
-            now, then = (median(v) if isinstance(v, list) else v for v in (now, then))
-            if now is not None and then is not None:
-                digits = 0 if unit == "ms" else 2
-                lines.append(f"| {name} | {now:.{digits}f} {unit} | {then:.{digits}f} {unit} |")
-        lines.append("")
     train = f.get("train", {})
     if train:
         lines.append(f"`workbench bench train`: {train['seconds_per_iteration']:.2f} s per chunk_grpo iteration "
