@@ -43,4 +43,3 @@ def _worker_thread_share():
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-

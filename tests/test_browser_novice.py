@@ -143,6 +143,14 @@ def address(page, *parts: str) -> str:
     raise AssertionError(f"the address bar holds {query!r}, not all of {parts}")
 
 
+def measure_credit(page, continuations: int) -> None:
+    """On the Attribution tab: set M and measure credit, waiting for the status."""
+    set_number(page, "credit-k", continuations)
+    page.click("#credit-btn")
+    expect(page.locator("#credit-status")).to_contain_text(f"measured credit with M={continuations}",
+                                                           timeout=LONG)
+
+
 def test_the_address_bar_follows_the_view_without_copy_link(page, url, browser):
     page.goto(url)
     assert page.evaluate("window.location.search") == ""  # nothing to hold before a group exists
@@ -155,9 +163,7 @@ def test_the_address_bar_follows_the_view_without_copy_link(page, url, browser):
     address(page, "chunks=1%2C2%2C3", "tab=chunks")  # a chunk edit and the tab switch
     page.get_by_role("tab", name="Attribution").click()
     address(page, "tab=attribution")
-    set_number(page, "credit-k", 2)
-    page.click("#credit-btn")
-    expect(page.locator("#credit-status")).to_contain_text("measured credit with M=2", timeout=LONG)
+    measure_credit(page, 2)
     rates = page.locator("#credit-rates [data-testid=markdown]").inner_text()
     query = address(page, "continuations=2", "chunks=1%2C2%2C3", "tab=attribution")
     assert page.locator("#share-link textarea").input_value() == url + query  # the link box shows it too
@@ -178,9 +184,7 @@ def test_a_shared_link_opens_the_same_view_with_the_same_numbers(page, url, brow
     page.goto(url)
     generate(page, group=3, steps=6)
     page.get_by_role("tab", name="Attribution").click()
-    set_number(page, "credit-k", 2)
-    page.click("#credit-btn")
-    expect(page.locator("#credit-status")).to_contain_text("measured credit with M=2", timeout=LONG)
+    measure_credit(page, 2)
     rates = page.locator("#credit-rates [data-testid=markdown]").inner_text()  # the text, not a progress timer over it
     page.click("#share-btn")
     link_box = page.locator("#share-link textarea")
@@ -207,9 +211,7 @@ def test_the_exported_page_opens_offline_with_every_figure(page, url, browser, t
     page.goto(url)
     generate(page, group=3, steps=6)
     page.get_by_role("tab", name="Attribution").click()
-    set_number(page, "credit-k", 2)
-    page.click("#credit-btn")
-    expect(page.locator("#credit-status")).to_contain_text("measured credit with M=2", timeout=LONG)
+    measure_credit(page, 2)
     page.click("#export-btn")
     expect(page.locator("#share-status")).to_contain_text("page written", timeout=LONG)
     with page.expect_download(timeout=LONG) as download:
