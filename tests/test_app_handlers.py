@@ -215,6 +215,13 @@ def test_estimator_choice_and_agreement_with_the_monte_carlo_credit(wb, sampled)
     assert "no Monte-Carlo error to refine" in msg(list(h.refine_credit(wb, 10, session, 2.0))[-1])
 
 
+def test_the_numerics_of_the_continuations_are_chosen_and_named(wb, sampled):
+    for precision in ("float32", "bfloat16"):
+        session, status = h.attribute(wb, 2, sampled, "mc", True, 2.0, precision)[-2:]
+        assert session.credit.precision == precision and f"M=2 continuations in {precision}" in status
+    assert "valid: auto, float32, bfloat16" in msg(h.attribute(wb, 2, sampled, "mc", True, 2.0, "half"))
+
+
 def test_refine_streams_rounds_and_spends_the_budget(wb, sampled):
     steps = list(h.refine_credit(wb, 30, sampled, 50.0))  # z = 50: every cell stays undetermined
     assert len(steps) >= 3 and all(s[-1].startswith("…") for s in steps[:-1])

@@ -65,8 +65,9 @@ def test_sample_json_summary(model_dir, tmp_path, capsys):
 
 def test_attribute_json(model_dir, capsys):
     assert main(["attribute", "--prompt", PROMPT, "--group", "3", "--steps", "4", "--continuations", "2",
-                 "--chunks", "1,3", "--json", "--model", str(model_dir)]) == 0
+                 "--chunks", "1,3", "--json", "--precision", "float32", "--model", str(model_dir)]) == 0
     s = json.loads(capsys.readouterr().out)
+    assert s["precision"] == "float32"  # the continuations' numerics, as asked
     assert len(s["advantage"]) == 3 and len(s["credit"][0]) == 4 and len(s["chunk_credit"][0]) == 2
     for key in ("step_misattribution", "chunk_misattribution", "step_misattribution_se", "chunk_misattribution_se"):
         assert 0 <= s[key] <= 1

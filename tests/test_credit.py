@@ -39,7 +39,7 @@ def test_credits_telescope_to_the_raw_advantage(random_policy, group):
 def test_continuations_restart_from_the_stored_state(random_policy):
     """With noise level 0 every continuation is the ODE from its state: M continuations agree."""
     g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=4, noise_level=0.0))
-    conts = continuation_rewards(random_policy, g, mean_red, continuations=3)
+    conts = continuation_rewards(random_policy, g, mean_red, continuations=3, precision="float32")  # as sampled
     final = mean_red(g.images, [PROMPT] * 2)
     assert torch.allclose(conts, final[:, None, None].expand(2, 3, 3), atol=1e-5)
 
@@ -193,7 +193,7 @@ def test_refinement_serves_states_next_to_undetermined_cells_first(random_policy
 
 @torch.no_grad()
 def test_ode_estimator_is_the_reward_of_the_ode_completion(random_policy, group):
-    credit = measure_credit(random_policy, group, mean_red, estimator="ode", chunks="2,3")
+    credit = measure_credit(random_policy, group, mean_red, estimator="ode", chunks="2,3", precision="float32")
     cond = random_policy.encode([PROMPT]).repeat(4)
     sig = group.sigmas
     for s in (0, 2, 4):
@@ -269,8 +269,8 @@ def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuation
     assert torch.allclose(credit.chunk_credit[:, 0], credit.rewards - credit.start_continuations.mean(1), atol=1e-6)
     assert not credit.chunk_fixed.any() and bool(credit.step_se[:, 0].isfinite().all())
     rows = torch.tensor([[i, 0, k] for i in range(3) for k in range(3)])
-    again = run_continuations(random_policy, own, mean_red, rows, seed=0, crn=True).view(3, 3)
-    assert torch.allclose(again, credit.start_continuations)  # the same continuations, from each own x_T
+    again = run_continuations(random_policy, own, mean_red, rows, seed=0, crn=True, precision=credit.precision)
+    assert torch.allclose(again.view(3, 3), credit.start_continuations)  # the same continuations, from each own x_T
 
 
 def test_two_halves_of_the_continuations_are_two_measurements():

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from workbench.cli.args import RenamedFlag, non_negative_float, positive_int
+from workbench.core.precision import PRECISIONS
 
 
 def model_curve(policy, group):
@@ -47,11 +48,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     rewards = reward(group.images, [group.prompt] * group.group_size)
     advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]
     credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=sizes,
-                            estimator=args.estimator)
+                            estimator=args.estimator, precision=args.precision)
     settings = {"model": args.model or "embedded model", "prompt": args.prompt, "seed": args.seed, "G": config.group,
                 "T": config.steps, "noise level": config.noise_level, "sampler": config.sde, "reward": args.reward,
                 "chunks": ",".join(map(str, sizes)), "continuations": args.continuations,
-                "estimator": args.estimator, "z": args.z}
+                "estimator": args.estimator, "precision": credit.precision, "z": args.z}
     out = write_page(policy, group, rewards, advantages, credit, args.z, settings, args.out,
                      curve=model_curve(policy, group))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB); open it in any browser, no network needed",
@@ -75,6 +76,8 @@ def add_parser(sub) -> None:
                    "(default: GCPO's temporal chunking of T)")
     p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
     p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"], help="credit estimator (default mc)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="numerics of the continuations (default auto: bfloat16 where the device has it natively)")
     p.add_argument("--z", type=non_negative_float, default=2.0, help="sets the false-call rate (default 2: 4.6 %%)")
     p.add_argument("--out", type=Path, required=True, help="the HTML file to write, e.g. group.html")
     p.set_defaults(func=cmd_export)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.precision import resolve_precision
 from workbench.core.renamed import renamed
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
@@ -84,6 +85,7 @@ class Credit:
     cost: dict = field(default_factory=dict)  # {"nfe": transformer evaluations, "seconds": wall time}
     start_continuations: torch.Tensor | None = None  # (G, M) continuations from each own x_T (no shared start noise)
     looks: torch.Tensor | None = None  # (G, T - 1) refinement rounds that grew each state; None = 0
+    precision: str = "float32"  # numerics of the continuations' transformer evaluations (core/precision.py)
     # classes and halves already computed, by key (a Credit is never changed in place: edits make a new one)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -260,6 +262,7 @@ class Credit:
         """JSON-ready numbers: credits (G x T, G x K), their errors and classes, rates and errors."""
         k = self.counts
         return {"prompt": self.prompt, "chunks": self.sizes, "estimator": self.estimator, "crn": self.crn, "z": z,
+                "precision": self.precision,
                 "false_call_rate": false_call_rate(z),
                 "chunk_fixed_by_construction": self.rates(z).chunk.by_construction,
                 "continuations_min": int(k.min()), "continuations_max": int(k.max()), "cost": self.cost,
@@ -277,19 +280,23 @@ def _finite(t: torch.Tensor) -> list:
 
 @renamed(branches="continuations")
 def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
-                         seed: int = 0, progress=None, crn: bool = True) -> torch.Tensor:
+                         seed: int = 0, progress=None, crn: bool = True, precision: str = "auto") -> torch.Tensor:
     """Rewards (G, T - 1, M) of M continuations from every intermediate state x_1 .. x_{T-1}."""
-    return ESTIMATORS.get("mc")(policy, group, reward_fn, continuations, seed, crn, progress).continuation_rewards
+    precision = resolve_precision(precision, policy.device)
+    return ESTIMATORS.get("mc")(policy, group, reward_fn, continuations, seed, crn, progress,
+                                precision).continuation_rewards
 
 
 @renamed(branches="continuations")
 def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                    chunks="2,3,4,7", advantage: str = "grpo", seed: int = 0, progress=None,
-                   estimator: str = "mc", crn: bool = True) -> Credit:
+                   estimator: str = "mc", crn: bool = True, precision: str = "auto") -> Credit:
     """Credit of a sampled group under `reward_fn` (a RewardFunction or any rewards callable).
 
     estimator: "mc" (M = `continuations` per state), "ode" or "x0" (one look-ahead per state).
     crn: common random numbers across the continuations of a trajectory (False: independent noise).
+    precision: numerics of the continuations (core/precision.py): "auto" is bfloat16 where the device
+    computes it natively (about twice as fast on such a CPU), else float32.
     """
     from workbench.rl.advantages import ADVANTAGES
 
@@ -299,12 +306,13 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
     if group.num_steps < 2:
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
+    precision = resolve_precision(precision, policy.device)
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
-    est = fn(policy, group, reward_fn, continuations, seed, crn, progress)
+    est = fn(policy, group, reward_fn, continuations, seed, crn, progress, precision)
     return Credit(group.prompt, rewards, advantages, est.continuation_rewards, sizes, seed, group.config.sde_mask(),
                   crn, estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
-                  est.start_continuations)
+                  est.start_continuations, precision=precision)
 
 
 REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
@@ -393,7 +401,8 @@ def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, re
         def within(done: int, total: int, before: int = spent, n: int = len(rows)) -> None:
             if progress is not None:
                 progress(before + n * done // max(total, 1), budget)
-        return run_continuations(policy, group, reward_fn, rows, credit.seed, credit.crn, progress=within)
+        return run_continuations(policy, group, reward_fn, rows, credit.seed, credit.crn, progress=within,
+                                 precision=credit.precision)  # the new continuations pair with the old ones
     yield from refine_with(credit, draw, budget, z)
 
 

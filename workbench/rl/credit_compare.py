@@ -72,8 +72,10 @@ class CreditComparison:
 @renamed(branches="continuations")
 def compare_credit(policies: tuple[FlowPolicy, FlowPolicy], labels: tuple[str, str], prompt: str,
                    config: SamplingConfig, reward_fn, continuations: int = 4, chunks="2,3,4,7", seed: int = 0,
-                   estimator: str = "mc", crn: bool = True, progress=None) -> CreditComparison:
-    """Sample `prompt` with `config` under both policies and measure each group's credit the same way.
+                   estimator: str = "mc", crn: bool = True, progress=None, precision: str = "auto"
+                   ) -> CreditComparison:
+    """Sample `prompt` with `config` under both policies and measure each group's credit the same way
+    (`precision`: the continuations' numerics, core/precision.py).
 
     progress(done, total) counts continuation batches over both measurements."""
     groups, credits = [], []
@@ -83,7 +85,7 @@ def compare_credit(policies: tuple[FlowPolicy, FlowPolicy], labels: tuple[str, s
                 progress(n * total + done, 2 * total)
         group = sample_group(policy, prompt, config)
         credit = measure_credit(policy, group, reward_fn, continuations=continuations, chunks=chunks, seed=seed,
-                                progress=within, estimator=estimator, crn=crn)
+                                progress=within, estimator=estimator, crn=crn, precision=precision)
         groups.append(group)
         credits.append(credit)
     return CreditComparison(tuple(labels), tuple(groups), tuple(credits))

@@ -1,6 +1,7 @@
 """Credit estimators: ways to value the states of a sampled group (docs/methods.md "Credit estimators").
 
-Every estimator is `fn(policy, group, reward_fn, continuations, seed, crn, progress) -> Estimate` and values
+Every estimator is `fn(policy, group, reward_fn, continuations, seed, crn, progress, precision) -> Estimate`
+(precision: the numerics of its transformer evaluations, core/precision.py) and values
 states 1..T-1 of every trajectory (and, for the look-ahead estimators, the start state 0):
 
 - `mc`  Monte-Carlo: the mean reward of M continuations sampled with the same policy (the reference);
@@ -22,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from workbench.core.precision import evaluation_numerics
 from workbench.core.registry import Registry
 from workbench.core.renamed import renamed
 from workbench.flow.policy import FlowPolicy
@@ -63,14 +65,15 @@ def _step_noise(rows: torch.Tensor, step: int, seed: int, crn: bool, shape) -> t
 @torch.no_grad()
 def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, rows: torch.Tensor, seed: int = 0,
                       crn: bool = True, noise_level: float | None = None, progress=None,
-                      max_rows: int = 256) -> torch.Tensor:
+                      max_rows: int = 256, precision: str = "float32") -> torch.Tensor:
     """Rewards (R,) of continuations given as rows (R, 3) = (trajectory i, start state s in 0..T-1, index k).
 
     All rows run in one loop over steps: the rows that start at state s join the batch at step s, so each
     step is one forward pass over every active row, in slices of at most `max_rows` rows. `noise_level`
     replaces the group's (0 = the deterministic ODE completion). `progress(done_steps, steps)` is called
     after every step and before every further slice: an exception raised from it (a cancelled event) stops
-    the work there.
+    the work there. `precision` (core/precision.py) is the numerics of the transformer's evaluations; the
+    states and rewards stay float32.
     """
     from workbench.flow.sampler import transition
 
@@ -82,20 +85,22 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
     cond = policy.encode([group.prompt], cfg=cfg.guidance_scale != 1.0)
     x = torch.empty(0, *shape, device=policy.device)  # active rows (A, C, H, W)
     first = int(rows[:, 1].min())
-    for u in range(first, t_steps):
-        joining = rows[rows[:, 1] == u]
-        x = torch.cat([x, group.states[joining[:, 0], u].to(policy.device)])
-        active = rows[: x.shape[0]]  # (A, 3)
-        noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
-        parts = noise.split(max_rows) if noise is not None else [None] * len(x.split(max_rows))
-        moved = []
-        for j, (xb, nb) in enumerate(zip(x.split(max_rows), parts)):
-            if progress is not None and j:  # also between slices, so a caller can stop the work within one slice
-                progress(u - first, t_steps - first)
-            moved.append(transition(policy, xb, sigmas, u, cond.repeat(xb.shape[0]), cfg, noise=nb).x_next)
-        x = torch.cat(moved)
-        if progress is not None:
-            progress(u - first + 1, t_steps - first)
+    with evaluation_numerics(precision, policy.device):  # one context for the loop: weights are cast once
+        for u in range(first, t_steps):
+            joining = rows[rows[:, 1] == u]
+            x = torch.cat([x, group.states[joining[:, 0], u].to(policy.device)])
+            active = rows[: x.shape[0]]  # (A, 3)
+            noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
+            parts = noise.split(max_rows) if noise is not None else [None] * len(x.split(max_rows))
+            moved = []
+            for j, (xb, nb) in enumerate(zip(x.split(max_rows), parts)):
+                if progress is not None and j:  # also between slices, so a caller can stop the work within one
+                    progress(u - first, t_steps - first)
+                step = transition(policy, xb, sigmas, u, cond.repeat(xb.shape[0]), cfg, noise=nb)
+                moved.append(step.x_next.to(xb.dtype))  # the states keep their dtype whatever the numerics
+            x = torch.cat(moved)
+            if progress is not None:
+                progress(u - first + 1, t_steps - first)
     rewards = torch.cat([torch.as_tensor(reward_fn(policy.decode(xb), [group.prompt] * xb.shape[0]),
                                          dtype=torch.float32).cpu() for xb in x.split(max_rows)])  # (R,)
     out = torch.empty_like(rewards)
@@ -116,7 +121,7 @@ def continuation_cost(rows: torch.Tensor, steps: int) -> int:
 @ESTIMATORS.register("mc")
 @renamed(branches="continuations")
 def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0, crn: bool = True,
-                progress=None) -> Estimate:
+                progress=None, precision: str = "float32") -> Estimate:
     """M continuations from every state 1..T-1 with the group's own sampler; V = their mean reward.
 
     Without shared start noise the trajectories start from different x_T, so the group mean is not their
@@ -125,7 +130,7 @@ def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0,
     first = 1 if group.config.shared_noise else 0
     rows = grid_rows(g, range(first, t), range(continuations))
     start = time.perf_counter()
-    rewards = run_continuations(policy, group, reward_fn, rows, seed, crn, progress=progress)
+    rewards = run_continuations(policy, group, reward_fn, rows, seed, crn, progress=progress, precision=precision)
     rewards = rewards.view(g, t - first, continuations)  # (G, S, M)
     own = None if first else rewards[:, 0]  # (G, M) from each x_T^i
     return Estimate(rewards[:, 1 - first:], None, False, continuation_cost(rows, t), time.perf_counter() - start, own)
@@ -134,12 +139,13 @@ def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0,
 @ESTIMATORS.register("ode")
 @renamed(branches="continuations")
 def ode_completion(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
-                   progress=None) -> Estimate:
+                   progress=None, precision: str = "float32") -> Estimate:
     """V(x_s) = reward of the deterministic Euler ODE completion from x_s, for states 0..T-1 (TP-GRPO)."""
     g, t = group.group_size, group.num_steps
     rows = grid_rows(g, range(0, t), range(1))
     start = time.perf_counter()
-    rewards = run_continuations(policy, group, reward_fn, rows, seed, noise_level=0.0, progress=progress).view(g, t)
+    rewards = run_continuations(policy, group, reward_fn, rows, seed, noise_level=0.0, progress=progress,
+                                precision=precision).view(g, t)
     return Estimate(rewards[:, 1:, None], rewards[:, 0], True, continuation_cost(rows, t),
                     time.perf_counter() - start)
 
@@ -148,11 +154,11 @@ def ode_completion(policy, group, reward_fn, continuations: int = 1, seed: int =
 @renamed(branches="continuations")
 @torch.no_grad()
 def denoised_prediction(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
-                        progress=None) -> Estimate:
+                        progress=None, precision: str = "float32") -> Estimate:
     """V(x_s) = reward of the x0 prediction x_s - t_s v(x_s) stored at sampling, for states 0..T-1.
 
     The sampler already evaluated the model at every state, so the cost is G T decodes and rewards, no
-    transformer evaluation."""
+    transformer evaluation (and `precision` changes nothing)."""
     g, t = group.group_size, group.num_steps
     start = time.perf_counter()
     x0 = group.x0_preds.flatten(0, 1).to(policy.device)  # (G * T, C, H, W), state-major within each trajectory

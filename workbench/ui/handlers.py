@@ -141,11 +141,12 @@ def _z(value) -> float:
 
 @guarded(4)
 def attribute(wb: Workbench, continuations: float, session: Session, estimator: str = "mc", crn: bool = True,
-              z: float = Z, progress=gr.Progress()):
+              z: float = Z, precision: str = "auto", progress=gr.Progress()):
     """Attribution tab -> (credit heatmap, rates Markdown, session, status).
 
     estimator: mc (M continuations per state), ode or x0 (one look-ahead per state, M unused); crn: common
-    random numbers across a trajectory's continuations."""
+    random numbers across a trajectory's continuations; precision: the continuations' numerics
+    (core/precision.py)."""
     from workbench.rewards import build_reward
     from workbench.rl.credit import measure_credit
 
@@ -156,10 +157,12 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
     group = session.group
     credit = measure_credit(wb.policy(session.source), group, build_reward(session.reward_spec), continuations=k,
                             chunks=session.sizes, seed=group.config.seed, estimator=estimator, crn=bool(crn),
-                            progress=_tracker(progress, "continuations from state"))
+                            progress=_tracker(progress, "continuations from state"), precision=precision or "auto")
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
     what = f"M={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
+    if estimator != "x0":  # the x0 estimator evaluates no transformer: its numerics are the sampler's
+        what += f" in {credit.precision}"
     seconds = credit.cost.get("seconds", 0.0)
     return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with {what} ({seconds:.1f} s)")
 

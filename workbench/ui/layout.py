@@ -12,6 +12,7 @@ import gradio as gr
 
 from workbench.core.fields import field_docs
 from workbench.core.glossary import gloss
+from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import reward_names
@@ -143,6 +144,8 @@ def _attribution_tab(wb, session, choices: list) -> dict:
         crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
                           elem_id="credit-crn")
         z = gr.Number(Z, label=credit_view.Z_LABEL, minimum=0, elem_id="credit-z")
+        precision = gr.Dropdown(list(PRECISIONS), value="auto", label="Numerics", elem_id="credit-precision",
+                                info=f"of the continuations; auto: {resolve_precision('auto', wb.device)} here")
         run = gr.Button("Measure credit", variant="primary", elem_id="credit-btn")
     with gr.Row():
         budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, maximum=h.REFINE_BUDGET_MAX,
@@ -171,12 +174,13 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_text, status]
     busy = dict(show_progress_on=[heatmap], **HEAVY)  # the progress text over the map, not over the rates' text
-    run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z], outputs, api_name="attribute",
+    run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z, precision], outputs,
+              api_name="attribute",
               **busy)
     refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy)
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
-    compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z],
+    compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
                   show_progress_on=[compare_plot], **HEAVY)
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,

@@ -91,7 +91,7 @@ def comparison_view(wb: Workbench, session: Session):
 
 
 def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, reward_spec: str, continuations: int,
-                 sizes: list[int], estimator: str = "mc", crn: bool = True, progress=None):
+                 sizes: list[int], estimator: str = "mc", crn: bool = True, progress=None, precision: str = "auto"):
     """The CreditComparison of two picker keys (first: before, second: after) on one prompt and noise."""
     from workbench.rewards import build_reward
     from workbench.rl.credit_compare import compare_credit
@@ -100,7 +100,8 @@ def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, rewa
     policies = tuple(wb.policy(k) for k in keys)
     return compare_credit(policies, labels, prompt, config, build_reward(reward_spec), continuations=continuations,
                           chunks=sizes, seed=config.seed, estimator=estimator or "mc", crn=bool(crn),
-                          progress=None if progress is None else _tracker(progress, "continuation batches"))
+                          progress=None if progress is None else _tracker(progress, "continuation batches"),
+                          precision=precision or "auto")
 
 
 def comparison_panel(comparison, z: float) -> tuple:
@@ -111,19 +112,19 @@ def comparison_panel(comparison, z: float) -> tuple:
 
 @guarded(5)
 def compare(wb: Workbench, other: str | None, continuations: float, session: Session, estimator: str = "mc",
-            crn: bool = True, z: float = Z, progress=gr.Progress()):
+            crn: bool = True, z: float = Z, precision: str = "auto", progress=gr.Progress()):
     """Compare button -> (comparison figure, images of both groups, text, session, status).
 
     The session's prompt is sampled with its group's SamplingConfig (same x_T, same SDE noise) under the
     chosen policy (default: the base model of the session's) and under the session's own, and both groups'
-    credit is measured with the same estimator, M and continuation seed (`rl.credit_compare`)."""
+    credit is measured with the same estimator, M, numerics and continuation seed (`rl.credit_compare`)."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
     group = session.group
     comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,
-                              session.sizes, estimator, crn, progress)
+                              session.sizes, estimator, crn, progress, precision)
     session = replace(session, comparison=comparison, z=z)
     same = (" (both sides are the same policy: pick a run to compare with)"
             if wb.source(other) == wb.source(session.source) else "")

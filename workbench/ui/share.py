@@ -175,7 +175,8 @@ def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: f
     settings = {"model": session.source, "prompt": g.prompt, "seed": g.config.seed, "G": g.group_size,
                 "T": g.num_steps, "noise level": g.config.noise_level, "sampler": g.config.sde,
                 "reward": session.reward_spec, "chunks": format_sizes(session.sizes),
-                "continuations": int(credit.counts.max()), "estimator": credit.estimator, "z": session.z}
+                "continuations": int(credit.counts.max()), "estimator": credit.estimator, "precision": credit.precision,
+                "z": session.z}
     link = share_link(wb, prompt, group, steps, noise, seed, sde, window, reward, continuations, estimator,
                       session, tab, base)[0]
     out = _fresh_export_folder() / "workbench-group.html"  # removed after a while, like the run downloads

@@ -113,6 +113,8 @@ def export_command(settings: dict) -> str:
              ("--reward", settings["reward"]), ("--chunks", settings["chunks"]),
              ("--continuations", settings["continuations"]), ("--estimator", settings["estimator"]),
              ("--z", settings["z"])]
+    if "precision" in settings:  # the continuations' numerics, resolved: a rerun elsewhere measures the same way
+        flags.append(("--precision", settings["precision"]))
     if settings.get("model") not in (None, "", "base", "embedded model"):
         flags.append(("--model", settings["model"]))
     return "python -m workbench export " + " ".join(f"{k} {shlex.quote(str(v))}" for k, v in flags) + " --out page.html"
