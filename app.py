@@ -48,6 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from workbench.core.heap import reuse_freed_memory
+
+    reuse_freed_memory()  # before the model loads: its passes reuse freed memory (workbench/core/heap.py)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)
     atexit.register(wb.jobs.shutdown)

@@ -7,8 +7,11 @@ import os
 import pytest
 import torch
 
+from workbench.core.heap import reuse_freed_memory
+
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+reuse_freed_memory()  # the allocator settings of the app, the CLI and the trainer (workbench/core/heap.py)
 # Under pytest-xdist (scripts/test.sh) the workers share the cores: one thread each on a 2-core machine.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, torch.get_num_threads()) // WORKERS))

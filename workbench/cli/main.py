@@ -26,6 +26,8 @@ from workbench.cli.args import (
 )
 from workbench.cli.train import register as register_train
 from workbench.core.errors import WorkbenchError
+from workbench.core.heap import reuse_freed_memory
+from workbench.core.precision import PRECISIONS
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")  # `sample --out` with one of these writes one grid image
 
@@ -158,15 +160,16 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     group = sample_group(policy, args.prompt, config)
     credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=args.chunks,
                             advantage=args.advantage, seed=args.seed, progress=_progress("continuations"),
-                            estimator=args.estimator, crn=not args.no_crn)
+                            estimator=args.estimator, crn=not args.no_crn, precision=args.precision)
     summary = credit.summary(args.z)
     if args.json:
         print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks"
                        and not k.endswith("_classes") else v for k, v in summary.items()}))
         return 0
     k = f"M={args.continuations}" if args.estimator == "mc" else "one look-ahead per state"
+    numerics = "" if args.estimator == "x0" else f", in {credit.precision}"  # x0 evaluates no transformer
     print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "
-          f"{'independent' if args.no_crn else 'common random numbers'}) chunks {credit.sizes}, z={args.z:g}")
+          f"{'independent' if args.no_crn else 'common random numbers'}{numerics}) chunks {credit.sizes}, z={args.z:g}")
     rate = 100 * false_call_rate(args.z)
     print(f"  steps: x misattributed, + aligned, ? undetermined (not significant at a {rate:.1f} % false-call rate, "
           "Student t), - not counted")
@@ -265,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "cells are tested with Student-t quantiles (M - 1 degrees of freedom under CRN)")
     p.add_argument("--no-crn", action="store_true",
                    help="independent continuations instead of common random numbers across a trajectory's states")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="numerics of the continuations (default auto: bfloat16 where the device has it natively, "
+                        "about 2x faster, else float32; docs/methods.md 'Continuation numerics')")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_attribute)
 
@@ -310,4 +316,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    reuse_freed_memory()  # tensors' temporaries come back from the heap instead of fresh pages (core/heap.py)
     return run_command(build_parser().parse_args(negative_values_inline(argv)))

@@ -30,9 +30,11 @@ def peak_of(fn) -> int:
 def main(argv: list[str]) -> int:
     import torch
 
+    from workbench.core.heap import reuse_freed_memory
     from workbench.train import TrainConfig, Trainer
     from workbench.train.dry_run import estimate_run
 
+    reuse_freed_memory()  # the allocator settings `workbench train` runs with (core/heap.py)
     torch.set_num_threads(1)
     config = TrainConfig.from_dict({**json.loads(Path(argv[0]).read_text()), "iterations": 1, "device": "cpu"})
     estimate = estimate_run(config, "cpu")[0]
