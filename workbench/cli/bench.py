@@ -45,6 +45,17 @@ def _timed(fn, repeats: int, label: str = "timing") -> float:
     return statistics.median(times)
 
 
+def _page_faults(fn) -> int | None:
+    """Minor page faults of one fn() call (fresh pages mapped in); None where the OS does not count them."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def _timed_pair(a, b, repeats: int, label: str = "timing") -> tuple[list[float], list[float]]:
     """Wall times of a() and b(), run alternately so that machine load hits both alike (after one warm-up)."""
     a(), b()
@@ -59,7 +70,7 @@ def _timed_pair(a, b, repeats: int, label: str = "timing") -> tuple[list[float],
     return ta, tb
 
 
-def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 9) -> dict:
+def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) -> dict:
     """Trajectories per second: our recording SDE sampler vs a plain Euler loop with diffusers' scheduler."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
@@ -105,6 +116,7 @@ def bench_credit(policy, group: int = 8, steps: int = 16, continuations: int = 4
         holder["c"] = measure_credit(policy, g, reward, continuations=continuations, chunks=f"{steps}")
 
     t_credit = _timed(credit, repeats, f"credit G={group} T={steps} M={continuations}, repeats")
+    faults = _page_faults(credit)  # fresh pages the allocator asked for (core/heap.py: reuse_freed_memory)
     budget = group * (steps - 1) * continuations  # the default measurement's continuations (the app's default)
     start = time.perf_counter()
     refined = refine(holder["c"], policy, g, reward, budget)
@@ -120,6 +132,7 @@ def bench_credit(policy, group: int = 8, steps: int = 16, continuations: int = 4
     odes = {name: measure_credit(policy, g, reward, chunks=f"{steps}", estimator=name).cost["seconds"]
             for name in ("ode", "x0")}
     return {"group": group, "steps": steps, "continuations": continuations, "credit_s": t_credit,
+            "precision": holder["c"].precision, "credit_page_faults": faults,
             "target_credit_s": 10.0,
             "budget": budget, "refine_s": t_refine, "target_refine_s": 20.0,
             "rechunk_ms": 1000 * t_rechunk, "target_rechunk_ms": 10.0,
@@ -201,7 +214,7 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
         print(f"load      embedded weights: {r['load_s']:.2f} s; a run's checkpoint of it (the model picker's "
               f"switch): {r['switch_s']:.2f} s (target < {r['target_load_s']:.0f} s each)")
     if which in ("sampling", "all"):
-        r = figures["sampling"] = bench_sampling(policy, group or 16, steps, repeats or 9)
+        r = figures["sampling"] = bench_sampling(policy, group or 16, steps, repeats or 21)
         print(f"sampling  G={r['group']} T={r['steps']}: recorded {r['recorded_traj_per_s']:.1f} traj/s, "
               f"plain diffusers Euler {r['plain_traj_per_s']:.1f} traj/s, recording overhead "
               f"{100 * r['overhead']:+.1f} % (median of {r['repeats']} alternating pairs, quartiles "
@@ -209,7 +222,8 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
               f"target <= {100 * r['target_overhead']:.0f} %)")
     if which in ("credit", "all"):
         r = figures["credit"] = bench_credit(policy, group or 8, steps, continuations, repeats or 2)
-        print(f"credit    G={r['group']} T={r['steps']} M={r['continuations']}: {r['credit_s']:.2f} s "
+        print(f"credit    G={r['group']} T={r['steps']} M={r['continuations']}: {r['credit_s']:.2f} s in "
+              f"{r['precision']}, {r['credit_page_faults']} page faults "
               f"(target < {r['target_credit_s']:.0f} s); one refinement of {r['budget']} continuations "
               f"{r['refine_s']:.2f} s (target < {r['target_refine_s']:.0f} s, M now {r['k_after'][0]}.."
               f"{r['k_after'][1]}); re-chunk with errors and classes {r['rechunk_ms']:.2f} ms "
