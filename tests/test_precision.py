@@ -39,6 +39,16 @@ def test_names_resolve_and_an_unknown_one_lists_the_valid_ones(monkeypatch):
         assert native_bf16("cpu") is native and resolve_precision("auto", "cpu") == expected
 
 
+def test_a_half_precision_model_computes_in_its_own_dtype():
+    assert resolve_precision("auto", "cpu", torch.float16) == "float16"
+    assert resolve_precision("bfloat16", "cpu", torch.bfloat16) == "bfloat16"
+    with pytest.raises(WorkbenchError, match="weights are float16: its continuations run in float16, not float32"):
+        resolve_precision("float32", "cpu", torch.float16)
+    layer = torch.nn.Linear(4, 4).to(torch.float16)
+    with evaluation_numerics("float16", "cpu"):  # nothing to cast
+        assert layer(torch.randn(2, 4, dtype=torch.float16)).dtype == torch.float16
+
+
 def test_the_context_sets_the_dtype_of_model_evaluations():
     layer, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
     with evaluation_numerics("float32", "cpu"):

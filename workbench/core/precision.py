@@ -34,17 +34,26 @@ def native_bf16(device: str | torch.device) -> bool:
     return False
 
 
-def resolve_precision(precision: str, device: str | torch.device) -> str:
-    """"float32" or "bfloat16" for a PRECISIONS name on `device`; an unknown name lists the valid ones."""
+def resolve_precision(precision: str, device: str | torch.device, weights: torch.dtype = torch.float32) -> str:
+    """The numerics a PRECISIONS name gives on `device` for a model whose weights are `weights`: "float32" or
+    "bfloat16"; a model loaded in half precision computes in its own dtype ("auto" or that name only).
+    An unknown name lists the valid ones."""
     if precision not in PRECISIONS:
         raise WorkbenchError(f"unknown precision '{precision}'; valid: {', '.join(PRECISIONS)}")
+    if weights != torch.float32:
+        own = str(weights).removeprefix("torch.")
+        if precision not in ("auto", own):
+            raise WorkbenchError(f"the model's weights are {own}: its continuations run in {own}, not {precision} "
+                                 "(load the model in float32 to choose)")
+        return own
     if precision == "auto":
         return "bfloat16" if native_bf16(device) else "float32"
     return precision
 
 
 def evaluation_numerics(precision: str, device: str | torch.device):
-    """A context in which model evaluations run at `precision` (resolved): bfloat16 autocast, or nothing."""
-    if resolve_precision(precision, device) == "float32":
+    """A context in which model evaluations run at a resolved `precision`: bfloat16 autocast, or nothing (float32,
+    or a half-precision model's own dtype)."""
+    if precision != "bfloat16":
         return contextlib.nullcontext()
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)

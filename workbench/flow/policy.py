@@ -59,6 +59,11 @@ class FlowPolicy:
         return next(self.transformer.parameters()).device
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the transformer's weights (float32 unless the model was loaded in half precision)."""
+        return next(self.transformer.parameters()).dtype
+
+    @property
     def image_size(self) -> int:
         """Side in pixels of the square images `decode` returns (what a reward must accept)."""
         return self.latent_shape[-1] * self.vae_factor

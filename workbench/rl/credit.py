@@ -282,7 +282,7 @@ def _finite(t: torch.Tensor) -> list:
 def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                          seed: int = 0, progress=None, crn: bool = True, precision: str = "auto") -> torch.Tensor:
     """Rewards (G, T - 1, M) of M continuations from every intermediate state x_1 .. x_{T-1}."""
-    precision = resolve_precision(precision, policy.device)
+    precision = resolve_precision(precision, policy.device, policy.dtype)
     return ESTIMATORS.get("mc")(policy, group, reward_fn, continuations, seed, crn, progress,
                                 precision).continuation_rewards
 
@@ -306,7 +306,7 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
     if group.num_steps < 2:
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
-    precision = resolve_precision(precision, policy.device)
+    precision = resolve_precision(precision, policy.device, policy.dtype)
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
     est = fn(policy, group, reward_fn, continuations, seed, crn, progress, precision)

@@ -144,8 +144,9 @@ def _attribution_tab(wb, session, choices: list) -> dict:
         crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
                           elem_id="credit-crn")
         z = gr.Number(Z, label=credit_view.Z_LABEL, minimum=0, elem_id="credit-z")
+        auto = resolve_precision("auto", wb.device)
         precision = gr.Dropdown(list(PRECISIONS), value="auto", label="Numerics", elem_id="credit-precision",
-                                info=f"of the continuations; auto: {resolve_precision('auto', wb.device)} here")
+                                info=f"of the continuations; auto: {auto} on this device")
         run = gr.Button("Measure credit", variant="primary", elem_id="credit-btn")
     with gr.Row():
         budget = gr.Number(DEFAULT_BUDGET, precision=0, minimum=1, maximum=h.REFINE_BUDGET_MAX,
