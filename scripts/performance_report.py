@@ -4,6 +4,9 @@
     .venv/bin/python scripts/bench_app.py --lesson --json /tmp/lesson.json    # the lesson's memory (~7 min quiet)
     .venv/bin/python scripts/performance_report.py /tmp/bench.json --lesson /tmp/lesson.json  # -> docs/performance.md
 
+`--heap-default HEAP.json` (from `WORKBENCH_HEAP=default python -m workbench bench credit --json HEAP.json`) adds
+the credit figure under glibc's own allocator settings (workbench/core/heap.py).
+
 `--baseline OLD.json --baseline-commit SHA` adds the browser figures of an earlier commit measured on the same
 machine right after (`git worktree add /tmp/old SHA; cd /tmp/old; python scripts/bench_app.py --json OLD.json`):
 this machine's speed drifts by tens of percent between hours, so a figure is compared with its baseline of the
@@ -74,7 +77,8 @@ def rows(f: dict) -> list[str]:
             f.get("app_one_thread", {}).get("credit_s"), "s", 6,
             "scripts/bench_app.py --threads 1: the same, the app limited to one torch thread (issue 24's target)"),
         row("Credit at the defaults, library", credit.get("credit_s"), "s", 6,
-            "workbench bench credit: measure_credit alone, median of runs"),
+            f"workbench bench credit: measure_credit alone, median of runs, continuations in "
+            f"{credit.get('precision', 'float32')}"),
         row("Training next to a busy process / quiet (auto threads)", threads.get("slowdown_auto"), "x", 2,
             "workbench bench threads: one `while True` process beside bench_train"),
         row("Sampling overhead vs a plain diffusers Euler loop (median)",
@@ -105,6 +109,24 @@ def baseline_lines(f: dict) -> list[str]:
     return [*lines, ""]
 
 
+def credit_lines(credit: dict, default_heap: dict | None = None) -> list[str]:
+    """What a credit measurement at the defaults costs, and the two settings that set it (`default_heap`: the
+    same benchmark under glibc's own allocator settings)."""
+    if not credit:
+        return ["Not measured.", ""]
+    before = "" if not default_heap else (
+        f": with its defaults (`WORKBENCH_HEAP=default workbench bench credit`) the same measurement faulted in "
+        f"{default_heap['credit_page_faults']:,} pages and took {default_heap['credit_s']:.2f} s")
+    return [f"`workbench bench credit`: {credit['credit_s']:.2f} s with continuations in "
+            f"{credit.get('precision', 'float32')}, {credit.get('credit_page_faults', '?')} page faults in one "
+            f"measurement; ode estimator {credit['ode_s']:.2f} s, x0 {credit['x0_s']:.2f} s; re-chunk "
+            f"{credit['rechunk_ms']:.1f} ms.", "",
+            "Two settings set this figure. The continuations run in bfloat16 where the CPU or GPU computes it "
+            "natively (`precision=auto`, docs/methods.md \"Continuation numerics\": about half the time; "
+            "`scripts/precision_check.py` measures what it changes). And glibc reuses freed memory instead of "
+            f"faulting fresh pages in for every temporary tensor (`workbench/core/heap.py`){before}.", ""]
+
+
 def render(f: dict) -> str:
     per = f.get("threads", {}).get("seconds_per_iteration", {})
     lines = [
@@ -133,6 +155,9 @@ def render(f: dict) -> str:
         "sleep rather than spin while they wait (`OMP_WAIT_POLICY=PASSIVE`). `cores` is the old default: one "
         "spinning thread per core.",
         "",
+        "## Credit",
+        "",
+        *credit_lines(f.get("credit", {}), f.get("credit_default_heap")),
         "## Training",
         "",
     ]
@@ -154,6 +179,8 @@ def main() -> None:
     p.add_argument("--baseline", default=None, help="the JSON of `scripts/bench_app.py` on an earlier commit")
     p.add_argument("--baseline-commit", default="?", help="that commit")
     p.add_argument("--lesson-commit", default=None, help="the commit the lesson's memory was measured on, if older")
+    p.add_argument("--heap-default", default=None, help="the JSON of `WORKBENCH_HEAP=default workbench bench credit "
+                   "--json FILE` (glibc's own allocator settings)")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     figures = json.loads(Path(args.figures).read_text())
@@ -170,6 +197,8 @@ def main() -> None:
     if args.baseline:
         figures["baseline"] = json.loads(Path(args.baseline).read_text())
         figures["baseline_commit"] = args.baseline_commit
+    if args.heap_default:
+        figures["credit_default_heap"] = json.loads(Path(args.heap_default).read_text())["credit"]
     Path(args.out).write_text(render(figures))
     print(f"wrote {args.out}")
 
