@@ -77,7 +77,8 @@ def measure(policy, prompts: list[str], config, reward_fn, continuations: int, c
         group = sample_group(policy, prompt, replace(config, seed=1000 + p))  # same x_T and noise for every policy
         accuracy = shape_accuracy("cross")(group.images, [prompt] * group.group_size)["cross_accuracy"]
         for c in range(cont_seeds):
-            credit = measure_credit(policy, group, reward_fn, continuations=continuations, chunks=chunks, seed=c)
+            credit = measure_credit(policy, group, reward_fn, continuations=continuations, chunks=chunks, seed=c,
+                                    precision="float32")  # the reference numerics of the documented figures
             out.append((p, c, {k: getattr(credit, k) for k in RAW}, accuracy))
         print(f"    prompt {p}: reward {credit.rewards.mean():.3f}, crosses {accuracy:.2f}", flush=True)
     return out

@@ -37,6 +37,8 @@ from workbench.rl.credit_stats import agreement
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from misattribution_report import write  # the report lives beside this script
 
+PRECISION = "float32"  # the reference numerics of docs/misattribution.md (docs/methods.md "Continuation numerics")
+
 
 def schedules(steps: int, l1_rel: torch.Tensor) -> dict[str, list[int]]:
     """The schedules compared: steps alone, uniform, the paper's temporal, ours from the curve, one chunk."""
@@ -82,9 +84,10 @@ def seed_rows(policy, reward, group, args, chunks, i: int) -> tuple[list[dict], 
     rows, crns, inds = [], [], []
     for s in range(args.seeds):
         seed = i + 1000 * s
-        crn = measure_credit(policy, group, reward, continuations=args.k_crn, chunks=chunks, seed=seed, crn=True)
+        crn = measure_credit(policy, group, reward, continuations=args.k_crn, chunks=chunks, seed=seed, crn=True,
+                             precision=PRECISION)
         ind = measure_credit(policy, group, reward, continuations=args.k_independent, chunks=chunks, seed=seed,
-                             crn=False)
+                             crn=False, precision=PRECISION)
         rows.append({"seed": seed, "crn": {k: rate_row(first_k(crn, k), args.z) for k in ks_upto(args.k_crn)},
                      "independent": {k: rate_row(first_k(ind, k), args.z) for k in ks_upto(args.k_independent)},
                      "overlap_with_seed_0": determined_overlap(crn, crns[0], args.z) if crns else 1.0})
@@ -112,7 +115,7 @@ def per_prompt(policy, reward, group, args, plans, i: int) -> dict:
     ref_det = crn.step_classes(args.z) != 0
     ref_chunk_det = crn.chunk_classes(args.z) != 0
     for name in ("ode", "x0"):
-        est = measure_credit(policy, group, reward, chunks=chunks, seed=i, estimator=name)
+        est = measure_credit(policy, group, reward, chunks=chunks, seed=i, estimator=name, precision=PRECISION)
         out["estimators"][name] = {
             "cost": est.cost, "step": agreement(est.step_credit, crn.step_credit, crn.step_valid, ref_det),
             "chunk": agreement(est.chunk_credit, crn.chunk_credit, crn.chunk_valid, ref_chunk_det),

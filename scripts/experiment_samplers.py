@@ -66,7 +66,8 @@ def credit_rates(policy, config: TrainConfig, prompts: list[str], continuations:
     for i, prompt in enumerate(prompts):
         group = sample_groups(policy, [prompt], replace(scfg, seed=i))[0]
         chunks = config.chunks if config.window is None else ",".join(map(str, CHUNKERS.get("temporal")(config.steps)))
-        m = measure_credit(policy, group, reward, continuations=continuations, chunks=chunks, seed=i).misattribution()
+        m = measure_credit(policy, group, reward, continuations=continuations, chunks=chunks, seed=i,
+                           precision="float32").misattribution()  # the reference numerics of docs' figures
         step.append(m["step_misattribution"])
         chunk.append(m["chunk_misattribution"])
     return {"step": float(np.mean(step)), "chunk": float(np.mean(chunk))}

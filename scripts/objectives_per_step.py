@@ -117,7 +117,8 @@ def agreement_rows(configs: dict[str, TrainConfig], run_dirs: dict[str, list[Pat
     rows: dict[str, list[dict]] = {}
     for k in range(CREDIT_GROUPS):
         group = sample_groups(policy, [pool[k % len(pool)]], replace(scfg, seed=100 + k), [100 + k])[0]
-        credit = measure_credit(policy, group, reward_fn, CREDIT_CONTINUATIONS, chunks=chunks, seed=seed + k)
+        credit = measure_credit(policy, group, reward_fn, CREDIT_CONTINUATIONS, chunks=chunks, seed=seed + k,
+                                precision="float32")  # the reference numerics of the documented figures
         for critic in critics:
             for row in compare_step_advantages(policy, group, reward_fn, credit, config, critic).table():
                 rows.setdefault(row["method"], []).append(row)
