@@ -116,8 +116,7 @@ def credit_lines(credit: dict, default_heap: dict | None = None) -> list[str]:
         return ["Not measured.", ""]
     before = "" if not default_heap else (
         f": with its defaults (`WORKBENCH_HEAP=default workbench bench credit`) the same measurement faulted in "
-        f"{default_heap['credit_page_faults']:,} pages (that run's time is not comparable: it ran while other work "
-        f"did)")
+        f"{default_heap['credit_page_faults']:,} pages")
     return [f"`workbench bench credit`: {credit['credit_s']:.2f} s with continuations in "
             f"{credit.get('precision', 'float32')}, {credit.get('credit_page_faults', '?')} page faults in one "
             f"measurement; ode estimator {credit['ode_s']:.2f} s, x0 {credit['x0_s']:.2f} s; re-chunk "
