@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
@@ -56,11 +58,14 @@ def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url): 
     spec.press("Enter")
     expect(status).to_contain_text("typed: chunks 4,4", timeout=LONG)
     page.wait_for_function("() => location.search.includes('chunks=4%2C4&')", timeout=LONG)  # CHUNKS_JS, no server
+    link = page.locator("#share-link textarea")
+    expect(link).to_have_value(re.compile(r"[?&]chunks=4%2C4&.*tab=chunks"))  # the link box follows too
     spec.fill("9,9")  # sums to 18, not T=8: refused, and the address bar keeps the schedule in use
     spec.press("Enter")
     expect(status).to_contain_text("kept the last valid chunks 4,4", timeout=LONG)
     page.wait_for_timeout(300)
     assert "chunks=4%2C4&" in page.evaluate("location.search")
     assert "tab=chunks" in page.evaluate("location.search")
+    assert link.input_value().endswith(page.evaluate("location.search"))
     # LAUNCH turns Gradio's run history off: no call's inputs or figures are kept in the browser
     assert page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []

@@ -183,7 +183,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                 compare_text=compare_text, both=both, continuations=continuations, estimator=estimator)
 
 
-def _chunks_tab(wb, session, tab) -> gr.Textbox:
+def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
     gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
@@ -219,7 +219,7 @@ def _chunks_tab(wb, session, tab) -> gr.Textbox:
                          **fast),
              clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
                            js=forward_js("curve-plot"), trigger_mode="always_last", **fast)]  # a click waits
-    share.follow_chunk_edits(edits, spec, status)  # the edits skip the queue: the address bar follows them here
+    share.follow_chunk_edits(edits, spec, status, link)  # they skip the queue: the link follows them here
     return spec
 
 
@@ -413,7 +413,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                              [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
                              api_name="generate", **HEAVY)
             with gr.Tab("Chunks", id="chunks") as chunks_tab:
-                spec = _chunks_tab(wb, session, chunks_tab)
+                spec = _chunks_tab(wb, session, chunks_tab, link["link"])
             with gr.Tab("Objectives", id="objectives") as objectives_tab:
                 _objectives_tab(wb, session, objectives_tab)
             with gr.Tab("Fine-tune", id="finetune") as finetune_tab:

@@ -6,7 +6,7 @@
 follows the view without the button: `follow_link` rebuilds the link whenever the session changes (a Generate,
 Learn's example, a credit measurement) or another tab opens, and `FOLLOW_JS` puts it there with
 history.replaceState (no new history entry, no reload). A chunk edit changes only the link's `chunks`, which
-`CHUNKS_JS` rewrites in the page after the plots are drawn (no second call to the server on the edit's path).
+`CHUNKS_JS` rewrites in the page (no second call to the server on the edit's path).
 `open_link` runs on page load: with a query string it loads the policy, samples the same group (sampling and the
 credit measurement are seeded, so the numbers are the same), applies the schedule, measures credit with the same
 continuations and estimator, and opens the tab. A bad value is a message naming the parameter, never a traceback.
@@ -41,13 +41,14 @@ COPY_JS = """(link) => {
   }
   return [];
 }"""
-CHUNKS_JS = """(spec, status) => {
-  const url = window.location.href;
-  if (!status?.startsWith('✓') || !/^[0-9]+(,[0-9]+)*$/.test(spec ?? '') || !/[?&]chunks=/.test(url)) return [];
-  const link = url.replace(/([?&]chunks=)[^&#]*/, '$1' + encodeURIComponent(spec));
-  if (link !== url) requestAnimationFrame(() => setTimeout(() => window.history.replaceState(null, '', link)));
-  return [];
-}"""  # an edit that applied (status "✓ ...", the spec box holds the chunks) and a link already in the address bar
+CHUNKS_JS = """(spec, status, link) => {
+  const applied = status?.startsWith('✓') && /^[0-9]+(,[0-9]+)*$/.test(spec ?? '') && /[?&]chunks=/.test(link ?? '');
+  if (!applied) return [link];
+  const next = link.replace(/([?&]chunks=)[^&#]*/, '$1' + encodeURIComponent(spec));
+  if (next.startsWith('http') && next !== window.location.href)
+    requestAnimationFrame(() => setTimeout(() => window.history.replaceState(null, '', next)));
+  return [next];
+}"""  # an edit that applied (status "✓ ...", the spec box holds the chunks) changes the link's chunks only
 FOLLOW_JS = """(link) => {
   if (link && link.startsWith('http') && link !== window.location.href) window.history.replaceState(null, '', link);
   return [];
@@ -230,10 +231,10 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
               show_progress_on=[shown[-2]])  # over the credit map only: not over every control of the page
 
 
-def follow_chunk_edits(edits: list, spec: gr.Textbox, status: gr.Markdown) -> None:
-    """The address bar follows the chunk edits (they skip the queue, and gradio fires a State's change only for
-    queued events): `CHUNKS_JS` puts the new chunks in the link. Measured in chromium (issue 24): `follow_link` on
-    every edit sent a second request whose dispatch ran before the plots were painted (median edit 500 -> 380 ms
-    without it on a busy 2-core machine, three alternating rounds)."""
+def follow_chunk_edits(edits: list, spec: gr.Textbox, status: gr.Markdown, link: gr.Textbox) -> None:
+    """The link box and the address bar follow the chunk edits (they skip the queue, and gradio fires a State's
+    change only for queued events): `CHUNKS_JS` puts the new chunks in the link, in the page. Measured in
+    chromium (issue 24): `follow_link` on every edit sent a second request whose dispatch ran before the plots
+    were painted (median edit 500 -> 380 ms without it on a busy 2-core machine, three alternating rounds)."""
     for edit in edits:
-        edit.then(None, [spec, status], None, js=CHUNKS_JS)
+        edit.then(None, [spec, status, link], [link], js=CHUNKS_JS)
