@@ -111,6 +111,9 @@ def test_chunk_edits_valid_and_invalid(page, url):
     spec.fill("4,4")
     spec.press("Enter")
     expect(status).to_contain_text("typed: chunks 4,4", timeout=LONG)
+    drawn, given = page.evaluate("() => { const l = document.querySelector('#chunk-credit-plot .js-plotly-plot')"
+                                 "._fullLayout; return [l._size.r, l.margin.r]; }")
+    assert drawn == given, (drawn, given)  # the colorbar fits the right margin: plotly draws the map once
     page.screenshot(path=str(ARTIFACTS / "browser_chunks_valid.png"), full_page=True)
     spec.fill("1,2")
     spec.press("Enter")
