@@ -49,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from workbench.core.heap import reuse_freed_memory
+    from workbench.ui.layout import LAUNCH  # after the arguments: --help builds nothing
 
     reuse_freed_memory()  # before the model loads: its passes reuse freed memory (workbench/core/heap.py)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(wb.jobs.shutdown)
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
-                                                   prevent_thread_lock=True)
+                                                   prevent_thread_lock=True, **LAUNCH)
     wb.warm_up()  # after the server is up: importing diffusers and loading the model would delay the page
     demo.block_thread()
     return 0

@@ -38,7 +38,7 @@ def browser_type_launch_args(browser_type_launch_args):
 def url(tmp_path_factory):
     """The app on a random-init tiny model; training is the real `workbench train` when it exists."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app
+    from workbench.ui.layout import LAUNCH, build_app
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
@@ -54,7 +54,8 @@ def url(tmp_path_factory):
                    train_command=command, curve_prompts=2)
     demo = build_app(wb)
     port = free_port()
-    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                        **LAUNCH)
     ARTIFACTS.mkdir(exist_ok=True)
     yield f"http://127.0.0.1:{port}/"
     wb.jobs.shutdown()
@@ -110,6 +111,9 @@ def test_chunk_edits_valid_and_invalid(page, url):
     spec.fill("4,4")
     spec.press("Enter")
     expect(status).to_contain_text("typed: chunks 4,4", timeout=LONG)
+    drawn, given = page.evaluate("() => { const l = document.querySelector('#chunk-credit-plot .js-plotly-plot')"
+                                 "._fullLayout; return [l._size.r, l.margin.r]; }")
+    assert drawn == given, (drawn, given)  # the colorbar fits the right margin: plotly draws the map once
     page.screenshot(path=str(ARTIFACTS / "browser_chunks_valid.png"), full_page=True)
     spec.fill("1,2")
     spec.press("Enter")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
@@ -43,3 +45,27 @@ def test_a_chunk_edit_draws_the_changed_figure_once(page, url):  # noqa: F811 - 
         assert after["drawn"] - before["drawn"] == 1, (before, after)
         assert after["dropped"] > before["dropped"], (before, after)
     expect(page.locator("#curve-plot .js-plotly-plot")).to_have_count(1)
+
+
+def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url):  # noqa: F811 - the fixture
+    page.goto(url)
+    generate(page, group=2, steps=8)
+    page.get_by_role("tab", name="Chunks").click()
+    status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
+    expect(status).to_contain_text("over T=8 steps", timeout=LONG)
+    page.wait_for_function("() => location.search.includes('tab=chunks')", timeout=LONG)
+    spec.fill("4,4")
+    spec.press("Enter")
+    expect(status).to_contain_text("typed: chunks 4,4", timeout=LONG)
+    page.wait_for_function("() => location.search.includes('chunks=4%2C4&')", timeout=LONG)  # CHUNKS_JS, no server
+    link = page.locator("#share-link textarea")
+    expect(link).to_have_value(re.compile(r"[?&]chunks=4%2C4&.*tab=chunks"))  # the link box follows too
+    spec.fill("9,9")  # sums to 18, not T=8: refused, and the address bar keeps the schedule in use
+    spec.press("Enter")
+    expect(status).to_contain_text("kept the last valid chunks 4,4", timeout=LONG)
+    page.wait_for_timeout(300)
+    assert "chunks=4%2C4&" in page.evaluate("location.search")
+    assert "tab=chunks" in page.evaluate("location.search")
+    assert link.input_value().endswith(page.evaluate("location.search"))
+    # LAUNCH turns Gradio's run history off: no call's inputs or figures are kept in the browser
+    assert page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []

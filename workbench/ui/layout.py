@@ -188,7 +188,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                 compare_text=compare_text, both=both, continuations=continuations, estimator=estimator)
 
 
-def _chunks_tab(wb, session, tab) -> tuple[gr.Textbox, list]:
+def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
     gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
@@ -224,7 +224,8 @@ def _chunks_tab(wb, session, tab) -> tuple[gr.Textbox, list]:
                          **fast),
              clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
                            js=forward_js("curve-plot"), trigger_mode="always_last", **fast)]  # a click waits
-    return spec, edits  # the edits skip the queue, so the address bar follows them explicitly (ui/share.py)
+    share.follow_chunk_edits(edits, spec, status, link)  # they skip the queue: the link follows them here
+    return spec
 
 
 OBJECTIVES_INTRO = (
@@ -238,6 +239,8 @@ OBJECTIVES_INTRO = (
     "**Click a cell** (trajectory i, step t; or set them below) to see that objective's formula with the cell's "
     "numbers.")
 LATEX = [{"left": "$$", "right": "$$", "display": True}]
+LAUNCH = {"run_history": False}  # of `demo.launch`: Gradio's run history kept every call's outputs (two figures per
+# chunk edit) in the browser's localStorage, parsed and written again on each call: half the page's CPU of an edit
 
 
 def _objectives_tab(wb, session, tab) -> None:
@@ -415,7 +418,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                              [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
                              api_name="generate", **HEAVY)
             with gr.Tab("Chunks", id="chunks") as chunks_tab:
-                spec, edits = _chunks_tab(wb, session, chunks_tab)
+                spec = _chunks_tab(wb, session, chunks_tab, link["link"])
             with gr.Tab("Objectives", id="objectives") as objectives_tab:
                 _objectives_tab(wb, session, objectives_tab)
             with gr.Tab("Fine-tune", id="finetune") as finetune_tab:
@@ -432,7 +435,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         share.wire(wb, demo, link, tabs, session,
                    [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
                    [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
-                    attribution["heatmap"], attribution["rates"]], edits)
+                    attribution["heatmap"], attribution["rates"]])
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change
