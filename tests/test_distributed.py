@@ -26,46 +26,60 @@ WORKER = textwrap.dedent("""
     from safetensors.torch import save_file
     from workbench.train import TrainConfig, Trainer
 
-    out, config = Path(sys.argv[1]), eval(sys.argv[2])
-    if config.get("reward") == "red_flat":  # the zero-variance test reward of tests/test_trainer.py
+    root, runs = Path(sys.argv[1]), eval(sys.argv[2])  # {name: config}, trained one after the other
+    if any(config.get("reward") == "red_flat" for config in runs.values()):  # tests/test_trainer.py's reward
         from tests.test_trainer import red_flat
         from workbench.rewards import REWARDS
         REWARDS.register("red_flat")(red_flat)
-    trainer = Trainer(TrainConfig(**config), out / "run")
-    trainer.run()
-    save_file({k: v.detach().contiguous() for k, v in trainer.params.items()},
-              str(out / f"rank{trainer.dist.rank}.safetensors"))
+    for name, config in runs.items():
+        trainer = Trainer(TrainConfig(**config), root / name / "run")
+        trainer.run()
+        save_file({k: v.detach().contiguous() for k, v in trainer.params.items()},
+                  str(root / name / f"rank{trainer.dist.rank}.safetensors"))
 """)
 
 
-def train_on_two_processes(tmp_path: Path, config: dict) -> None:
-    """Run the worker under torchrun with 2 CPU processes; assert both end with identical, changed weights."""
-    save_embedded(build_embedded(seed=0), tmp_path / "model")
-    config = config | {"model": str(tmp_path / "model")}
-    (tmp_path / "worker.py").write_text(WORKER)
+def train_on_two_processes(root: Path, runs: dict[str, dict]) -> None:
+    """Train each of `runs` ({name: config}, in order) in root/name/run under one torchrun launch of 2 CPU
+    processes (starting them is most of the time); assert both ranks end every run with identical, changed weights."""
+    save_embedded(build_embedded(seed=0), root / "model")
+    runs = {name: config | {"model": str(root / "model")} for name, config in runs.items()}
+    (root / "worker.py").write_text(WORKER)
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nnodes", "1", "--nproc_per_node", "2",
-           str(tmp_path / "worker.py"), str(tmp_path), repr(config)]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=85)
+           str(root / "worker.py"), str(root), repr(runs)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    rank0, rank1 = (load_file(str(tmp_path / f"rank{r}.safetensors")) for r in (0, 1))
     initial = dict(build_embedded(seed=0).transformer.named_parameters())
-    assert set(rank0) == set(rank1) and all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    assert any(not torch.equal(rank0[k], initial[k]) for k in rank0)
+    for name in runs:
+        rank0, rank1 = (load_file(str(root / name / f"rank{r}.safetensors")) for r in (0, 1))
+        assert set(rank0) == set(rank1) and all(torch.equal(rank0[k], rank1[k]) for k in rank0), name
+        assert any(not torch.equal(rank0[k], initial[k]) for k in rank0), name
+
+
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory) -> Path:
+    """The runs of the two tests below, trained under one torchrun launch: root/plain, root/refill."""
+    from tests.test_trainer import RED_FLAT_PROMPTS
+
+    root = tmp_path_factory.mktemp("torchrun")
+    refill = CONFIG | {"reward": "red_flat", "prompts": RED_FLAT_PROMPTS, "dynamic_sampling": True, "iterations": 3,
+                       "eval_prompts": 0}
+    train_on_two_processes(root, {"plain": CONFIG, "refill": refill})
+    return root
 
 
 @pytest.mark.slow
-def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
-    train_on_two_processes(tmp_path, CONFIG)
-    config = CONFIG | {"model": str(tmp_path / "model")}
+def test_two_processes_train_identically_and_count_every_group_once(two_process_runs, tmp_path):
+    config = CONFIG | {"model": str(two_process_runs / "model")}
 
-    run = RunStore.open(tmp_path / "run").info()
+    run = RunStore.open(two_process_runs / "plain" / "run").info()
     assert run.state == "finished" and [r["iteration"] for r in run.metrics] == [0, 1, 2]
     for row in run.metrics[1:]:
         assert row["rollout/groups"] == 2 and row["rollout/trajectories"] == 4
         assert row["train/transitions"] == 2 * 2 * 3 and "eval/reward_mean" in row
-    assert not any(p.name.startswith("rank") for p in (tmp_path / "run").iterdir())
+    assert not any(p.name.startswith("rank") for p in (two_process_runs / "plain" / "run").iterdir())
 
     # iteration 1 samples the initial model, so its rewards match a single-process run of the same seed
     single = Trainer(TrainConfig(**config), tmp_path / "single")
@@ -76,13 +90,9 @@ def test_two_processes_train_identically_and_count_every_group_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_refill_in_step(tmp_path):
+def test_two_processes_refill_in_step(two_process_runs):
     """DAPO dynamic sampling: each process refills its own slots; all take the same rounds and updates."""
-    from tests.test_trainer import RED_FLAT_PROMPTS
-
-    train_on_two_processes(tmp_path, CONFIG | {"reward": "red_flat", "prompts": RED_FLAT_PROMPTS,
-                                               "dynamic_sampling": True, "iterations": 3, "eval_prompts": 0})
-    rows = RunStore.open(tmp_path / "run").info().metrics
+    rows = RunStore.open(two_process_runs / "refill" / "run").info().metrics
     assert [r["iteration"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/kept_groups"] == 2 and r["train/transitions"] == 2 * 2 * 3 for r in rows)
     assert any(r["rollout/rounds"] > 1 for r in rows)

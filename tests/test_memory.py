@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from test_switches import probe
+from test_switches import probes
 
 from workbench.cli.main import main as cli
 from workbench.train import TrainConfig
@@ -65,27 +65,31 @@ def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):
     assert dry_run.embedded_sizes(None).tokens == 64 + 16
 
 
+CASES = {  # the embedded model with TrainConfig's defaults (full fine-tuning, 4 minibatches of 128 transitions) and
+    # a random SD3 of 4 blocks 256 wide, 589 tokens (the folder is filled in)
+    "embedded-full": dict(),
+    "embedded-lora-checkpointing": dict(lora_rank=8, gradient_checkpointing=True),
+    "sd3-lora": dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8, gradient_checkpointing=False),
+    "sd3-lora-checkpointing": dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8),
+}
+
+
 @pytest.fixture(scope="module")
-def sd3_mid(tmp_path_factory):
-    """A random SD3 of 4 blocks 256 wide, 589 tokens, saved once for the probes that load it (read only)."""
+def measured(tmp_path_factory) -> dict[str, dict]:
+    """Each case's measured peak and estimate: one probe process, each iteration in a fresh heap."""
     from tiny_pipelines import save_tiny_sd3
 
-    return save_tiny_sd3(tmp_path_factory.mktemp("sd3mid"), layers=4, heads=8, head_dim=32)
+    sd3 = str(save_tiny_sd3(tmp_path_factory.mktemp("sd3mid"), layers=4, heads=8, head_dim=32))
+    settings = [{**s, "model": sd3} if s.get("model") == "SD3" else s for s in CASES.values()]
+    return dict(zip(CASES, probes(tmp_path_factory.mktemp("probe"), *settings)))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("settings", [
-    dict(),  # the embedded model, TrainConfig's defaults: full fine-tuning, 4 minibatches of 128 transitions
-    dict(lora_rank=8, gradient_checkpointing=True),
-    dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8, gradient_checkpointing=False),
-    dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8),
-], ids=["embedded-full", "embedded-lora-checkpointing", "sd3-lora", "sd3-lora-checkpointing"])
-def test_estimate_within_25_percent_of_the_measured_peak(settings, request, tmp_path_factory):
+@pytest.mark.parametrize("case", CASES)
+def test_estimate_within_25_percent_of_the_measured_peak(case, request):
     if not sys.platform.startswith("linux"):
         pytest.skip("peak memory is read from /proc")
-    if settings.get("model") == "SD3":
-        settings = {**settings, "model": str(request.getfixturevalue("sd3_mid"))}
-    result = probe(tmp_path_factory.mktemp("probe"), **settings)
+    result = request.getfixturevalue("measured")[case]
     assert result["estimate_bytes"] == pytest.approx(result["peak_bytes"], rel=0.25), result
 
 

@@ -52,14 +52,17 @@ def test_switch_fields_are_checked_and_defaulted(tmp_path):
     assert not TrainConfig(lora_rank=8, model=str(tmp_path), gradient_checkpointing=False).checkpointing
 
 
-def probe(tmp_path, **settings) -> dict:
-    """Peak and estimated memory of one iteration in a fresh process (`workbench.train.memory_probe`)."""
-    file = tmp_path / "config.json"
-    file.write_text(json.dumps({"eval_prompts": 0, "report_to": "none", **settings}))
-    done = subprocess.run([sys.executable, "-m", "workbench.train.memory_probe", str(file)], capture_output=True,
-                          text=True, timeout=600)
+def probes(tmp_path, *settings: dict) -> list[dict]:
+    """Peak and estimated memory of one iteration per settings, each in a fresh heap: one process
+    (`workbench.train.memory_probe`) pays the imports once and forks a child per iteration."""
+    files = []
+    for i, one in enumerate(settings):
+        files.append(tmp_path / f"config{i}.json")
+        files[-1].write_text(json.dumps({"eval_prompts": 0, "report_to": "none", **one}))
+    done = subprocess.run([sys.executable, "-m", "workbench.train.memory_probe", *map(str, files)],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return [json.loads(line) for line in done.stdout.strip().splitlines()[-len(settings):]]
 
 
 @pytest.mark.slow
@@ -68,8 +71,8 @@ def test_micro_batches_and_checkpointing_lower_the_measured_peak(tmp_path):
         pytest.skip("peak memory is read from /proc")
     # 2 prompts: two minibatches of 128 transitions, as far below the threshold as the default 4 (measured: plain
     # 0.65 GB, micro-batches 0.23 and checkpointing 0.55 of it; with 4 prompts 0.74 GB, 0.29, 0.54), half the work
-    plain, micro, checkpointed = (probe(tmp_path, prompts_per_iteration=2, **s)
-                                  for s in ({}, {"micro_batch": 16}, {"gradient_checkpointing": True}))
+    switches = ({}, {"micro_batch": 16}, {"gradient_checkpointing": True})
+    plain, micro, checkpointed = probes(tmp_path, *({"prompts_per_iteration": 2, **s} for s in switches))
     assert micro["peak_bytes"] < 0.7 * plain["peak_bytes"] and checkpointed["peak_bytes"] < 0.8 * plain["peak_bytes"]
 
 
