@@ -4,6 +4,9 @@
     .venv/bin/python scripts/bench_app.py --lesson --json /tmp/lesson.json    # the lesson's memory (~7 min quiet)
     .venv/bin/python scripts/performance_report.py /tmp/bench.json --lesson /tmp/lesson.json  # -> docs/performance.md
 
+`--app APP.json` reports a separate `scripts/bench_app.py --json APP.json` run (say, the one made next to the
+baseline) instead of the browser figures of `bench all`, and keeps those beside it.
+
 `--heap-default HEAP.json` (from `WORKBENCH_HEAP=default python -m workbench bench credit --json HEAP.json`) adds
 the credit figure under glibc's own allocator settings (workbench/core/heap.py).
 
@@ -127,6 +130,17 @@ def credit_lines(credit: dict, default_heap: dict | None = None) -> list[str]:
             f"faulting fresh pages in for every temporary tensor (`workbench/core/heap.py`){before}.", ""]
 
 
+def app_note(f: dict) -> list[str]:
+    """Where the browser figures come from when `--app` replaced those of `bench all`, with both runs' figures."""
+    inner = f.get("app_bench_all")
+    if not inner:
+        return []
+    return [f"The browser figures above are from a separate `scripts/bench_app.py` run, made next to the baseline "
+            f"below; the same script inside `bench all` gave chunk edit {median(inner.get('edit_ms')):.0f} ms, "
+            f"curve click {median(inner.get('click_ms')):.0f} ms, credit {inner.get('credit_s', 0):.2f} s. Both are "
+            "kept: the spread between them is this machine's, not the code's.", ""]
+
+
 def render(f: dict) -> str:
     per = f.get("threads", {}).get("seconds_per_iteration", {})
     lines = [
@@ -141,6 +155,7 @@ def render(f: dict) -> str:
         "|---|---|---|---|---|",
         *rows(f),
         "",
+        *app_note(f),
         *baseline_lines(f),
         "## Sharing two cores with a fine-tune",
         "",
@@ -179,11 +194,16 @@ def main() -> None:
     p.add_argument("--baseline", default=None, help="the JSON of `scripts/bench_app.py` on an earlier commit")
     p.add_argument("--baseline-commit", default="?", help="that commit")
     p.add_argument("--lesson-commit", default=None, help="the commit the lesson's memory was measured on, if older")
+    p.add_argument("--app", default=None, help="the JSON of a separate `scripts/bench_app.py` run to report instead "
+                   "of bench all's (its figures are kept beside)")
     p.add_argument("--heap-default", default=None, help="the JSON of `WORKBENCH_HEAP=default workbench bench credit "
                    "--json FILE` (glibc's own allocator settings)")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     figures = json.loads(Path(args.figures).read_text())
+    if args.app:
+        figures["app_bench_all"] = figures.get("app", {})
+        figures["app"] = json.loads(Path(args.app).read_text())
     if args.lesson:
         lesson = json.loads(Path(args.lesson).read_text())
         app = figures.setdefault("app", {})
