@@ -124,6 +124,7 @@ REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line
     (ATTRIBUTE + ["--chunks", "-1,5"], ["--chunks", ">= 1"]),
     (ATTRIBUTE + ["--chunks", ",".join(["1"] * 5000)], ["--chunks", "characters cut", "sum to 3"]),
     (ATTRIBUTE + ["--chunks", "2,a"], ["--chunks", "integer"]),
+    (ATTRIBUTE + ["--precision", "half"], ["--precision", "invalid choice"]),
     (SAMPLE + ["--foo"], ["unrecognized arguments: --foo"]),
     (["bench", "nope"], ["invalid choice"]),
     (["chunks", "--method", "zigzag"], ["valid chunkers"]),
@@ -689,6 +690,14 @@ def test_a_refine_budget_over_the_cap_through_the_api_is_refused(app):
     demo, wb = app
     with pytest.raises(gr.Error, match="maximum"):
         call_endpoint(demo, "refine", **{"Refinement budget": 10**12})
+
+
+@pytest.mark.parametrize("payload", ["half", 16])  # null is the default, auto
+def test_unknown_numerics_through_the_api_are_refused_before_any_work(app, payload):
+    demo, wb = app
+    with pytest.raises(gr.Error) as err:
+        call_endpoint(demo, "attribute", Numerics=payload)
+    assert "not in the list of choices" in err.value.message or "valid: auto, float32, bfloat16" in err.value.message
 
 
 class FakeQueue:
