@@ -11,15 +11,15 @@ are loaded, 0.35 s per call on this machine's class, paid before the handler's o
 (called by the app once the model is loaded) moves what exists then out of the collector's reach
 (`gc.freeze`): later collections look only at what the session made since, in milliseconds.
 
-Within a computation the opposite matters. glibc serves every allocation over its mmap threshold (128 KiB at
-first) with fresh pages from the kernel and unmaps them on free; a forward pass of the embedded model on 256
-latents makes tens of megabytes of such temporaries, so every pass faulted in ~250 MB of new zeroed pages:
-775,000 page faults in one credit measurement at the defaults, a quarter of its CPU time on this machine
-class. `reuse_freed_memory` (called once by the app, the CLI and the tests) raises the threshold to glibc's
-maximum, keeps up to `TRIM_THRESHOLD` of freed heap, and puts every thread on one arena, so temporaries come
-back from the heap already mapped: 35,000 faults and ~20 % less CPU time for the same measurement
-(`workbench bench credit` prints the faults; run it again with `WORKBENCH_HEAP=default` for glibc's own
-behaviour). The pages still go back to the system after long app handlers (`release_freed`).
+Within a computation the opposite matters. glibc serves an allocation over its mmap threshold (128 KiB at
+first, then adjusted) with fresh pages from the kernel, and returns the free top of its heap to the kernel once
+it passes the trim threshold; a forward pass of the embedded model on 256 latents frees and makes again tens of
+megabytes of temporaries, so every pass faulted its temporaries in afresh: 263,070 page faults in one credit
+measurement at the defaults (`WORKBENCH_HEAP=default workbench bench credit`). `reuse_freed_memory` (called
+once by the app, the CLI, the memory probe and the tests) fixes the mmap threshold at glibc's maximum, keeps up
+to `TRIM_THRESHOLD` of free heap, and puts every thread on one arena, so temporaries come back from the heap
+already mapped: about 2,000 faults for the same measurement (docs/performance.md). The pages still go back to
+the system after long app handlers (`release_freed`).
 """
 
 from __future__ import annotations
