@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from test_credit import PROMPT, mean_red  # the credit tests' prompt and reward
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.precision import evaluation_numerics, native_bf16, resolve_precision
@@ -9,12 +10,6 @@ from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.credit import measure_credit, refine
 from workbench.rl.credit_estimators import run_continuations
-
-PROMPT = "a large red circle in the top left on a white background"
-
-
-def mean_red(images, prompts):
-    return images[:, 0].flatten(1).mean(1)
 
 
 @pytest.fixture(scope="module")
