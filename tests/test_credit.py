@@ -214,6 +214,7 @@ def test_x0_estimator_is_the_reward_of_the_denoised_prediction(random_policy, gr
         x0 = x - t * random_policy.velocity(x, t.expand(4), cond)
         assert torch.allclose(credit.values[:, s], mean_red(random_policy.decode(x0), [PROMPT] * 4), atol=1e-5)
     assert torch.allclose(credit.values[:, -1], credit.rewards) and credit.cost["nfe"] == 0
+    assert credit.precision == "float32"  # the sampler's predictions, whatever numerics continuations would get
 
 
 def test_measure_credit_with_a_registered_reward(random_policy, group):

@@ -307,6 +307,8 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
     precision = resolve_precision(precision, policy.device, policy.dtype)
+    if estimator == "x0":  # it reuses the sampler's predictions: their numerics are the weights' own
+        precision = str(policy.dtype).removeprefix("torch.")
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
     est = fn(policy, group, reward_fn, continuations, seed, crn, progress, precision)
