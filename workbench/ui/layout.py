@@ -176,8 +176,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     both = [compare_plot, compare_text, status]
     busy = dict(show_progress_on=[heatmap], **HEAVY)  # the progress text over the map, not over the rates' text
     run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z, precision], outputs,
-              api_name="attribute",
-              **busy)
+              api_name="attribute", **busy)
     refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy)
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
