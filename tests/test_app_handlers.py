@@ -28,6 +28,7 @@ from workbench.train.store import CONFIG, STATUS, RunStore
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
 from workbench.ui.layout import build_app
+from workbench.ui.redraw import PATCH
 from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
 
@@ -104,6 +105,11 @@ def msg(outputs) -> str:
 
 def is_skip(value) -> bool:
     return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
+
+
+def curve_change(chunk_map: go.Figure) -> dict:
+    """The change to the curve (title, boundary lines) a chunk edit's map carries for the page (ui/redraw.py)."""
+    return chunk_map.layout.meta[PATCH]["relayout"]
 
 
 def start(wb, session=None, iterations=3, **kw):
@@ -235,10 +241,13 @@ def test_refine_streams_rounds_and_spends_the_budget(wb, sampled):
 
 # --------------------------------------------------------------------------- chunks
 def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
-    curve, chunk_map, spec, slider, rates, session, status = h.chunks_from_spec(wb, "1, 3", sampled)
+    chunk_map, spec, rates, session, status = h.chunks_from_spec(wb, "1, 3", sampled)
     assert status.startswith("✓") and spec == "1,3" and session.sizes == [1, 3] and session.credit.sizes == [1, 3]
     assert sampled.sizes == [1, 1, 1, 1]  # the old session is not mutated
-    assert [s.x0 for s in curve.layout.shapes] == [0.5] and len(curve.data[1].y) == 4
+    curve = curve_change(chunk_map)  # the curve's new boundary lines and title ride on the map (ui/redraw.py)
+    assert [s["x0"] for s in curve["shapes"]] == [0.5] and "chunks [1, 3]" in curve["title.text"]
+    opened = h.chunks_view(wb, session)[0]  # the tab sends the whole curve when it opens, with the same change
+    assert [s.x0 for s in opened.layout.shapes] == [0.5] and opened.layout.title.text == curve["title.text"]
     r = sampled.credit.rechunk([1, 3]).rates(2.0).chunk
     assert f"plain sign rate {100 * r.plain:.1f} %" in rates and "(chunks 1,3)" in rates
     classes = sampled.credit.rechunk([1, 3]).chunk_classes(2.0)
@@ -258,7 +267,7 @@ def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
 def test_chunker_choice(wb, sampled, name, option, kwargs):
     out = h.chunks_from_chunker(wb, name, option, sampled)
     expected = CHUNKERS.get(name)(4, wb.curve(4, 0.7).mean, **kwargs)
-    assert out[-1].startswith("✓") and out[-2].sizes == expected and out[2] == ",".join(map(str, expected))
+    assert out[-1].startswith("✓") and out[-2].sizes == expected and out[1] == ",".join(map(str, expected))
 
 
 def test_chunker_bad_option_and_name(wb, sampled):
@@ -280,7 +289,7 @@ def test_chunks_without_a_group_use_the_default_steps(wb):
     assert all(is_skip(v) for v in h.attribution_view(wb, session)[:2])  # no credit yet: nothing to redraw
     assert "over 4 trajectories" in curve.data[0].name  # 2 prompts x 2 trajectories
     assert "Measure credit" in rates and slider.maximum == 15 and slider.value == 8
-    assert is_skip(h.chunks_from_spec(wb, "8,8", session)[3])  # edits leave the slider where it is
+    assert len(h.chunks_from_spec(wb, "8,8", session)) == 5  # an edit leaves the slider where it is: not an output
     assert "measure credit in the Attribution tab" in chunk_map.layout.annotations[0].text
 
 

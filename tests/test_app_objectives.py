@@ -18,6 +18,7 @@ from workbench.ui import learn
 from workbench.ui import objectives as ob
 from workbench.ui.clicks import clicked_point, forward_js
 from workbench.ui.formulas import cell, closed_form, formula_markdown
+from workbench.ui.redraw import PATCH
 from workbench.ui.state import Session
 
 PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
@@ -35,10 +36,11 @@ def test_clicked_points_from_the_page_and_from_api_callers():
 
 
 def test_clicking_the_curve_toggles_a_boundary(wb, sampled):
-    curve, chunk_map, spec, slider, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
+    chunk_map, spec, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
     assert status == "✓ removed the boundary after step 2: chunks 1,1,2" and spec == "1,1,2"
-    assert session.sizes == [1, 1, 2] and session.credit.sizes == [1, 1, 2] and is_skip(slider)
-    assert [s.x0 for s in curve.layout.shapes] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]
+    assert session.sizes == [1, 1, 2] and session.credit.sizes == [1, 1, 2]
+    shapes = chunk_map.layout.meta[PATCH]["relayout"]["shapes"]  # the curve's new lines (ui/redraw.py)
+    assert [s["x0"] for s in shapes] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]
     r = sampled.credit.rechunk([1, 1, 2]).rates(2.0).chunk
     assert f"plain sign rate {100 * r.plain:.1f} %" in rates
     again = h.chunks_toggle(wb, json.dumps({"trace": "mean L1_rel", "x": 2, "y": 0.1}), session)

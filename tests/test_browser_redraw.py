@@ -18,6 +18,9 @@ from tests.test_browser import (  # noqa: F401 - its app, chromium launch fixtur
     url,
 )
 
+LINES_X = ("(plot) => document.querySelector(`#${plot} .js-plotly-plot`)._fullLayout.shapes"
+           ".filter(s => s.type === 'line').map(s => s.x0)")  # where a figure draws its dashed boundaries
+
 
 def counts(page) -> dict:
     return page.evaluate("() => ({...window.wbRedraw})")
@@ -32,19 +35,28 @@ def test_a_chunk_edit_draws_the_changed_figure_once(page, url):  # noqa: F811 - 
     expect(status).to_contain_text("over T=8 steps", timeout=LONG)
     expect(title).to_contain_text("[1, 2, 2, 3]", timeout=LONG)
     page.wait_for_timeout(500)
-    for sizes in ("4,4", "2,6", "8"):
+    page.evaluate("() => { window.wbCurve = document.querySelector('#curve-plot .js-plotly-plot'); }")
+    for sizes, lines in (("4,4", [3.5]), ("2,6", [1.5]), ("8", [])):
         before = counts(page)
         spec.fill(sizes)
         spec.press("Enter")
         expect(status).to_contain_text(f"typed: chunks {sizes}", timeout=LONG)
-        expect(title).to_contain_text("[" + sizes.replace(",", ", ") + "]", timeout=LONG)  # the new figure shows
+        expect(title).to_contain_text("[" + sizes.replace(",", ", ") + "]", timeout=LONG)  # the new title shows
         page.wait_for_timeout(300)  # any late call of Gradio's has run by now
         after = counts(page)
-        # the curve changed and is drawn once (Gradio asked twice, once on the element it then re-mounted); the
-        # chunk map is the same "measure credit first" figure and is not redrawn
+        # the map (here the "measure credit first" figure, carrying the curve's change) is drawn once, though
+        # Gradio asked twice (once on the element it then re-mounted); the curve is changed in place, not redrawn
         assert after["drawn"] - before["drawn"] == 1, (before, after)
         assert after["dropped"] > before["dropped"], (before, after)
+        assert after["patched"] - before["patched"] == 1, (before, after)
+        assert page.evaluate("() => window.wbCurve.isConnected")  # the same curve element: no re-mount
+        assert page.evaluate(LINES_X, "curve-plot") == lines  # its dashed boundary lines moved
     expect(page.locator("#curve-plot .js-plotly-plot")).to_have_count(1)
+    page.get_by_role("tab", name="Generate").click()  # the tab opens again with the whole curve, the same lines
+    page.get_by_role("tab", name="Chunks").click()
+    expect(status).to_contain_text("chunks 8 over T=8 steps", timeout=LONG)
+    expect(title).to_contain_text("[8]", timeout=LONG)
+    assert page.evaluate(LINES_X, "curve-plot") == []
 
 
 def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url):  # noqa: F811 - the fixture

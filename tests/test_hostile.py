@@ -883,7 +883,7 @@ def test_stop_after_this_sessions_run_ended_stops_the_run_holding_the_device(run
 def test_a_control_updated_by_a_refused_action_still_names_bad_input(app):
     demo, _ = app
     state = SessionState(demo)
-    status = call_endpoint(demo, "chunks_toggle", state, **{"Step t after": "x"})[-1]  # refused: Step slider skipped
+    status = call_endpoint(demo, "chunks_toggle", state, **{"Step t after": "x"})[-1]  # refused, slider untouched
     assert status.startswith("⚠")
     for payload in ("abc", float("nan"), [1]):
         with pytest.raises(gr.Error) as err:

@@ -19,6 +19,7 @@ from workbench.rl.chunking import CHUNKERS, chunk_boundaries, merge_at, parse_ch
 from workbench.rl.credit import Z
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
+from workbench.ui.redraw import relayout_after
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view, plots
@@ -210,28 +211,27 @@ def attribution_z(wb: Workbench, z: float, session: Session):
     return credit_plot(session), rates_markdown(session), session, ok(f"classified at z = {session.z:g}")
 
 
-def _chunk_outputs(wb: Workbench, session: Session, note: str, slider=None) -> tuple:
-    """(curve figure, chunk credit map, spec text, slider update, rates, session, status) for the schedule.
+def _curve_chunks(wb: Workbench, session: Session) -> dict:
+    """The session's chunk schedule as a change of the curve figure (title and boundary lines)."""
+    curve = wb.curve(session.steps, _noise(session), session.source)
+    return plots.dynamics_chunks(session.sizes, curve.per_trajectory.shape[0], wb.curve_prompts)
 
-    The slider is only reset (to the range 1..T-1 of a new group) when the tab opens, not on every edit.
-    The Attribution heatmap is redrawn when that tab opens (`attribution_view`), keeping edits fast."""
-    t = session.steps
-    noise = session.group.config.noise_level if session.group is not None else 0.7
-    curve = wb.curve(t, noise, session.source)
-    low, high = curve.quantiles  # (T,) each
-    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0],
-                                   wb.curve_prompts)
-    slider = gr.skip() if slider is None else slider
-    return figure, chunk_plot(session), format_sizes(session.sizes), slider, rates_markdown(session), session, ok(note)
+
+def _noise(session: Session) -> float:
+    return session.group.config.noise_level if session.group is not None else 0.7
 
 
 def _edit(wb: Workbench, session: Session, make_sizes, what: str) -> tuple:
-    """Apply one schedule edit; an invalid one raises and the last valid schedule stays."""
+    """Apply one schedule edit -> (chunk credit map, spec text, rates, session, status); an invalid edit raises and
+    the last valid schedule stays. The curve is not sent again: the map carries the curve's new title and
+    boundary lines, which the page applies to it (ui/redraw.py). The step slider is left where it is."""
     try:
         sizes = parse_chunk_spec(make_sizes(session.steps), session.steps)
     except WorkbenchError as err:
         raise WorkbenchError(f"{err} (kept the last valid chunks {format_sizes(session.sizes)})") from None
-    return _chunk_outputs(wb, session.with_sizes(sizes), f"{what}: chunks {format_sizes(sizes)}")
+    session = session.with_sizes(sizes)
+    chunk_map = relayout_after(chunk_plot(session), "curve-plot", _curve_chunks(wb, session))
+    return chunk_map, format_sizes(sizes), rates_markdown(session), session, ok(f"{what}: chunks {format_sizes(sizes)}")
 
 
 @guarded(3)
@@ -244,19 +244,26 @@ def attribution_view(wb: Workbench, session: Session):
 
 @guarded(7)
 def chunks_view(wb: Workbench, session: Session):
-    """Chunks tab opened -> the curve and rates for the session's current schedule."""
+    """Chunks tab opened -> (curve figure, chunk credit map, spec text, slider, rates, session, status) for the
+    session's schedule; the slider gets the range 1..T-1 of the session's group. The Attribution heatmap is
+    redrawn when that tab opens (`attribution_view`), keeping edits fast."""
     t = session.steps
     slider = gr.Slider(minimum=1, maximum=max(t - 1, 1), value=max(t // 2, 1), step=1, interactive=t > 1)
-    return _chunk_outputs(wb, session, f"chunks {format_sizes(session.sizes)} over T={t} steps", slider)
+    curve = wb.curve(t, _noise(session), session.source)
+    low, high = curve.quantiles  # (T,) each
+    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0],
+                                   wb.curve_prompts)
+    return (figure, chunk_plot(session), format_sizes(session.sizes), slider, rates_markdown(session), session,
+            ok(f"chunks {format_sizes(session.sizes)} over T={t} steps"))
 
 
-@guarded(7)
+@guarded(5)
 def chunks_from_spec(wb: Workbench, spec: str, session: Session):
     """Typed sizes such as "2,3,4,7"."""
     return _edit(wb, session, lambda t: spec if spec is not None else "", "typed")
 
 
-@guarded(7)
+@guarded(5)
 def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Session):
     """A chunker (uniform, temporal, adaptive, equal_mass) with its one option."""
     chunker = CHUNKERS.get(name)
@@ -264,26 +271,25 @@ def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Sessio
     options = {} if key is None else {key: whole_number(option, f"the {name} option ({key})", 1)}
 
     def make(t: int) -> list[int]:
-        noise = session.group.config.noise_level if session.group is not None else 0.7
-        return chunker(t, wb.curve(t, noise, session.source).mean, **options)
+        return chunker(t, wb.curve(t, _noise(session), session.source).mean, **options)
     return _edit(wb, session, make, f"{name} chunker")
 
 
-@guarded(7)
+@guarded(5)
 def chunks_split(wb: Workbench, step: float, session: Session):
     """Split button: a new chunk starts at the slider's step."""
     at = whole_number(step, "step", 0)
     return _edit(wb, session, lambda t: split_at(session.sizes, at), f"split at step {at}")
 
 
-@guarded(7)
+@guarded(5)
 def chunks_merge(wb: Workbench, step: float, session: Session):
     """Merge button: the boundary at the slider's step goes away."""
     at = whole_number(step, "step", 0)
     return _edit(wb, session, lambda t: merge_at(session.sizes, at), f"merged at step {at}")
 
 
-@guarded(7)
+@guarded(5)
 def chunks_toggle(wb: Workbench, point, session: Session):
     """A click on the curve at step t (or an API call with t): toggle the boundary after step t."""
     after = whole_number(clicked_point(point)["x"], "clicked step", 0)

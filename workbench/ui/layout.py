@@ -210,8 +210,9 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
     point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
                        elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
-    outputs = [curve, chunk_map, spec, step, rates, session, status]
-    tab.select(partial(h.chunks_view, wb), [session], outputs, api_visibility="private")
+    outputs = [chunk_map, spec, rates, session, status]  # an edit's: the map carries the curve's change
+    tab.select(partial(h.chunks_view, wb), [session], [curve, chunk_map, spec, step, rates, session, status],
+               api_visibility="private")
     fast = {"queue": False, "show_progress": "hidden"}  # edits take ~50 ms: skip the queue round trip
     edits = [gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
                    api_name="chunks_from_spec", **fast),
