@@ -4,6 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 mkdir -p test-artifacts
+# Bytecode is written as modules are first imported: where PYTHONDONTWRITEBYTECODE is set (this machine class) every
+# test process would otherwise compile what scripts/setup.sh did not (peft, accelerate, torch.distributed, the
+# diffusers pipelines: ~700 modules in a `workbench bench load`). __pycache__ is ignored by git.
+unset PYTHONDONTWRITEBYTECODE
 .venv/bin/ruff check .
 # One worker per core, at most 4 (each holds torch and gradio, ~0.6 GB); a test file stays on one worker, so
 # its module fixtures (an app server, a trained model) are built once. TEST_WORKERS=0 runs in one process.

@@ -28,7 +28,7 @@ UNDETERMINED_NAME = "undetermined: not significant at z"
 Z_LABEL = "z: sets the false-call rate P(|N(0,1)| > z) per cell (z = 2: 4.6 %)"
 FIXED_NOTE = ("fixed by construction: a chunk from x_T to the image has credit r - mean r, the raw advantage, "
               "so it always agrees with A")
-COLORBAR_MARGIN = 110  # px right of the plot for the colorbar (it needs ~105): a figure whose colorbar must push
+COLORBAR_MARGIN = 125  # px right of the plot for the colorbar (it needs ~116): a figure whose colorbar must push
 # the margin out is drawn twice by plotly, ~8 ms more per chunk edit in chromium (issue 24). Its title is one line
 # along the bar: a two-line title ("credit<br>(reward)") took ~5 ms more of the map's ~37 ms draw.
 NAMES = {MISATTRIBUTED: "misattributed", ALIGNED: "aligned", UNDETERMINED: "undetermined"}
