@@ -125,8 +125,8 @@ POINT = """([plot, name, x]) => {
 
 
 def click_toggle_ms(page, clicks: int) -> list[float]:
-    """Milliseconds from a click on the curve (mouse down) to the status, the curve's title and the chunk map's
-    lines showing the toggled boundary (checked on every animation frame)."""
+    """Milliseconds from a click on the curve (the button's release) to the status, the curve's title and the chunk
+    map's lines showing the toggled boundary (checked on every animation frame)."""
     sys.path.insert(0, str(ROOT))
     from workbench.rl.chunking import toggle_boundary
 
@@ -143,9 +143,9 @@ def click_toggle_ms(page, clicks: int) -> list[float]:
         where = page.evaluate(POINT, ["curve-plot", "mean L1_rel", step])
         page.mouse.move(*where)  # the pointer reaches the step first (plotly draws its hover label), then clicks
         page.wait_for_timeout(300)
-        start = time.perf_counter()
         page.mouse.down()
-        page.mouse.up()
+        start = time.perf_counter()  # the click happens on release (plotly's plotly_click, the browser's click):
+        page.mouse.up()  # timing from the press added the ~10-15 ms Playwright takes between the two events
         page.wait_for_function(DONE, arg=[f"{verb} the boundary after step {step}: chunks {','.join(map(str, new))}",
                                           str(new), lines(new)], polling="raf", timeout=60_000)
         times.append(1000 * (time.perf_counter() - start))

@@ -65,9 +65,11 @@ def rows(f: dict) -> list[str]:
     sampling, credit, threads = f.get("sampling", {}), f.get("credit", {}), f.get("threads", {})
     out = [
         row("Chunk edit, Enter to updated plots (median)", median(app.get("edit_ms")), "ms", 150,
-            "scripts/bench_app.py: chromium types a spec and waits for the plot title and status"),
+            "scripts/bench_app.py: chromium types a spec and waits for the status, the curve's title and the chunk "
+            "map's lines"),
         row("Curve click to updated plots (median)", median(app.get("click_ms")), "ms", 150,
-            "scripts/bench_app.py: a click on the L1_rel curve toggles a boundary"),
+            "scripts/bench_app.py: a click on the L1_rel curve toggles a boundary, timed from the button's release "
+            "(the click; until commit 31a4e98 from the press, ~10-15 ms of Playwright's earlier)"),
         row("App memory after Generate + credit", rss.get("generate_credit"), "MB", 700,
             "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4"),
         row("App memory after a lesson run from the app", rss.get("lesson"), "MB", 1024,
