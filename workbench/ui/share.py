@@ -41,12 +41,12 @@ COPY_JS = """(link) => {
   }
   return [];
 }"""
-CHUNKS_JS = """(spec, status, link) => {
+CHUNKS_JS = """async (spec, status, link) => {
   const applied = status?.startsWith('✓') && /^[0-9]+(,[0-9]+)*$/.test(spec ?? '') && /[?&]chunks=/.test(link ?? '');
   if (!applied) return [link];
   const next = link.replace(/([?&]chunks=)[^&#]*/, '$1' + encodeURIComponent(spec));
-  if (next.startsWith('http') && next !== window.location.href)
-    requestAnimationFrame(() => setTimeout(() => window.history.replaceState(null, '', next)));
+  await new Promise((done) => requestAnimationFrame(() => setTimeout(done)));  // once the edit's plots are painted
+  if (next.startsWith('http') && next !== window.location.href) window.history.replaceState(null, '', next);
   return [next];
 }"""  # an edit that applied (status "✓ ...", the spec box holds the chunks) changes the link's chunks only
 FOLLOW_JS = """(link) => {
