@@ -15,8 +15,8 @@ A figure can also carry a change to another one (`relayout_after`): a chunk edit
 boundary lines of the temporal-dynamics curve, so the edit returns the chunk map alone with that change in its
 `layout.meta`, and the page applies it to the curve with `Plotly.relayout` right after drawing the map. Measured in
 chromium (issue 24): a relayout of the curve takes ~10 ms, drawing it afresh ~21 ms plus Gradio's re-mount, and the
-server no longer builds the curve on every edit (handler 32 -> 18 ms); an edit 182 -> 149 ms and a click 192 -> 167
-ms median in scripts/bench_app.py, commit 9cafa8c measured in the same hour. The curve's value in
+server no longer builds the curve on every edit (handler 32 -> 18 ms); the edits' latencies, against the commit
+before, are in docs/performance.md. The curve's value in
 Gradio keeps the schedule of the tab's last opening; the tab sends the whole curve again whenever it opens.
 `window.wbRedraw.patched` counts the changes applied.
 """
