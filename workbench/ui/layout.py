@@ -409,9 +409,9 @@ def build_app(wb: Workbench) -> gr.Blocks:
                 gen = _generate_tab(wb, session)
             with gr.Tab("Attribution", id="attribution") as attribution_tab:
                 attribution = _attribution_tab(wb, session, choices)
-            attribution_tab.select(partial(h.attribution_view, wb), [session],
+            attribution_tab.select(partial(h.attribution_view, wb), [session],  # a redraw: no progress flashes
                                    [attribution["heatmap"], attribution["rates"], attribution["status"]],
-                                   api_visibility="private")
+                                   api_visibility="private", show_progress="hidden")
             attribution_tab.select(partial(pol.comparison_view, wb), [session], attribution["both"],
                                    api_visibility="private")
             gen["run"].click(partial(h.generate, wb), gen["inputs"],
