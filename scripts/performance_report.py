@@ -11,7 +11,8 @@ baseline) instead of the browser figures of `bench all`, and keeps those beside 
 the credit figure under glibc's own allocator settings (workbench/core/heap.py).
 
 `--baseline OLD.json --baseline-commit SHA` adds the browser figures of an earlier commit measured on the same
-machine right after (`git worktree add /tmp/old SHA; cd /tmp/old; python scripts/bench_app.py --json OLD.json`):
+machine right after, with this commit's benchmark (`git worktree add /tmp/old SHA; cp scripts/bench_app.py
+/tmp/old/scripts/; cd /tmp/old; python scripts/bench_app.py --json OLD.json`):
 this machine's speed drifts by tens of percent between hours, so a figure is compared with its baseline of the
 same hour, not with an older page. `--lesson-commit SHA` says which commit the lesson's memory was measured on
 when it is older than the rest.
@@ -103,7 +104,8 @@ def baseline_lines(f: dict) -> list[str]:
         return []
     app = f.get("app", {})
     lines = ["## Against the previous commit, same hour", "",
-             f"`scripts/bench_app.py` on commit {f['baseline_commit']} right after this page's run:", "",
+             f"This commit's `scripts/bench_app.py`, run on commit {f['baseline_commit']} right after this page's run "
+             "(so both are timed the same way):", "",
              "| Figure | This commit | Commit " + f["baseline_commit"] + " |", "|---|---|---|"]
     for name, key, unit in (("Chunk edit (median)", "edit_ms", "ms"), ("Curve click (median)", "click_ms", "ms"),
                             ("Generate G=8, T=16", "generate_s", "s"), ("Credit at the defaults", "credit_s", "s")):
