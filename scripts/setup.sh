@@ -28,12 +28,11 @@ stamp=.venv/.installed-$dev
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing the workbench into .venv"
   if [ "$dev" = 1 ]; then install -e ".[dev]"; else install -e .; fi
-  # Bytecode for what the app and the tests' workers import, written by importing it once: where
-  # PYTHONDONTWRITEBYTECODE is set (this machine class) nothing is ever cached, and every process would compile
-  # torch, gradio and diffusers again (their import 20 s instead of 8). Compiling every installed file instead
-  # (uv's --compile-bytecode) took 38 s here against ~25 s: most of transformers and plotly is never imported.
-  # scripts/test.sh writes the bytecode of the rest as the tests import it.
-  # Two processes, one per half of the stack, so both cores work (~14 s here instead of ~25).
+  # Bytecode for what the app and the tests' workers import, written by importing it once in two processes (one
+  # per half of the stack, ~12 s here): where PYTHONDONTWRITEBYTECODE is set (this machine class) nothing is ever
+  # cached, and every process would compile torch, gradio and diffusers again (their import 20 s instead of 8).
+  # Compiling every installed file instead (uv's --compile-bytecode) took 38 s: most of transformers and plotly
+  # is never imported. scripts/test.sh writes the bytecode of the rest as the tests import it.
   other="workbench.cli.main, workbench.train, diffusers"
   [ "$dev" = 1 ] && other="$other, pytest, xdist, playwright.sync_api, nbmake, nbclient, ipykernel.kernelapp"
   env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "import $other" >/dev/null & half=$!
