@@ -8,6 +8,7 @@ process needs none of torch.distributed: every helper is a no-op there.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -33,6 +34,9 @@ def init_distributed() -> DistInfo:
 
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        # leave the group before the interpreter tears down: a gloo group still alive then can abort the process
+        # ("terminate called without an active exception", exit -6) after all its work succeeded
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
     return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
