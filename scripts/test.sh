@@ -12,5 +12,5 @@ unset PYTHONDONTWRITEBYTECODE
 # One worker per core, at most 4 (each holds torch and gradio, ~0.6 GB); a test file stays on one worker, so
 # its module fixtures (an app server, a trained model) are built once. TEST_WORKERS=0 runs in one process.
 workers=${TEST_WORKERS:-$(.venv/bin/python -c "import os; print(min(len(os.sched_getaffinity(0)), 4))")}
-parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
+parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 exec .venv/bin/python -m pytest -q -ra "${parallel[@]}" tests notebooks --nbmake "$@"
