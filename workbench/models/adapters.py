@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from workbench.core.errors import WorkbenchError, shorten
+from workbench.core.precision import exact_gelu_in_bfloat16
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.schedule import shift_sigmas
 from workbench.models.embedded import CONFIG_FILE, WEIGHTS_FILE, EmbeddedPolicy, check_finite_weights
@@ -145,6 +146,7 @@ class SD3Policy(FlowPolicy):
     def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = 256):
         _check_scheduler(pipe.scheduler.config, "SD3", allow_dynamic=False)
         self.pipe, self.transformer = pipe, pipe.transformer
+        exact_gelu_in_bfloat16(self.transformer)  # as EmbeddedPolicy
         _freeze(pipe.text_encoder, pipe.text_encoder_2, pipe.text_encoder_3, pipe.vae)
         cfg, vae_scale = pipe.transformer.config, pipe.vae_scale_factor
         size = _latent_size(resolution, cfg.sample_size * vae_scale, vae_scale, cfg.patch_size, "SD3")
@@ -193,6 +195,7 @@ class FluxPolicy(FlowPolicy):
         sched = pipe.scheduler.config
         _check_scheduler(sched, "FLUX", allow_dynamic=True)
         self.pipe, self.transformer = pipe, pipe.transformer
+        exact_gelu_in_bfloat16(self.transformer)  # as EmbeddedPolicy
         _freeze(pipe.text_encoder, pipe.text_encoder_2, pipe.vae)
         vae_scale = pipe.vae_scale_factor
         size = _latent_size(resolution, pipe.default_sample_size * vae_scale, vae_scale, 2, "FLUX")
