@@ -94,7 +94,12 @@ def test_the_app_yields_cores_to_its_fine_tune(tmp_path, monkeypatch):
     t = threading.Thread(target=handler)
     t.start()
     t.join()
-    assert seen == [1, 1, th.cpu_count(), th.cpu_count(), 1, 1]
+    assert seen == [1, 1, th.app_threads(), th.app_threads(), 1, 1]
+
+
+def test_the_app_leaves_one_core_to_its_browser():
+    assert [th.app_threads(cores) for cores in (1, 2, 4, 16)] == [1, 1, 3, 15]
+    assert th.app_threads() == max(1, th.cpu_count() - 1)
 
 
 def test_training_processes_get_passive_waiting(tmp_path, monkeypatch):

@@ -14,6 +14,8 @@ the scheduler has parked behind the other process. Two remedies, both here:
   starts). Measured with `bench threads` on 2 cores: sleeping at once (spin count 0) cost a quiet iteration
   27 % (2.32 s against 1.83 s spinning); the short spin keeps the quiet speed (1.77 s) and still shares.
 
+The app itself leaves one core to the browser that shows it (`app_threads`).
+
 `python -m workbench bench threads` measures both against a competing single-threaded load.
 """
 
@@ -33,6 +35,15 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def app_threads(cores: int | None = None) -> int:
+    """Torch threads of the app's handlers: every core but one, which the browser showing the app needs while
+    the app computes (it draws the progress; the app is a page on the same laptop). Measured with
+    scripts/bench_app.py on 2 cores (issue 24): on two threads a credit measurement took 5.1-6.8 s to its first
+    status, Generate 4.6-6.2 s and the Objectives tab 10.6-29.9 s; on one thread 4.1-4.5, 3.7-3.8 and 8.5-10.2 s.
+    An OpenMP team waits for its slowest thread, and the browser kept taking a second-core thread's turn."""
+    return max(1, (cores or cpu_count()) - 1)
 
 
 def threads_for(cores: int, others_busy: float, maximum: int | None = None) -> int:

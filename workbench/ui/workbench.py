@@ -13,6 +13,7 @@ import threading
 from collections import OrderedDict
 
 from workbench.core.heap import settle
+from workbench.core.threads import app_threads
 from workbench.flow.trajectory import SamplingConfig
 from workbench.ui.jobs import TRAIN_COMMAND, JobManager
 from workbench.ui.state import BASE, DEFAULT_STEPS, EMBEDDED
@@ -76,14 +77,12 @@ class Workbench:
 
     def share_cores(self) -> int:
         """Set this thread's torch threads before it computes: one while a CPU fine-tune of this app runs (its
-        trainer takes the cores left free, `core.threads`), otherwise every core, or OMP_NUM_THREADS where the
-        environment sets it. Returns the count."""
+        trainer takes the cores left free, `core.threads`), otherwise every core but one (`app_threads`), or
+        OMP_NUM_THREADS where the environment sets it. Returns the count."""
         import torch
 
-        from workbench.core.threads import cpu_count
-
         limit = os.environ.get("OMP_NUM_THREADS", "")
-        most = int(limit) if limit.isdigit() and int(limit) > 0 else cpu_count()
+        most = int(limit) if limit.isdigit() and int(limit) > 0 else app_threads()
         threads = 1 if self.device == "cpu" and self.jobs.training() else most
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)  # per thread under OpenMP: Gradio runs each handler in a worker thread
