@@ -60,18 +60,47 @@ def median(values: list[float] | None) -> float | None:
     return statistics.median(values) if values else None
 
 
+def presses(app: dict) -> list[float]:
+    """Every timed press of Measure credit in a bench_app run (one before bench_app timed three) or in pooled runs."""
+    if "rounds" in app:
+        return [s for run in app["rounds"] for s in presses(run)]
+    return [app["credit_s"], *app.get("credit_again_s", ())] if "credit_s" in app else []
+
+
 def credit_presses(app: dict) -> float | None:
-    """The browser's credit figure: the median of the presses of Measure credit (one, before bench_app timed three)."""
-    presses = [app["credit_s"], *app.get("credit_again_s", ())] if "credit_s" in app else []
-    return median(presses)
+    """The browser's credit figure: the median of the presses of Measure credit."""
+    return median(presses(app))
 
 
 def presses_note(app: dict) -> str:
-    again = app.get("credit_again_s")
-    if not again:
-        return "one press"
-    return (f"median of {1 + len(again)} presses (first {app['credit_s']:.1f} s, then "
-            + ", ".join(f"{s:.1f}" for s in again) + " s)")
+    runs = app.get("rounds", [app])
+    if not presses(app):
+        return "not measured"
+    firsts = ", ".join(f"{run['credit_s']:.1f}" for run in runs)
+    return (f"median of {len(presses(app))} presses in {len(runs)} run(s) (first press of each run {firsts} s, "
+            f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s)")
+
+
+def pooled(paths: list[str]) -> dict:
+    """Several bench_app runs (rounds) as one: their edits, clicks and presses together, the memory of the first."""
+    runs = [json.loads(Path(path).read_text()) for path in paths]
+    if len(runs) == 1:
+        return runs[0]
+    out = {**runs[0], "rounds": runs}
+    for key in ("edit_ms", "click_ms"):
+        out[key] = [v for run in runs for v in run.get(key, [])]
+    out["generate_s"] = median([run["generate_s"] for run in runs if "generate_s" in run])
+    return out
+
+
+def round_medians(app: dict, key: str) -> str:
+    """Each round's median of `key`, as "a / b / c" (empty for a single run)."""
+    runs = app.get("rounds")
+    if not runs:
+        return ""
+    values = [median(run[key]) if key.endswith("_ms") else
+              (median(presses(run)) if key == "credit" else run[key]) for run in runs]
+    return " (rounds: " + " / ".join(f"{v:.0f}" if key.endswith("_ms") else f"{v:.1f}" for v in values) + ")"
 
 
 def rows(f: dict) -> list[str]:
@@ -81,11 +110,12 @@ def rows(f: dict) -> list[str]:
     one = f.get("app_one_thread", {})
     out = [
         row("Chunk edit, Enter to updated plots (median)", median(app.get("edit_ms")), "ms", 150,
-            "scripts/bench_app.py: chromium types a spec and waits for the status, the curve's title and the chunk "
-            "map's lines"),
+            "scripts/bench_app.py: chromium types a spec; the page times from the Enter key's event to the first "
+            "frame showing the status, the curve's title and the chunk map's lines (until commit 40e00e3 Python "
+            "timed it, polling the page over CDP on every frame)" + round_medians(app, "edit_ms")),
         row("Curve click to updated plots (median)", median(app.get("click_ms")), "ms", 150,
-            "scripts/bench_app.py: a click on the L1_rel curve toggles a boundary, timed from the button's release "
-            "(the click; until commit 31a4e98 from the press, ~10-15 ms of Playwright's earlier)"),
+            "scripts/bench_app.py: a click on the L1_rel curve toggles a boundary, timed in the page from the "
+            "button's release (the click) to the same frame" + round_medians(app, "click_ms")),
         row("App memory after Generate + credit", rss.get("generate_credit"), "MB", 700,
             "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4"),
         row("App memory after a lesson run from the app", rss.get("lesson"), "MB", 1024,
@@ -120,15 +150,23 @@ def baseline_lines(f: dict) -> list[str]:
         return []
     app = f.get("app", {})
     lines = ["## Against the previous commit, same hour", "",
-             f"This commit's `scripts/bench_app.py`, run on commit {f['baseline_commit']} right after this page's run "
-             "(so both are timed the same way):", "",
+             f"This commit's `scripts/bench_app.py`, run on commit {f['baseline_commit']} "
+             + (f"in {len(base['rounds'])} rounds alternating with this page's runs, all edits, clicks and presses "
+                "of a commit pooled" if "rounds" in base else "right after this page's run")
+             + " (so both are timed the same way):", "",
              "| Figure | This commit | Commit " + f["baseline_commit"] + " |", "|---|---|---|"]
-    for name, key, unit in (("Chunk edit (median)", "edit_ms", "ms"), ("Curve click (median)", "click_ms", "ms"),
-                            ("Generate G=8, T=16", "generate_s", "s"), ("Credit at the defaults", "credit_s", "s")):
-        now, then = (median(v) if isinstance(v, list) else v for v in (app.get(key), base.get(key)))
+    one, base_one = f.get("app_one_thread", {}), f.get("baseline_one_thread", {})
+    for name, now_app, then_app, key, unit in (
+            ("Chunk edit (median)", app, base, "edit_ms", "ms"), ("Curve click (median)", app, base, "click_ms", "ms"),
+            ("Generate G=8, T=16", app, base, "generate_s", "s"), ("Credit at the defaults (median of presses)", app,
+                                                                    base, "credit", "s"),
+            ("Credit, app on one thread (median of presses)", one, base_one, "credit", "s")):
+        now, then = ((credit_presses(a) if key == "credit" else median(v) if isinstance(v := a.get(key), list) else v)
+                     for a in (now_app, then_app))
         if now is not None and then is not None:
             digits = 0 if unit == "ms" else 2
-            lines.append(f"| {name} | {now:.{digits}f} {unit} | {then:.{digits}f} {unit} |")
+            lines.append(f"| {name} | {now:.{digits}f} {unit}{round_medians(now_app, key)} | "
+                         f"{then:.{digits}f} {unit}{round_medians(then_app, key)} |")
     return [*lines, ""]
 
 
@@ -209,13 +247,16 @@ def main() -> None:
     p.add_argument("figures", help="the JSON file of `workbench bench all --json`")
     p.add_argument("--lesson", default=None, help="the JSON of `scripts/bench_app.py --lesson` (its memory after "
                    "the lesson and the lesson's duration)")
-    p.add_argument("--app-one-thread", default=None, help="the JSON of `scripts/bench_app.py --threads 1`")
+    p.add_argument("--app-one-thread", nargs="+", default=None, help="the JSON of `scripts/bench_app.py --threads 1` "
+                   "(several: rounds, pooled)")
+    p.add_argument("--baseline-one-thread", nargs="+", default=None, help="the same on the baseline commit")
     p.add_argument("--tests", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json`")
-    p.add_argument("--baseline", default=None, help="the JSON of `scripts/bench_app.py` on an earlier commit")
+    p.add_argument("--baseline", nargs="+", default=None, help="the JSON of `scripts/bench_app.py` on an earlier "
+                   "commit (several: rounds alternating with --app's, pooled)")
     p.add_argument("--baseline-commit", default="?", help="that commit")
     p.add_argument("--lesson-commit", default=None, help="the commit the lesson's memory was measured on, if older")
-    p.add_argument("--app", default=None, help="the JSON of a separate `scripts/bench_app.py` run to report instead "
-                   "of bench all's (its figures are kept beside)")
+    p.add_argument("--app", nargs="+", default=None, help="the JSON of a separate `scripts/bench_app.py` run to "
+                   "report instead of bench all's (its figures are kept beside; several: rounds, pooled)")
     p.add_argument("--heap-default", default=None, help="the JSON of `WORKBENCH_HEAP=default workbench bench credit "
                    "--json FILE` (glibc's own allocator settings)")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
@@ -223,7 +264,7 @@ def main() -> None:
     figures = json.loads(Path(args.figures).read_text())
     if args.app:
         figures["app_bench_all"] = figures.get("app", {})
-        figures["app"] = json.loads(Path(args.app).read_text())
+        figures["app"] = pooled(args.app)
     if args.lesson:
         lesson = json.loads(Path(args.lesson).read_text())
         app = figures.setdefault("app", {})
@@ -231,11 +272,13 @@ def main() -> None:
         app["lesson_s"] = lesson["lesson_s"]
         app["lesson_commit"] = args.lesson_commit
     if args.app_one_thread:
-        figures["app_one_thread"] = json.loads(Path(args.app_one_thread).read_text())
+        figures["app_one_thread"] = pooled(args.app_one_thread)
+    if args.baseline_one_thread:
+        figures["baseline_one_thread"] = pooled(args.baseline_one_thread)
     if args.tests:
         figures["tests"] = json.loads(Path(args.tests).read_text())
     if args.baseline:
-        figures["baseline"] = json.loads(Path(args.baseline).read_text())
+        figures["baseline"] = pooled(args.baseline)
         figures["baseline_commit"] = args.baseline_commit
     if args.heap_default:
         figures["credit_default_heap"] = json.loads(Path(args.heap_default).read_text())["credit"]
