@@ -9,10 +9,15 @@ cd "$(dirname "$0")/.."
 dev=0; [ "${1:-}" = "--dev" ] && dev=1
 PY=${PYTHON:-python3}
 TORCH="torch==2.13.0"
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-# uv when it can be had (parallel installs from its cache: the whole stack in ~12 s here, pip takes ~55 s); pip
-# otherwise. uv reads no pip configuration, so the local wheel folders and torch's index are passed on.
-[ -x .venv/bin/uv ] || .venv/bin/pip install -q uv >/dev/null 2>&1 || true
+# uv when it can be had (parallel installs from its cache: the whole stack in ~5 s here, pip takes ~55 s); pip
+# otherwise. The venv starts without pip and the system's pip puts uv into it: a venv with its own pip took 5 s
+# to create here, this takes 2.5 s, and uv then adds the pip the tests build a wheel with in 0.3 s.
+[ -x .venv/bin/python ] || "$PY" -m venv --without-pip .venv
+[ -x .venv/bin/uv ] || "$PY" -m pip --python .venv/bin/python install -q uv >/dev/null 2>&1 || true
+if [ ! -x .venv/bin/uv ] && [ ! -x .venv/bin/pip ]; then  # no pip outside (or too old for --python)
+  .venv/bin/python -m ensurepip -q >/dev/null && { .venv/bin/pip install -q uv >/dev/null 2>&1 || true; }
+fi
+# uv reads no pip configuration, so the local wheel folders and torch's index are passed on.
 links=(); for folder in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$folder"); done
 install() {
   if [ -x .venv/bin/uv ] && .venv/bin/uv pip install -q --python .venv/bin/python ${links[@]+"${links[@]}"} "$@"; then
@@ -20,24 +25,30 @@ install() {
   fi
   .venv/bin/pip install -q "$@"
 }
+[ -x .venv/bin/pip ] || install pip
+bytecode() { env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "import $1" >/dev/null; }
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "setup: installing torch"
   if [ -n "${TORCH_INDEX_URL:-}" ]; then install "$TORCH" --index-url "$TORCH_INDEX_URL"; else install "$TORCH"; fi
+  bytecode torch 2>/dev/null & torch_bytecode=$!  # beside the install of the rest (see below; numpy comes later)
 fi
 stamp=.venv/.installed-$dev
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing the workbench into .venv"
   if [ "$dev" = 1 ]; then install -e ".[dev]"; else install -e .; fi
-  # Bytecode for what the app and the tests' workers import, written by importing it once in two processes (one
-  # per half of the stack, ~12 s here): where PYTHONDONTWRITEBYTECODE is set (this machine class) nothing is ever
-  # cached, and every process would compile torch, gradio and diffusers again (their import 20 s instead of 8).
-  # Compiling every installed file instead (uv's --compile-bytecode) took 38 s: most of transformers and plotly
-  # is never imported. scripts/test.sh writes the bytecode of the rest as the tests import it.
-  other="workbench.cli.main, workbench.train, diffusers"
-  [ "$dev" = 1 ] && other="$other, pytest, xdist, playwright.sync_api, nbmake, nbclient, ipykernel.kernelapp"
-  env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "import $other" >/dev/null & half=$!
-  env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "import app, workbench.ui.layout, workbench.ui.workbench" >/dev/null
-  wait "$half"
+  # Bytecode for what the app and the tests' workers import, written by importing it once: where
+  # PYTHONDONTWRITEBYTECODE is set (this machine class) nothing is ever cached, and every process would compile
+  # torch, gradio and diffusers again (their import 20 s instead of 8). Compiling every installed file instead
+  # (uv's --compile-bytecode) took 38 s: most of transformers and plotly is never imported. torch's is written
+  # during the install above; then two processes that share no big package, the model side (diffusers, peft,
+  # transformers) and the web side (gradio, the test tools, the app): 16.4 -> ~11 s here, as both halves no
+  # longer compiled torch. scripts/test.sh writes the bytecode of the rest as the tests import it.
+  [ -n "${torch_bytecode:-}" ] && wait "$torch_bytecode"
+  bytecode "workbench.cli.main, workbench.train, diffusers" & models=$!
+  web="app, workbench.ui.layout, workbench.ui.workbench"
+  [ "$dev" = 1 ] && web="gradio, pytest, xdist, playwright.sync_api, nbmake, nbclient, ipykernel.kernelapp, $web"
+  bytecode "$web"
+  wait "$models"
   touch "$stamp"
 fi
 if [ "$dev" = 1 ] && [ ! -x /usr/bin/chromium ]; then
