@@ -46,6 +46,29 @@ def test_a_baseline_commit_gets_its_own_table_of_the_same_hour():
     assert "## Against the previous commit, same hour" in page
     assert "| Chunk edit (median) | 210 ms | 255 ms |" in page
     assert "| Curve click (median) | 230 ms | 270 ms |" in page
-    assert "| Credit at the defaults | 8.00 s | 8.40 s |" in page
+    assert "| Credit at the defaults (median of presses) | 8.00 s | 8.40 s |" in page
     assert "Generate G=8, T=16" not in page, "a figure the baseline lacks got a row"
     assert "same hour" not in report.render({"cores": 2, "torch": "2.13.0"})
+
+
+def test_rounds_are_pooled_and_every_press_of_credit_counts(tmp_path):
+    report = load()
+    runs = [{"edit_ms": [100.0, 110.0, 120.0], "click_ms": [140.0], "credit_s": 6.5, "credit_again_s": [5.0, 5.2],
+             "generate_s": 4.0, "rss_mb": {"generate_credit": 620.0}},
+            {"edit_ms": [130.0, 140.0, 150.0], "click_ms": [160.0], "credit_s": 5.8, "credit_again_s": [4.8, 5.1],
+             "generate_s": 5.0, "rss_mb": {"generate_credit": 640.0}}]
+    paths = []
+    for n, run in enumerate(runs):
+        paths.append(tmp_path / f"run{n}.json")
+        paths[-1].write_text(__import__("json").dumps(run))
+    app = report.pooled([str(p) for p in paths])
+    assert app["edit_ms"] == [100.0, 110.0, 120.0, 130.0, 140.0, 150.0] and app["rss_mb"] == runs[0]["rss_mb"]
+    assert report.presses(app) == [6.5, 5.0, 5.2, 5.8, 4.8, 5.1] and report.credit_presses(app) == 5.15
+    assert report.round_medians(app, "edit_ms") == " (rounds: 110 / 140)"
+    assert report.round_medians(app, "credit") == " (rounds: 5.2 / 5.1)"
+    assert "first press of each run 6.5, 5.8 s" in report.presses_note(app)
+    assert report.pooled([str(paths[0])]) == runs[0]  # one run stays as it is
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in report.render(
+        {"cores": 2, "torch": "2.13.0", "app": app}).splitlines() if line.startswith("| ")}
+    assert "| 125 ms | ≤ 150 ms | yes |" in lines["Chunk edit, Enter to updated plots (median)"]
+    assert "| 5.15 s | ≤ 6 s | yes |" in lines["Credit at the defaults in the browser"]
