@@ -36,3 +36,26 @@ def test_training_panels_carry_their_units_in_the_titles_and_only_the_bottom_row
     xs = [fig.layout[f"xaxis{n or ''}"] for n in ("", 2, 3, 4, 5, 6)]
     assert all(y.title.text is None for y in ys)  # y titles beside small panels collided with their neighbours
     assert [x.title.text for x in xs] == [None, None, None, "iteration", "iteration", "iteration"]
+
+
+def test_the_chunk_map_is_the_figure_plotly_validates(random_policy):
+    """The Chunks tab's map is built from trace dicts without plotly's validation (it is rebuilt on every chunk
+    edit): built validated, the same dicts give the same figure, and a wrong property would raise."""
+    import json
+
+    import plotly.graph_objects as go
+    from test_credit import PROMPT, mean_red
+
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rl.credit import measure_credit
+    from workbench.viz.credit_view import chunk_figure
+
+    group = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=4, seed=1))
+    credit = measure_credit(random_policy, group, mean_red, continuations=3, chunks="1,3")
+    built = json.loads(chunk_figure(credit, 2.0).to_json())
+    assert built == json.loads(go.Figure(built).to_json())  # every property checked and coerced: nothing moves
+    assert built["data"][0]["colorscale"][0] == [0.0, "rgb(103,0,31)"]  # plotly's RdBu, not plotly.js's
+    assert [shape["x0"] for shape in built["layout"]["shapes"]] == [0.5]  # the boundary after step 0
+    with pytest.raises(ValueError, match="colourscale|colorscale|Invalid"):
+        go.Figure({**built, "data": [{**built["data"][0], "colorscale": "NoSuchScale"}]})

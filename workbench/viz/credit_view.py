@@ -9,6 +9,8 @@ A = 0). Hovering a cell gives its credit, standard error and class.
 
 from __future__ import annotations
 
+import functools
+
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
@@ -45,16 +47,22 @@ def _span(a: float, b: float, unit: str) -> str:
     return f" (steps {first}-{last})" if unit != "step" and last > first else ""
 
 
-def _cover(mask: torch.Tensor, x, color: str, **where) -> go.Heatmap:
+def _cover(mask: torch.Tensor, x, color: str) -> dict:
     """One flat colour over the cells of mask (G, J); transparent elsewhere and invisible to hover."""
     z = torch.where(mask, 1.0, torch.nan).tolist()
-    return go.Heatmap(z=z, x=x, colorscale=[[0, color], [1, color]], showscale=False, hoverinfo="skip", **where)
+    return dict(type="heatmap", z=z, x=x, colorscale=[[0, color], [1, color]], showscale=False, hoverinfo="skip")
 
 
-def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor,
-                      valid: torch.Tensor, edges: list[float], unit: str, colorbar: dict, row: int | None = None,
-                      col: int | None = None, legend: bool = True, scale: float | None = None) -> None:
-    """Add a credit map (G, J) with its classes to fig (at row, col of a subplot grid if given).
+@functools.cache
+def _red_blue() -> tuple:
+    """plotly's "RdBu" scale as a validated figure carries it: plotly.js's own "RdBu" is another scale."""
+    return go.Heatmap(colorscale="RdBu").colorscale
+
+
+def classified_trace_dicts(credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor, valid: torch.Tensor,
+                           edges: list[float], unit: str, colorbar: dict, legend: bool = True,
+                           scale: float | None = None) -> list[dict]:
+    """The traces of a credit map (G, J) with its classes, as plotly trace dicts.
     edges (J + 1,): the cell borders along x; scale: the colour scale's |credit| end (default: this map's)."""
     g, j = credit.shape
     centres = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
@@ -62,25 +70,34 @@ def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, cl
     se_text = [[("no estimate" if s != s else f"{s:.4f}") for s in r] for r in se.tolist()]
     names = [f"{unit} {n}" + _span(edges[n], edges[n + 1], unit) for n in range(j)]
     custom = [[[s, c, name] for s, c, name in zip(rs, rc, names)] for rs, rc in zip(se_text, _labels(classes, valid))]
-    fig.add_trace(go.Heatmap(z=credit.tolist(), x=edges, y=list(range(g)), colorscale="RdBu", zmid=0,
-                             zmin=-scale, zmax=scale, customdata=custom, colorbar=colorbar, name=f"{unit} credit",
-                             hovertemplate="traj %{y}, %{customdata[2]}: credit %{z:.4f} ± %{customdata[0]} "
-                                           "(%{customdata[1]})<extra></extra>"), row=row, col=col)
-    fig.add_trace(_cover((classes == UNDETERMINED) & valid, edges, UNDETERMINED_COLOR), row=row, col=col)
-    fig.add_trace(_cover(~valid, edges, VEIL_COLOR), row=row, col=col)
+    traces = [dict(type="heatmap", z=credit.tolist(), x=edges, y=list(range(g)), colorscale=_red_blue(), zmid=0,
+                   zmin=-scale, zmax=scale, customdata=custom, colorbar=colorbar, name=f"{unit} credit",
+                   hovertemplate="traj %{y}, %{customdata[2]}: credit %{z:.4f} ± %{customdata[0]} "
+                                 "(%{customdata[1]})<extra></extra>"),
+              _cover((classes == UNDETERMINED) & valid, edges, UNDETERMINED_COLOR),
+              _cover(~valid, edges, VEIL_COLOR)]
     for cls, (symbol, size, name) in MARKS.items():
         rows, cols = ((classes == cls) & valid).nonzero(as_tuple=True)
-        fig.add_trace(go.Scatter(x=[centres[c] for c in cols.tolist()], y=rows.tolist(), mode="markers",
-                                 marker=dict(symbol=symbol, size=size, color="black",
-                                             line=dict(width=2 if cls == MISATTRIBUTED else 1,
-                                                       color="black" if cls == MISATTRIBUTED else "white")),
-                                 name=name, showlegend=legend, hoverinfo="skip"), row=row, col=col)
+        traces.append(dict(type="scatter", x=[centres[c] for c in cols.tolist()], y=rows.tolist(), mode="markers",
+                           marker=dict(symbol=symbol, size=size, color="black",
+                                       line=dict(width=2 if cls == MISATTRIBUTED else 1,
+                                                 color="black" if cls == MISATTRIBUTED else "white")),
+                           name=name, showlegend=legend, hoverinfo="skip"))
     if legend:
         for color, name in ((UNDETERMINED_COLOR, UNDETERMINED_NAME),
                             ("rgb(245,245,245)", "not counted: untrained step or A = 0")):
-            fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                     marker=dict(symbol="square", size=13, color=color,
-                                                 line=dict(width=1, color="gray"))), row=row, col=col)
+            traces.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=name,
+                               marker=dict(symbol="square", size=13, color=color, line=dict(width=1, color="gray"))))
+    return traces
+
+
+def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, classes: torch.Tensor,
+                      valid: torch.Tensor, edges: list[float], unit: str, colorbar: dict, row: int | None = None,
+                      col: int | None = None, legend: bool = True, scale: float | None = None) -> None:
+    """Add a credit map (G, J) with its classes to fig (at row, col of a subplot grid if given): the traces of
+    `classified_trace_dicts`, validated as plotly adds them."""
+    for trace in classified_trace_dicts(credit, se, classes, valid, edges, unit, colorbar, legend, scale):
+        fig.add_trace(trace, row=row, col=col)
 
 
 def _k_text(credit: Credit) -> str:
@@ -119,14 +136,18 @@ def chunk_figure(credit: Credit, z: float) -> go.Figure:
     """Classified chunk credit (G, K), each chunk drawn over its steps, for the Chunks tab."""
     t = credit.num_steps
     edges = [-0.5] + [b - 0.5 for b in chunk_boundaries(credit.sizes)] + [t - 0.5]
-    fig = go.Figure(layout=dict(  # the layout before the traces: set after them it takes 3x longer (every edit)
-        title=f"Chunk credit V(end) - V(start), classified at z = {z:g} ({_k_text(credit)})",
-        xaxis_title=STEP_AXIS, yaxis_title="trajectory i", xaxis_range=[-0.5, t - 0.5],
-        yaxis=dict(autorange="reversed", dtick=1), shapes=_boundary_shapes(credit.sizes),
-        height=420, **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN)}))
-    classified_traces(fig, credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid,
-                      edges, "chunk", dict(title=dict(text="credit (reward)", side="right"), thickness=12))
-    return fig
+    layout = dict(title=dict(text=f"Chunk credit V(end) - V(start), classified at z = {z:g} ({_k_text(credit)})"),
+                  xaxis=dict(title=dict(text=STEP_AXIS), range=[-0.5, t - 0.5]),
+                  yaxis=dict(title=dict(text="trajectory i"), autorange="reversed", dtick=1),
+                  shapes=_boundary_shapes(credit.sizes), height=420,
+                  **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN)})
+    traces = classified_trace_dicts(credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid,
+                                    edges, "chunk", dict(title=dict(text="credit (reward)", side="right"),
+                                                         thickness=12))
+    # Built every chunk edit: plotly's validation of these dicts was 7 of the handler's ~9 ms on a quiet machine
+    # and ~15 of ~20 ms while the browser drew beside it (issue 24). They are plotly's own property names and
+    # values (tests/test_viz.py builds them validated and checks the same JSON), so the figure skips it.
+    return go.Figure(dict(data=traces, layout=layout), _validate=False)
 
 
 def _pct(value: float, se: float) -> str:
