@@ -16,7 +16,7 @@ summary=$(grep -E "(passed|failed).* in [0-9.]+s" "$tmp/log" | tail -1 | tr -d '
 echo "make test on a fresh clone: ${seconds} s, exit ${rc}: ${summary}"
 [ "$rc" = 0 ] || tail -30 "$tmp/log"
 if [ -n "${1:-}" ]; then
-  printf '{"make_test_s": %s, "exit": %s, "summary": "%s", "cores": %s}\n' \
-    "$seconds" "$rc" "$summary" "$(nproc)" > "$1"
+  printf '{"make_test_s": %s, "exit": %s, "summary": "%s", "cores": %s, "commit": "%s"}\n' \
+    "$seconds" "$rc" "$summary" "$(nproc)" "$(git -C "$root" rev-parse --short HEAD)" > "$1"
 fi
 exit "$rc"

@@ -81,6 +81,13 @@ def presses_note(app: dict) -> str:
             f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s)")
 
 
+def other_runs(tests: dict) -> str:
+    """The other fresh-clone runs given (`--tests` with several files), each with its time and exit status."""
+    others = tests.get("other_runs", [])
+    shown = [f"{run['make_test_s']} s (exit {run.get('exit', '?')}: {run.get('summary', '')})" for run in others]
+    return "; other runs: " + ", ".join(shown) if shown else ""
+
+
 def pooled(paths: list[str]) -> dict:
     """Several bench_app runs (rounds) as one: their edits, clicks and presses together, the memory of the first."""
     runs = [json.loads(Path(path).read_text()) for path in paths]
@@ -138,7 +145,7 @@ def rows(f: dict) -> list[str]:
             f"workbench bench sampling: {sampling.get('repeats', '?')} alternating pairs, quartiles "
             + ("/".join(f"{100 * q:+.1f} %" for q in sampling.get("overhead_quartiles", ())) or "–")),
         row("make test on a fresh clone (install included)", tests.get("make_test_s"), "s", 300,
-            f"scripts/bench_tests.sh: {tests.get('summary', '')}"),
+            f"scripts/bench_tests.sh: {tests.get('summary', '')}" + other_runs(tests)),
     ]
     return out
 
@@ -250,7 +257,8 @@ def main() -> None:
     p.add_argument("--app-one-thread", nargs="+", default=None, help="the JSON of `scripts/bench_app.py --threads 1` "
                    "(several: rounds, pooled)")
     p.add_argument("--baseline-one-thread", nargs="+", default=None, help="the same on the baseline commit")
-    p.add_argument("--tests", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json`")
+    p.add_argument("--tests", nargs="+", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json` (several: "
+                   "the first is the figure, the others are listed beside it)")
     p.add_argument("--baseline", nargs="+", default=None, help="the JSON of `scripts/bench_app.py` on an earlier "
                    "commit (several: rounds alternating with --app's, pooled)")
     p.add_argument("--baseline-commit", default="?", help="that commit")
@@ -276,7 +284,8 @@ def main() -> None:
     if args.baseline_one_thread:
         figures["baseline_one_thread"] = pooled(args.baseline_one_thread)
     if args.tests:
-        figures["tests"] = json.loads(Path(args.tests).read_text())
+        runs = [json.loads(Path(path).read_text()) for path in args.tests]
+        figures["tests"] = {**runs[0], "other_runs": runs[1:]}
     if args.baseline:
         figures["baseline"] = pooled(args.baseline)
         figures["baseline_commit"] = args.baseline_commit
