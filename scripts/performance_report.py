@@ -84,7 +84,8 @@ def presses_note(app: dict) -> str:
 def other_runs(tests: dict) -> str:
     """The other fresh-clone runs given (`--tests` with several files), each with its time and exit status."""
     others = tests.get("other_runs", [])
-    shown = [f"{run['make_test_s']} s (exit {run.get('exit', '?')}: {run.get('summary', '')})" for run in others]
+    shown = [f"{run['make_test_s']} s (" + (f"commit {run['commit']}, " if run.get("commit") else "")
+             + f"exit {run.get('exit', '?')}: {run.get('summary', '')})" for run in others]
     return "; other runs: " + ", ".join(shown) if shown else ""
 
 
@@ -145,7 +146,8 @@ def rows(f: dict) -> list[str]:
             f"workbench bench sampling: {sampling.get('repeats', '?')} alternating pairs, quartiles "
             + ("/".join(f"{100 * q:+.1f} %" for q in sampling.get("overhead_quartiles", ())) or "–")),
         row("make test on a fresh clone (install included)", tests.get("make_test_s"), "s", 300,
-            f"scripts/bench_tests.sh: {tests.get('summary', '')}" + other_runs(tests)),
+            "scripts/bench_tests.sh: " + (f"commit {tests['commit']}, " if tests.get("commit") else "")
+            + tests.get("summary", "") + other_runs(tests)),
     ]
     return out
 
