@@ -7,6 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git clone -q "$root" "$tmp/clone"
+commit=$(git -C "$tmp/clone" rev-parse --short HEAD)  # the commit tested, even if the repository moves on meanwhile
 start=$(date +%s)
 (cd "$tmp/clone" && make test) > "$tmp/log" 2>&1
 rc=$?
@@ -17,6 +18,6 @@ echo "make test on a fresh clone: ${seconds} s, exit ${rc}: ${summary}"
 [ "$rc" = 0 ] || tail -30 "$tmp/log"
 if [ -n "${1:-}" ]; then
   printf '{"make_test_s": %s, "exit": %s, "summary": "%s", "cores": %s, "commit": "%s"}\n' \
-    "$seconds" "$rc" "$summary" "$(nproc)" "$(git -C "$root" rev-parse --short HEAD)" > "$1"
+    "$seconds" "$rc" "$summary" "$(nproc)" "$commit" > "$1"
 fi
 exit "$rc"
