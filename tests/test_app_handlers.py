@@ -246,7 +246,7 @@ def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
     assert sampled.sizes == [1, 1, 1, 1]  # the old session is not mutated
     curve = curve_change(chunk_map)  # the curve's new boundary lines and title ride on the map (ui/redraw.py)
     assert [s["x0"] for s in curve["shapes"]] == [0.5] and "chunks [1, 3]" in curve["title.text"]
-    opened = h.chunks_view(wb, session)[0]  # the tab sends the whole curve when it opens, with the same change
+    opened = h.chunks_shown(wb, session)[0]  # the tab sends the whole curve when it opens, with the same change
     assert [s.x0 for s in opened.layout.shapes] == [0.5] and opened.layout.title.text == curve["title.text"]
     r = sampled.credit.rechunk([1, 3]).rates(2.0).chunk
     assert f"plain sign rate {100 * r.plain:.1f} %" in rates and "(chunks 1,3)" in rates
@@ -284,8 +284,11 @@ def test_split_and_merge(wb, sampled):  # the edits themselves: tests/test_chunk
 
 
 def test_chunks_without_a_group_use_the_default_steps(wb):
-    curve, chunk_map, spec, slider, rates, session, status = h.chunks_view(wb, Session())
-    assert spec == "2,3,4,7" and len(curve.data[1].y) == 16
+    session = Session()
+    slider, status = h.chunks_view(wb, session)  # the curve, computed; the views follow, read from the session
+    assert is_skip(status)
+    curve, chunk_map, spec, rates, status = h.chunks_shown(wb, session)
+    assert spec == "2,3,4,7" and status == "✓ chunks 2,3,4,7 over T=16 steps" and len(curve.data[1].y) == 16
     assert all(is_skip(v) for v in h.attribution_view(wb, session))  # no credit yet: nothing to redraw, and the
     # status is left alone (an empty one could land after a credit press's message and wipe it)
     assert "over 4 trajectories" in curve.data[0].name  # 2 prompts x 2 trajectories

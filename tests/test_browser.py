@@ -35,8 +35,9 @@ def browser_type_launch_args(browser_type_launch_args):
 
 
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    """The app on a random-init tiny model; training is the real `workbench train` when it exists."""
+def served(tmp_path_factory):
+    """(address, Workbench) of the app on a random-init tiny model; training is the real `workbench train` when it
+    exists."""
     from workbench.models.embedded import build_embedded, save_embedded
     from workbench.ui.layout import LAUNCH, build_app
     from workbench.ui.workbench import Workbench
@@ -57,9 +58,14 @@ def url(tmp_path_factory):
     demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                         **LAUNCH)
     ARTIFACTS.mkdir(exist_ok=True)
-    yield f"http://127.0.0.1:{port}/"
+    yield f"http://127.0.0.1:{port}/", wb
     wb.jobs.shutdown()
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def url(served):
+    return served[0]
 
 
 def set_number(page, elem_id: str, value) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -15,6 +16,7 @@ from tests.test_browser import (  # noqa: F401 - its app, chromium launch fixtur
     browser_type_launch_args,
     generate,
     pytestmark,
+    served,
     url,
 )
 
@@ -81,3 +83,28 @@ def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url): 
     assert link.input_value().endswith(page.evaluate("location.search"))
     # LAUNCH turns Gradio's run history off: no call's inputs or figures are kept in the browser
     assert page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []
+
+
+def test_an_edit_made_while_the_chunks_tab_opens_is_kept(page, served, monkeypatch):  # noqa: F811 - the fixture
+    address, wb = served
+    measure = wb._measure_curve
+
+    def slow(*args):  # a curve's first computation for a T: seconds on a real model, ~0.1 s on this one
+        time.sleep(2)
+        return measure(*args)
+    monkeypatch.setattr(wb, "_measure_curve", slow)
+    page.goto(address)
+    generate(page, group=2, steps=12)  # a T whose curve this app has not computed yet
+    status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
+    page.get_by_role("tab", name="Chunks").click()
+    spec.fill("6,6")  # at once, while the curve is computed: the edit waits for it, and lands first
+    spec.press("Enter")
+    # the tab's views then show the edited schedule (they used to put the one of the tab's opening back)
+    expect(status).to_contain_text("chunks 6,6 over T=12 steps", timeout=LONG)
+    expect(spec).to_have_value("6,6")
+    expect(page.locator("#curve-plot .gtitle")).to_contain_text("[6, 6]", timeout=LONG)
+    assert page.evaluate(LINES_X, "curve-plot") == [5.5]
+    page.get_by_role("tab", name="Generate").click()
+    page.get_by_role("tab", name="Chunks").click()  # and the session holds it
+    expect(status).to_contain_text("chunks 6,6 over T=12 steps", timeout=LONG)
+    expect(spec).to_have_value("6,6")

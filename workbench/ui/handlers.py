@@ -244,18 +244,29 @@ def attribution_view(wb: Workbench, session: Session):
     return credit_plot(session), rates_markdown(session), ok(f"chunks {format_sizes(session.sizes)}")
 
 
-@guarded(7)
+@guarded(2)
 def chunks_view(wb: Workbench, session: Session):
-    """Chunks tab opened -> (curve figure, chunk credit map, spec text, slider, rates, session, status) for the
-    session's schedule; the slider gets the range 1..T-1 of the session's group. The Attribution heatmap is
-    redrawn when that tab opens (`attribution_view`), keeping edits fast."""
+    """Chunks tab opened -> (slider, status): computes the temporal-dynamics curve of the session's T (its first
+    computation for a T takes a while) and gives the slider the range 1..T-1. The views follow in `chunks_shown`,
+    which reads the session only once the curve is there, so an edit made meanwhile is kept. (This handler used to
+    return the views and the session it was given, and its reply, landing after such an edit's, put the old
+    schedule back.)"""
     t = session.steps
-    slider = gr.Slider(minimum=1, maximum=max(t - 1, 1), value=max(t // 2, 1), step=1, interactive=t > 1)
+    wb.curve(t, _noise(session), session.source)
+    return gr.Slider(minimum=1, maximum=max(t - 1, 1), value=max(t // 2, 1), step=1, interactive=t > 1), gr.skip()
+
+
+@guarded(5)
+def chunks_shown(wb: Workbench, session: Session):
+    """After `chunks_view` -> (curve figure, chunk credit map, spec text, rates, status) of the session's schedule as
+    it is now. The session is not an output: this only shows it. The Attribution heatmap is redrawn when that tab
+    opens (`attribution_view`), keeping edits fast."""
+    t = session.steps
     curve = wb.curve(t, _noise(session), session.source)
     low, high = curve.quantiles  # (T,) each
     figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0],
                                    wb.curve_prompts)
-    return (figure, chunk_plot(session), format_sizes(session.sizes), slider, rates_markdown(session), session,
+    return (figure, chunk_plot(session), format_sizes(session.sizes), rates_markdown(session),
             ok(f"chunks {format_sizes(session.sizes)} over T={t} steps"))
 
 

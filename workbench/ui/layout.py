@@ -211,9 +211,11 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
                        elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
     outputs = [chunk_map, spec, rates, session, status]  # an edit's: the map carries the curve's change
-    tab.select(partial(h.chunks_view, wb), [session], [curve, chunk_map, spec, step, rates, session, status],
-               api_visibility="private")
     fast = {"queue": False, "show_progress": "hidden"}  # edits take ~50 ms: skip the queue round trip
+    tab.select(partial(h.chunks_view, wb), [session], [step, status], api_visibility="private",
+               show_progress_on=[curve]).then(  # the views read the session once the curve is computed
+        partial(h.chunks_shown, wb), [session], [curve, chunk_map, spec, rates, status], api_visibility="private",
+        **fast)
     edits = [gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
                    api_name="chunks_from_spec", **fast),
              use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs,
