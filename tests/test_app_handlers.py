@@ -253,8 +253,9 @@ def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
     classes = sampled.credit.rechunk([1, 3]).chunk_classes(2.0)
     assert chunk_map.data[0].name == "chunk credit" and list(chunk_map.data[0].x) == [-0.5, 0.5, 3.5]  # chunk edges
     assert torch.tensor(chunk_map.data[0].z).shape == classes.shape == (3, 2)
-    heatmap, view_rates, _ = h.attribution_view(wb, session)  # the Attribution tab redraws on opening
+    heatmap, view_rates, status = h.attribution_view(wb, session)  # the Attribution tab redraws on opening
     assert [s.x0 for s in heatmap.layout.shapes] == [0.5] and view_rates == rates
+    assert is_skip(status)  # a credit press's message, landed first, stays
     for bad, why in (("1,2", "sum to 3"), ("a,b", "not a comma-separated"), ("", "empty"), ("0,4", ">= 1")):
         out = h.chunks_from_spec(wb, bad, session)
         assert why in msg(out) and "kept the last valid chunks 1,3" in out[-1]

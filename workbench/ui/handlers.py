@@ -236,12 +236,13 @@ def _edit(wb: Workbench, session: Session, make_sizes, what: str) -> tuple:
 
 @guarded(3)
 def attribution_view(wb: Workbench, session: Session):
-    """Attribution tab opened -> (heatmap, rates, status) under the session's current chunks. Without credit it
-    changes nothing: its reply can land after that of a Measure credit pressed right after opening the tab, and an
-    empty status would wipe that reply's message ("no group yet" vanished so in one browser test run)."""
+    """Attribution tab opened -> (heatmap, rates, status) under the session's current chunks (the rates name them).
+    The status is left alone, and without credit everything is: this reply can land after that of a Measure credit
+    pressed right after opening the tab, and would wipe its message ("no group yet" vanished so in one browser test
+    run, under an empty status; a "chunks ..." status could hide an error in the same way)."""
     if session.credit is None:
         return gr.skip(), gr.skip(), gr.skip()
-    return credit_plot(session), rates_markdown(session), ok(f"chunks {format_sizes(session.sizes)}")
+    return credit_plot(session), rates_markdown(session), gr.skip()
 
 
 @guarded(2)
