@@ -243,7 +243,7 @@ def main() -> None:
     p.add_argument("--model", default=None, help="model folder (default: the embedded model)")
     p.add_argument("--edits", type=int, default=7, help="chunk edits to time")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads of the app (OMP_NUM_THREADS; default: every core)")
+                   help="torch threads of the app (OMP_NUM_THREADS; default: the app's own, every core but one)")
     p.add_argument("--lesson", action="store_true", help="also run the crosses lesson from the Fine-tune tab")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args()
