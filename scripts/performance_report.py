@@ -7,6 +7,9 @@
 `--app APP.json` reports a separate `scripts/bench_app.py --json APP.json` run (say, the one made next to the
 baseline) instead of the browser figures of `bench all`, and keeps those beside it.
 
+`--sampling S.json [S2.json ...]` (from `workbench bench sampling --json S.json`) pools the alternating pairs of
+further sampling runs with bench all's: one run's median of 21 pairs moves by several points with the load.
+
 `--heap-default HEAP.json` (from `WORKBENCH_HEAP=default python -m workbench bench credit --json HEAP.json`) adds
 the credit figure under glibc's own allocator settings (workbench/core/heap.py).
 
@@ -101,6 +104,19 @@ def pooled(paths: list[str]) -> dict:
     return out
 
 
+def pooled_sampling(first: dict, paths: list[str]) -> dict:
+    """`bench all`'s sampling run and further `workbench bench sampling --json` runs as one figure: the median and
+    quartiles of every alternating pair of every run (one run's median moves by several points with this
+    machine's load), with each run's own median kept."""
+    runs = [first, *(json.loads(Path(path).read_text())["sampling"] for path in paths)]
+    if any("pair_overheads" not in run for run in runs):
+        raise SystemExit("a sampling run without its pairs (`pair_overheads`): rerun it with this commit's bench")
+    pairs = sorted(p for run in runs for p in run["pair_overheads"])
+    return {**first, "overhead": median(pairs), "repeats": len(pairs),
+            "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]),
+            "run_medians": [run["overhead"] for run in runs]}
+
+
 def round_medians(app: dict, key: str) -> str:
     """Each round's median of `key`, as "a / b / c" (empty for a single run)."""
     runs = app.get("rounds")
@@ -143,7 +159,10 @@ def rows(f: dict) -> list[str]:
             "workbench bench threads: one `while True` process beside bench_train"),
         row("Sampling overhead vs a plain diffusers Euler loop (median)",
             100 * sampling["overhead"] if "overhead" in sampling else None, "%", 5,
-            f"workbench bench sampling: {sampling.get('repeats', '?')} alternating pairs, quartiles "
+            f"workbench bench sampling: {sampling.get('repeats', '?')} alternating pairs"
+            + (f" of {len(sampling['run_medians'])} runs pooled (the runs' own medians "
+               + " / ".join(f"{100 * m:+.1f}" for m in sampling["run_medians"]) + " %)"
+               if len(sampling.get("run_medians", ())) > 1 else "") + ", quartiles "
             + ("/".join(f"{100 * q:+.1f} %" for q in sampling.get("overhead_quartiles", ())) or "–")),
         row("make test on a fresh clone (install included)", tests.get("make_test_s"), "s", 300,
             "scripts/bench_tests.sh: " + (f"commit {tests['commit']}, " if tests.get("commit") else "")
@@ -269,6 +288,8 @@ def main() -> None:
                    "report instead of bench all's (its figures are kept beside; several: rounds, pooled)")
     p.add_argument("--heap-default", default=None, help="the JSON of `WORKBENCH_HEAP=default workbench bench credit "
                    "--json FILE` (glibc's own allocator settings)")
+    p.add_argument("--sampling", nargs="+", default=None, help="the JSON of further `workbench bench sampling "
+                   "--json` runs: their pairs are pooled with bench all's")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     figures = json.loads(Path(args.figures).read_text())
@@ -291,6 +312,8 @@ def main() -> None:
     if args.baseline:
         figures["baseline"] = pooled(args.baseline)
         figures["baseline_commit"] = args.baseline_commit
+    if args.sampling:
+        figures["sampling"] = pooled_sampling(figures["sampling"], args.sampling)
     if args.heap_default:
         figures["credit_default_heap"] = json.loads(Path(args.heap_default).read_text())["credit"]
     Path(args.out).write_text(render(figures))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from pytest import approx
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "performance_report.py"
 
 
@@ -72,3 +74,18 @@ def test_rounds_are_pooled_and_every_press_of_credit_counts(tmp_path):
         {"cores": 2, "torch": "2.13.0", "app": app}).splitlines() if line.startswith("| ")}
     assert "| 125 ms | ≤ 150 ms | yes |" in lines["Chunk edit, Enter to updated plots (median)"]
     assert "| 5.15 s | ≤ 6 s | yes |" in lines["Credit at the defaults in the browser"]
+
+
+def test_sampling_runs_are_pooled_pair_by_pair(tmp_path):
+    report = load()
+    first = {"overhead": 0.02, "pair_overheads": [0.0, 0.02, 0.04], "repeats": 3}
+    other = tmp_path / "sampling.json"
+    other.write_text(__import__("json").dumps({"sampling": {"overhead": 0.07, "pair_overheads": [0.06, 0.07, 0.08],
+                                                            "repeats": 3}}))
+    sampling = report.pooled_sampling(first, [str(other)])
+    assert sampling["overhead"] == approx(0.05) and sampling["repeats"] == 6 and sampling["run_medians"] == [0.02, 0.07]
+    assert sampling["overhead_quartiles"] == (0.02, 0.07)  # of the six pairs, not a median of medians
+    line = next(line for line in report.render({"cores": 2, "torch": "2.13.0", "sampling": sampling}).splitlines()
+                if line.startswith("| Sampling overhead"))
+    assert "| 5.00 % | ≤ 5 % | yes |" in line
+    assert "6 alternating pairs of 2 runs pooled (the runs' own medians +2.0 / +7.0 %), quartiles +2.0 %/+7.0 %" in line

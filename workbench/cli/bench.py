@@ -98,7 +98,8 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) 
     pairs = sorted(r / p - 1 for r, p in zip(recs, plains))  # the overhead of each alternating pair
     return {"group": group, "steps": steps, "repeats": repeats, "recorded_traj_per_s": group / t_rec,
             "plain_traj_per_s": group / t_plain, "overhead": statistics.median(pairs),
-            "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]), "target_overhead": 0.05}
+            "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]), "target_overhead": 0.05,
+            "pair_overheads": pairs}  # every pair's, sorted: scripts/performance_report.py pools several runs
 
 
 def bench_credit(policy, group: int = 8, steps: int = 16, continuations: int = 4, repeats: int = 2) -> dict:
