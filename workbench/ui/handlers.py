@@ -249,9 +249,11 @@ def attribution_view(wb: Workbench, session: Session):
 def chunks_view(wb: Workbench, session: Session):
     """Chunks tab opened -> (slider, status): computes the temporal-dynamics curve of the session's T (its first
     computation for a T takes a while) and gives the slider the range 1..T-1. The views follow in `chunks_shown`,
-    which reads the session only once the curve is there, so an edit made meanwhile is kept. (This handler used to
-    return the views and the session it was given, and its reply, landing after such an edit's, put the old
-    schedule back.)"""
+    which reads the session once the curve is there and never returns it, so an edit made meanwhile is kept. (This
+    handler used to return the session it was given, and its reply, landing after such an edit's, put the old
+    schedule back.) Which of the two replies the page shows last is still a race when the edit waited for the
+    curve too: under load the views could show the schedule of the tab's opening; the next edit or opening shows
+    the session's."""
     t = session.steps
     wb.curve(t, _noise(session), session.source)
     return gr.Slider(minimum=1, maximum=max(t - 1, 1), value=max(t // 2, 1), step=1, interactive=t > 1), gr.skip()
