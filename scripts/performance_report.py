@@ -164,7 +164,8 @@ def rows(f: dict) -> list[str]:
                + " / ".join(f"{100 * m:+.1f}" for m in sampling["run_medians"]) + " %)"
                if len(sampling.get("run_medians", ())) > 1 else "") + ", quartiles "
             + ("/".join(f"{100 * q:+.1f} %" for q in sampling.get("overhead_quartiles", ())) or "–")),
-        row("make test on a fresh clone (install included)", tests.get("make_test_s"), "s", 300,
+        row("make test on a fresh clone (install included)" + (" **(tests failed)**" if tests.get("exit") else ""),
+            tests.get("make_test_s") if not tests.get("exit") else None, "s", 300,
             "scripts/bench_tests.sh: " + (f"commit {tests['commit']}, " if tests.get("commit") else "")
             + tests.get("summary", "") + other_runs(tests)),
     ]

@@ -89,3 +89,11 @@ def test_sampling_runs_are_pooled_pair_by_pair(tmp_path):
                 if line.startswith("| Sampling overhead"))
     assert "| 5.00 % | ≤ 5 % | yes |" in line
     assert "6 alternating pairs of 2 runs pooled (the runs' own medians +2.0 / +7.0 %), quartiles +2.0 %/+7.0 %" in line
+
+
+def test_a_failing_make_test_is_no_figure():
+    report = load()
+    page = report.render({"cores": 2, "torch": "2.13.0",
+                          "tests": {"make_test_s": 280, "exit": 2, "summary": "1 failed, 956 passed"}})
+    line = next(line for line in page.splitlines() if line.startswith("| make test"))
+    assert "**(tests failed)** | not measured |" in line and "1 failed, 956 passed" in line
