@@ -2,13 +2,18 @@
 iteration (`workbench.train.memory_probe`, each in a fresh process) against the estimate, for the embedded model and
 random SD3 transformers 256 wide with 4 and 8 blocks (tiny VAE and CLIPs, 589 tokens), full fine-tuning and LoRA,
 with and without gradient checkpointing. Prints one Markdown row per case; docs/methods.md cites the result.
+With --repeat N each case is measured N times: the row gives the median peak and the range (the same iteration's
+peak moves with the heap's layout from run to run).
 
     python scripts/calibrate_memory.py     # about 10 minutes on 2 cores
+    python scripts/calibrate_memory.py --only "SD3 4 blocks, LoRA 8" --repeat 5
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,16 +47,24 @@ def measure(settings: dict, folder: Path) -> dict:
 def main() -> None:
     from tiny_pipelines import save_tiny_sd3
 
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default="", help="measure only the cases whose name contains this text")
+    parser.add_argument("--repeat", type=int, default=1, help="measurements per case (median and range)")
+    args = parser.parse_args()
+    cases = {name: settings for name, settings in CASES.items() if args.only in name}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         models = {n: str(save_tiny_sd3(root / f"sd3-{n}", layers=n, heads=8, head_dim=32)) for n in (4, 8)}
-        print("| case | measured peak MB | estimate MB | estimate / measured |\n|---|---|---|---|")
-        for name, settings in CASES.items():
+        spread = " (range)" if args.repeat > 1 else ""
+        print(f"| case | measured peak MB{spread} | estimate MB | estimate / measured |\n|---|---|---|---|")
+        for name, settings in cases.items():
             if "model" in settings:
-                settings = {**settings, **SD3_RUN, "model": models[settings["model"]]}
-            r = measure(settings, root)
-            print(f"| {name} | {r['peak_bytes'] / 1e6:.0f} | {r['estimate_bytes'] / 1e6:.0f} | "
-                  f"{r['estimate_bytes'] / r['peak_bytes']:.2f} |", flush=True)
+                settings = {**SD3_RUN, **settings, "model": models[settings["model"]]}
+            runs = [measure(settings, root) for _ in range(args.repeat)]
+            peaks = sorted(r["peak_bytes"] / 1e6 for r in runs)
+            peak, estimate = statistics.median(peaks), runs[0]["estimate_bytes"] / 1e6
+            measured = f"{peak:.0f}" + (f" ({peaks[0]:.0f}-{peaks[-1]:.0f})" if args.repeat > 1 else "")
+            print(f"| {name} | {measured} | {estimate:.0f} | {estimate / peak:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from tests.test_browser import (  # noqa: F401 - its chromium launch fixture, sk
     generate,
     pytestmark,
     set_number,
+    snap,
 )
 from workbench.core.imaging import grid
 from workbench.ui.learn import LEARN, LEARN_PROMPT
@@ -68,7 +69,7 @@ def app_runs(served):
 
 
 def shot(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"novice_{name}.png"), full_page=True)
+    snap(page, f"novice_{name}")
 
 
 def test_welcome_learn_then_every_tab_shows_the_group(page, url):
@@ -203,7 +204,7 @@ def test_a_shared_link_opens_the_same_view_with_the_same_numbers(page, url, brow
         expect(other.get_by_role("tab", name="Attribution")).to_have_attribute("aria-selected", "true")
         expect(other.locator("#credit-k input[type=number]")).to_have_value("2")
         expect(other.locator("#credit-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
-        other.screenshot(path=str(ARTIFACTS / "novice_shared_link.png"), full_page=True)
+        snap(other, "novice_shared_link")
     finally:
         other.close()
 
@@ -229,7 +230,7 @@ def test_the_exported_page_opens_offline_with_every_figure(page, url, browser, t
         expect(view.locator("img")).to_have_count(2)
         assert all(view.locator("img").evaluate_all("imgs => imgs.map(i => i.naturalWidth > 0)"))
         expect(view.locator("body")).to_contain_text("python -m workbench export --prompt")
-        view.screenshot(path=str(ARTIFACTS / "novice_exported_page.png"), full_page=True)
+        snap(view, "novice_exported_page")
     finally:
         offline.close()
 

@@ -17,6 +17,7 @@ from tests.test_browser import (  # noqa: F401 - its chromium launch fixture, sk
     generate,
     pytestmark,
     set_number,
+    snap,
 )
 from tests.test_sources import make_run
 
@@ -62,7 +63,7 @@ def test_load_a_checkpoint_and_compare_credit_before_and_after(page, app):
     expect(page.locator("#model-picker input")).to_have_value("run lesson · iteration 10")  # the choice's label
     expect(page.locator("#compare-images img")).to_be_visible()
     page.locator("#compare-credit-plot").screenshot(path=str(ARTIFACTS / "browser_compare_maps.png"))
-    page.screenshot(path=str(ARTIFACTS / "browser_compare.png"), full_page=True)
+    snap(page, "browser_compare")
     picker.fill("/no/such/model")
     picker.press("Enter")
     page.click("#model-load-btn")
@@ -77,4 +78,4 @@ def test_a_run_is_shown_again_in_a_fresh_page(page, app):
     expect(page.locator("#runs-table")).to_contain_text("lesson", timeout=LONG)
     expect(page.locator("#runs-line")).to_contain_text("finished", timeout=LONG)
     expect(page.locator("#runs-progress")).to_contain_text("iteration 20/20")
-    page.screenshot(path=str(ARTIFACTS / "browser_runs_shown.png"), full_page=True)
+    snap(page, "browser_runs_shown")
