@@ -15,4 +15,8 @@ workers=${TEST_WORKERS:-$(.venv/bin/python -c "import os; print(min(len(os.sched
 parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 # --durations: the slowest tests in every log, CI's too (one fresh-clone run here took 506 s instead of ~270 with every
 # test passing and the cores partly idle; the log could not say where the time went).
-exec .venv/bin/python -m pytest -q -ra --durations=15 "${parallel[@]}" tests notebooks --nbmake "$@"
+# A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/ (a click that once
+# timed out after 30 s in a fresh-clone run, and never again, left nothing to read).
+browser=(); .venv/bin/python -c "import pytest_playwright" 2>/dev/null &&
+  browser=(--screenshot only-on-failure --full-page-screenshot --output test-artifacts/failures)
+exec .venv/bin/python -m pytest -q -ra --durations=15 "${parallel[@]}" "${browser[@]}" tests notebooks --nbmake "$@"
