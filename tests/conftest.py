@@ -54,9 +54,9 @@ def _worker_thread_share():
 # on 2 workers, 279 s in a replay of the same durations with this order. Seconds measured on 2 workers with
 # `--junitxml` (2026-12-02); a stale figure only costs balance, never a test.
 FILE_SECONDS = {
-    "tests/test_browser_novice.py": 92, "tests/test_browser.py": 78, "tests/test_memory.py": 62,
+    "tests/test_browser_novice.py": 92, "tests/test_browser.py": 78, "tests/test_memory.py": 83,
     "tests/test_distributed.py": 29, "tests/test_hostile.py": 22, "notebooks/03_finetune.ipynb": 22,
-    "tests/test_browser_policies.py": 20, "tests/test_real_models.py": 19, "tests/test_switches.py": 18,
+    "tests/test_browser_policies.py": 20, "tests/test_real_models.py": 19, "tests/test_switches.py": 11,
     "tests/test_browser_redraw.py": 24, "tests/test_packaging.py": 16, "tests/test_credit.py": 14,
     "tests/test_trainer.py": 14, "notebooks/04_per_step_advantages.ipynb": 12, "tests/test_cli.py": 12,
     "tests/test_app_handlers.py": 11, "notebooks/01_trajectories.ipynb": 11, "notebooks/02_misattribution.ipynb": 11,
