@@ -13,10 +13,10 @@ unset PYTHONDONTWRITEBYTECODE
 # its module fixtures (an app server, a trained model) are built once. TEST_WORKERS=0 runs in one process.
 workers=${TEST_WORKERS:-$(.venv/bin/python -c "import os; print(min(len(os.sched_getaffinity(0)), 4))")}
 parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
-# --durations: the slowest tests in every log, CI's too (one fresh-clone run here took 506 s instead of ~270 with every
-# test passing and the cores partly idle; the log could not say where the time went).
-# A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/ (a click that once
-# timed out after 30 s in a fresh-clone run, and never again, left nothing to read).
+# --durations: the slowest tests in every log, CI's too (three fresh-clone runs took 504-544 s instead of ~285 with
+# every test passing; the durations named a notebook, stalled by ipykernel 7: see pyproject.toml).
+# A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/ (a click timed out
+# after 30 s once in a fresh-clone run, waiting for the Objectives tab's Compute button, and left nothing to read).
 browser=(); .venv/bin/python -c "import pytest_playwright" 2>/dev/null &&
   browser=(--screenshot only-on-failure --full-page-screenshot --output test-artifacts/failures)
 exec .venv/bin/python -m pytest -q -ra --durations=15 "${parallel[@]}" "${browser[@]}" tests notebooks --nbmake "$@"
