@@ -15,8 +15,5 @@ workers=${TEST_WORKERS:-$(.venv/bin/python -c "import os; print(min(len(os.sched
 parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 # --durations: the slowest tests in every log, CI's too (three fresh-clone runs took 504-544 s instead of ~285 with
 # every test passing; the durations named a notebook, stalled by ipykernel 7: see pyproject.toml).
-# A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/ (a click timed out
-# after 30 s once in a fresh-clone run, waiting for the Objectives tab's Compute button, and left nothing to read).
-browser=(); .venv/bin/python -c "import pytest_playwright" 2>/dev/null &&
-  browser=(--screenshot only-on-failure --full-page-screenshot --output test-artifacts/failures)
-exec .venv/bin/python -m pytest -q -ra --durations=15 "${parallel[@]}" "${browser[@]}" tests notebooks --nbmake "$@"
+# A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/ (tests/conftest.py).
+exec .venv/bin/python -m pytest -q -ra --durations=15 "${parallel[@]}" tests notebooks --nbmake "$@"

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
-import torch
-
-from workbench.core.heap import reuse_freed_memory
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-reuse_freed_memory()  # the allocator settings of the app, the CLI and the trainer (workbench/core/heap.py)
-# Under pytest-xdist (scripts/test.sh) the workers share the cores: one thread each on a 2-core machine.
-WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(max(1, min(2, torch.get_num_threads()) // WORKERS))
-if WORKERS > 1:  # the app (`Workbench.share_cores`) and the commands tests start read it: never oversubscribe
-    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+
+
+def pytest_configure(config):
+    """The allocator and thread settings of a process that runs tests. Not in pytest-xdist's controller, which
+    runs none: it starts the workers only once this file is loaded, and torch's import held them back ~1.5 s."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    import torch
+
+    from workbench.core.heap import reuse_freed_memory
+
+    reuse_freed_memory()  # the allocator settings of the app, the CLI and the trainer (workbench/core/heap.py)
+    # Under pytest-xdist (scripts/test.sh) the workers share the cores: one thread each on a 2-core machine.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads()) // workers))
+    if workers > 1:  # the app (`Workbench.share_cores`) and the commands tests start read it: never oversubscribe
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +52,8 @@ def shipped_policy():
 def _worker_thread_share():
     """A test that sets torch's threads (`bench`, `train --threads auto`, the app) gives the worker its share
     back: a later test on 2 threads beside the other worker would wait on a parked thread (issue 24)."""
+    import torch
+
     threads = torch.get_num_threads()
     yield
     if torch.get_num_threads() != threads:
@@ -69,3 +81,43 @@ def pytest_collection_modifyitems(config, items):
     file's own order and the rest in collection order."""
     root = config.rootpath
     items.sort(key=lambda item: -FILE_SECONDS.get(item.path.relative_to(root).as_posix(), 0))
+
+
+# The browser tests (tests/test_browser*.py). One browser context per test file, a fresh page per test: a page
+# load in a context that has loaded the app before takes ~2.4 s of CPU instead of ~3.0 (chromium keeps the
+# app's scripts and their compiled code in the context's cache, and the server sends no files again), and a
+# test file loads the app 2-9 times. A new page still opens a new Gradio session, so no test sees another's
+# group; a test that needs a second visitor opens `browser.new_page()`, a context of its own.
+@pytest.fixture(scope="module")
+def context(browser, browser_context_args):
+    context = browser.new_context(**browser_context_args)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(context):
+    page = context.new_page()
+    yield page
+    page.close()
+
+
+FAILURES = Path(__file__).resolve().parent.parent / "test-artifacts" / "failures"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/. (Once
+    pytest-playwright's `--screenshot only-on-failure`, which takes a PNG of every page of every test and keeps
+    the failures' only: ~0.25 s of chromium per test.)"""
+    report = yield
+    page = item.funcargs.get("page") if report.when == "call" and report.failed else None
+    if page is not None and not page.is_closed():
+        FAILURES.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^\w.-]+", "_", item.nodeid.removeprefix("tests/"))[:150]
+        try:
+            page.screenshot(path=str(FAILURES / f"{name}.jpg"), full_page=True, type="jpeg", quality=85,
+                            timeout=10_000)
+        except Exception as err:  # noqa: BLE001 - a page too broken to draw: the report says so, the test's failure stands
+            report.sections.append(("failure screenshot", f"not taken: {err}"))
+    return report
