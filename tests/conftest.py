@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 
@@ -102,22 +101,19 @@ def page(context):
     page.close()
 
 
-FAILURES = Path(__file__).resolve().parent.parent / "test-artifacts" / "failures"
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/. (Once
     pytest-playwright's `--screenshot only-on-failure`, which takes a PNG of every page of every test and keeps
     the failures' only: ~0.25 s of chromium per test.)"""
     report = yield
-    page = item.funcargs.get("page") if report.when == "call" and report.failed else None
+    page = getattr(item, "funcargs", {}).get("page") if report.when == "call" and report.failed else None
     if page is not None and not page.is_closed():
-        FAILURES.mkdir(parents=True, exist_ok=True)
-        name = re.sub(r"[^\w.-]+", "_", item.nodeid.removeprefix("tests/"))[:150]
+        from tests.test_browser import ARTIFACTS, snap
+
+        (ARTIFACTS / "failures").mkdir(parents=True, exist_ok=True)
         try:
-            page.screenshot(path=str(FAILURES / f"{name}.jpg"), full_page=True, type="jpeg", quality=85,
-                            timeout=10_000)
+            snap(page, "failures/" + re.sub(r"[^\w.-]+", "_", item.nodeid.removeprefix("tests/"))[:150])
         except Exception as err:  # noqa: BLE001 - a page too broken to draw: the report says so, the test's failure stands
             report.sections.append(("failure screenshot", f"not taken: {err}"))
     return report
