@@ -68,11 +68,13 @@ def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):
 
 
 CASES = {  # the embedded model with TrainConfig's defaults (full fine-tuning, 4 minibatches of 128 transitions) and
-    # a random SD3 of 4 blocks 256 wide, 589 tokens (the folder is filled in)
+    # a random SD3 of 4 blocks 256 wide at 16 px: 64 image + 333 text tokens, outside the 589 the constants were fitted
+    # at, and half the CPU of 32 px (the folder is filled in; scripts/calibrate_memory.py --only "16 px" --repeat 5)
     "embedded-full": dict(),
     "embedded-lora-checkpointing": dict(lora_rank=8, gradient_checkpointing=True),
-    "sd3-lora": dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8, gradient_checkpointing=False),
-    "sd3-lora-checkpointing": dict(model="SD3", group=4, steps=4, chunks="4", lora_rank=8),
+    "sd3-lora": dict(model="SD3", resolution=16, group=4, steps=4, chunks="4", lora_rank=8,
+                     gradient_checkpointing=False),
+    "sd3-lora-checkpointing": dict(model="SD3", resolution=16, group=4, steps=4, chunks="4", lora_rank=8),
 }
 SWITCHES = {  # the micro-batch and checkpointing switches on the embedded model, 2 prompts (2 minibatches of 128)
     "plain": dict(prompts_per_iteration=2),
