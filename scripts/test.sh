@@ -14,6 +14,6 @@ unset PYTHONDONTWRITEBYTECODE
 workers=${TEST_WORKERS:-$(.venv/bin/python -c "import os; print(min(len(os.sched_getaffinity(0)), 4))")}
 parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 # --durations: the slowest tests in every log, CI's too (three fresh-clone runs took 504-544 s instead of ~285 with
-# every test passing; the durations named a notebook, stalled by ipykernel 7: see pyproject.toml).
+# every test passing; the durations named a notebook whose reply wait missed its wake-up: tests/notebook_waits.py).
 # A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/ (tests/conftest.py).
 exec .venv/bin/python -m pytest -q -ra --durations=15 "${parallel[@]}" tests notebooks --nbmake "$@"

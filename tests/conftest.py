@@ -17,8 +17,11 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return
     import torch
+    from notebook_waits import install
 
     from workbench.core.heap import reuse_freed_memory
+
+    install()  # nbmake's notebook runs wait on each reply a second at a time: a missed wake-up cost 300 s twice
 
     reuse_freed_memory()  # the allocator settings of the app, the CLI and the trainer (workbench/core/heap.py)
     # Under pytest-xdist (scripts/test.sh) the workers share the cores: one thread each on a 2-core machine.
@@ -63,9 +66,10 @@ def _worker_thread_share():
 # collection order (`--no-loadscope-reorder`); xdist's own order, by number of tests, left the few long browser
 # files and the notebooks to the end, where one worker ran them while the other idled: 316 s for 558 s of tests
 # on 2 workers, 279 s in a replay of the same durations with this order. Seconds measured on 2 workers with
-# `--junitxml` (2026-12-02); a stale figure only costs balance, never a test.
+# `--junitxml` (2026-12-02; test_memory scaled by its probe's 74 -> 47 s when its SD3 cases moved to 16 px); a
+# stale figure only costs balance, never a test.
 FILE_SECONDS = {
-    "tests/test_browser_novice.py": 92, "tests/test_browser.py": 78, "tests/test_memory.py": 83,
+    "tests/test_browser_novice.py": 92, "tests/test_browser.py": 78, "tests/test_memory.py": 50,
     "tests/test_distributed.py": 29, "tests/test_hostile.py": 22, "notebooks/03_finetune.ipynb": 22,
     "tests/test_browser_policies.py": 20, "tests/test_real_models.py": 19, "tests/test_switches.py": 11,
     "tests/test_browser_redraw.py": 24, "tests/test_packaging.py": 16, "tests/test_credit.py": 14,
