@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from queue import Empty
 
 import pytest
@@ -31,9 +32,16 @@ class Channel:
         return {"content": {"status": "ok"}}
 
 
+def wait(channel: Channel, timeout: float) -> dict:
+    """get_msg_in_slices on its own event loop, in a thread: the browser tests leave Playwright's loop marked as
+    running in this worker's main thread, where asyncio.run refuses to start."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, get_msg_in_slices(channel, timeout=timeout)).result()
+
+
 def test_a_missed_wakeup_costs_a_slice_not_the_cell_timeout():
     start = time.monotonic()
-    reply = asyncio.run(get_msg_in_slices(Channel(MissedWakeups(arrives_after=0.2)), timeout=300))
+    reply = wait(Channel(MissedWakeups(arrives_after=0.2)), timeout=300)
     assert reply["content"]["status"] == "ok"
     assert time.monotonic() - start < 30  # the unsliced wait returns at 300 s
 
@@ -42,7 +50,7 @@ def test_a_missed_wakeup_costs_a_slice_not_the_cell_timeout():
 def test_nothing_to_receive_ends_in_empty_at_the_timeout(timeout):
     start = time.monotonic()
     with pytest.raises(Empty):
-        asyncio.run(get_msg_in_slices(Channel(MissedWakeups(arrives_after=None)), timeout=timeout))
+        wait(Channel(MissedWakeups(arrives_after=None)), timeout=timeout)
     assert time.monotonic() - start >= timeout
 
 
