@@ -95,7 +95,7 @@ def test_page_loads_and_generates(page, url):
     expect(page.locator("#generate-btn")).to_be_visible(timeout=LONG)
     generate(page)
     expect(page.locator("#gallery img")).to_have_count(3, timeout=LONG)
-    expect(page.locator("#logprob-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#logprob-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     snap(page, "browser_generate")
 
 
@@ -118,7 +118,7 @@ def test_chunk_edits_valid_and_invalid(page, url):
     page.get_by_role("tab", name="Chunks").click()
     status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
     expect(status).to_contain_text("chunks 1,2,2,3 over T=8 steps", timeout=LONG)  # temporal(8)
-    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     expect(page.locator("#chunk-credit-plot")).to_contain_text("Chunk credit V(end) - V(start), classified")
     spec.fill("4,4")
     spec.press("Enter")
@@ -131,7 +131,7 @@ def test_chunk_edits_valid_and_invalid(page, url):
     spec.press("Enter")
     expect(status).to_contain_text("sum to 3 but there are 8 trained steps", timeout=LONG)
     expect(status).to_contain_text("kept the last valid chunks 4,4")
-    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     snap(page, "browser_chunks_invalid")
     page.click("#split-btn")  # the slider sits at T/2 = 4, where a chunk already starts: a message, no change
     expect(status).to_contain_text("a chunk already starts at step 4", timeout=LONG)
@@ -171,7 +171,7 @@ def test_fine_tune_start_and_stop(page, url):
     final = state.inner_text()
     page.wait_for_timeout(2500)  # the timer has stopped: nothing advances any more
     assert state.inner_text() == final
-    expect(page.locator("#train-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#train-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     snap(page, "browser_finetune_stopped")
     run_id = re.search(r"Run (\S+):", final).group(1)
     page.get_by_role("tab", name="Runs").click()
@@ -213,7 +213,7 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
 
     expect(status).to_contain_text(f"explained {len(OBJECTIVES.names())} objectives on G=3, T=8 after 1 updates",
                                    timeout=LONG)
-    expect(page.locator("#objectives-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#objectives-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     lines_before = page.evaluate(LINES_JS, "objectives-plot")
     assert lines_before == 2 * 3  # chunk_grpo's 3 boundaries (temporal(8) = 1,2,2,3) in both rows
     click_point(page, "objectives-plot", "moved|chunk_grpo", 5, 1)  # step t = 5 of trajectory i = 1

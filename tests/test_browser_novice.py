@@ -91,12 +91,12 @@ def test_welcome_learn_then_every_tab_shows_the_group(page, url):
     expect(page.locator("#generate-status")).to_contain_text(f"G={g} trajectories of T={t} steps", timeout=LONG)
     expect(page.locator("#gallery img")).to_have_count(g, timeout=LONG)
     expect(page.locator("#prompt textarea")).to_have_value(LEARN_PROMPT)
-    expect(page.locator("#logprob-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#logprob-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     expect(page.locator("#generate-intro abbr[title^='log-prob: ']")).to_have_count(1)
     shot(page, "generate")
     page.get_by_role("tab", name="Attribution").click()
     expect(page.locator("#credit-rates")).to_contain_text("Step misattribution", timeout=LONG)
-    expect(page.locator("#credit-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#credit-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     shot(page, "attribution")
     page.get_by_role("tab", name="Chunks").click()
     expect(page.locator("#chunks-status")).to_contain_text(f"over T={t} steps", timeout=LONG)
@@ -286,7 +286,7 @@ def test_the_listed_view_defects_are_gone(page, url, app_runs):
     page.locator("#show-run input").fill(name)
     page.locator("#show-run input").press("Enter")
     expect(page.locator("#run-state")).to_contain_text(f"Run {name}", timeout=LONG)
-    expect(page.locator("#train-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#train-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     texts = ", ".join(f"#train-plot {c}" for c in (".xtitle", ".ytitle", ".annotation-text", ".xtick", ".ytick"))
     assert overlapping(page.evaluate(BOXES_JS, texts)) == []  # no subplot label runs into another
     for which in ("before", "now"):

@@ -56,7 +56,7 @@ def test_load_a_checkpoint_and_compare_credit_before_and_after(page, app):
     set_number(page, "credit-k", 2)
     page.click("#compare-credit-btn")
     expect(page.locator("#credit-status")).to_contain_text("compared two policies", timeout=LONG)
-    expect(page.locator("#compare-credit-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#compare-credit-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     text = page.locator("#compare-credit-text")
     expect(text).to_contain_text("misattributed among determined")
     expect(text).to_contain_text("run lesson @ 10")
