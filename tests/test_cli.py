@@ -112,6 +112,29 @@ def test_errors_are_one_line_without_traceback(args, needle, tmp_path, monkeypat
     assert len([line for line in err.splitlines() if "error:" in line]) == 1
 
 
+@pytest.mark.parametrize("command,out", [("sample", ["--out", "x.png"]), ("attribute", []),
+                                         ("export", ["--out", "x.html"])])
+def test_a_prompt_outside_the_grammar_is_refused_before_the_model_loads(command, out, model_dir, tmp_path,
+                                                                         monkeypatch, capsys):
+    """The embedded format (no --model, or such a folder) reads only the shapes grammar: the command says so
+    before loading (the load imports diffusers, seconds); a diffusers folder takes any text and goes on to load."""
+    from workbench.core.errors import WorkbenchError
+
+    def load_policy(source, **options):
+        raise WorkbenchError(f"loading {source.model}")
+
+    monkeypatch.setattr("workbench.train.sources.load_policy", load_policy)
+    monkeypatch.chdir(tmp_path)
+    for model in ([], ["--model", str(model_dir)]):
+        code, _, err = run_main(capsys, command, "--prompt", "a red dog", *model, *out)
+        assert code == 2 and "unknown word 'dog'" in err and "loading" not in err, err
+    pipeline = tmp_path / "sd3"
+    pipeline.mkdir()
+    (pipeline / "model_index.json").write_text('{"_class_name": "StableDiffusion3Pipeline"}')
+    code, _, err = run_main(capsys, command, "--prompt", "a red dog", "--model", str(pipeline), *out)
+    assert code == 2 and f"loading {pipeline}" in err, err
+
+
 def test_corrupted_weights_are_a_clear_error(model_dir, tmp_path, capsys):
     bad = tmp_path / "bad"
     bad.mkdir()

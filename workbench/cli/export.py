@@ -36,7 +36,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from workbench.rl.credit import measure_credit
     from workbench.viz.page import write_page
 
-    policy = load_model(args)
+    policy = load_model(args, args.prompt)
     config = sampling_config(args)
     temporal = args.chunks.strip() == "temporal"
     sizes = CHUNKERS.get("temporal")(config.steps) if temporal else parse_chunk_spec(args.chunks, config.steps)

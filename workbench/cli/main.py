@@ -59,12 +59,22 @@ def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
                           shared_noise=not args.no_shared_noise, seed=args.seed)
 
 
-def load_model(args: argparse.Namespace):
-    """The policy --model names: a model folder, a run (its newest complete checkpoint) or one checkpoint."""
-    from workbench.train.sources import load_policy
+def load_model(args: argparse.Namespace, prompt: str | None = None):
+    """The policy --model names: a model folder, a run (its newest complete checkpoint) or one checkpoint.
 
+    With `prompt`, a model of the embedded format (no --model, such a folder, or a run on one) refuses a prompt
+    outside its grammar before anything loads: the load imports diffusers, seconds a user waited for "unknown
+    word". A diffusers SD3 / FLUX folder takes any text; the loaded policy's own `check_prompt` stays the rule.
+    """
+    from workbench.train.sources import load_policy, resolve_source
+
+    source = resolve_source(args.model)
+    if prompt is not None and not (source.model and (Path(source.model) / "model_index.json").is_file()):
+        from workbench.toyworld.world import parse_prompt
+
+        parse_prompt(prompt)
     options = {} if args.resolution is None else {"resolution": args.resolution}
-    return load_policy(args.model, device=args.device, dtype=args.dtype, **options)
+    return load_policy(source, device=args.device, dtype=args.dtype, **options)
 
 
 def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, continuations: int = 0) -> None:
@@ -105,7 +115,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     as_image = image_out(out)
     if as_image and args.json:
         raise WorkbenchError("--json needs --out to be a folder (the group is saved there), not an image file")
-    policy = load_model(args)
+    policy = load_model(args, args.prompt)
     config = sampling_config(args, policy.default_guidance)
     policy.check_prompt(args.prompt)
     check_memory(policy, config.group, config.steps, "--num or --steps")
@@ -151,7 +161,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         raise WorkbenchError(f"--chunks: {err}") from None
     if args.reward is not None:
         build_reward(args.reward)  # a bad spec is refused before the model loads
-    policy = load_model(args)
+    policy = load_model(args, args.prompt)
     policy.check_prompt(args.prompt)
     reward = build_reward(args.reward or default_reward(policy.toy_world))
     reward.check_images(policy.image_size, [args.prompt])
