@@ -84,11 +84,17 @@ def presses_note(app: dict) -> str:
             f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s)")
 
 
+def speed(run: dict) -> str:
+    """The machine's speed around a fresh-clone run (scripts/speed_probe.py, seconds before / after), if taken."""
+    probe = run.get("speed_probe_s")
+    return f", speed probe {probe[0]:.2f} / {probe[1]:.2f} s" if probe else ""
+
+
 def other_runs(tests: dict) -> str:
     """The other fresh-clone runs given (`--tests` with several files), each with its time and exit status."""
     others = tests.get("other_runs", [])
     shown = [f"{run['make_test_s']} s (" + (f"commit {run['commit']}, " if run.get("commit") else "")
-             + f"exit {run.get('exit', '?')}: {run.get('summary', '')})" for run in others]
+             + f"exit {run.get('exit', '?')}: {run.get('summary', '')}{speed(run)})" for run in others]
     return "; other runs: " + ", ".join(shown) if shown else ""
 
 
@@ -167,7 +173,7 @@ def rows(f: dict) -> list[str]:
         row("make test on a fresh clone (install included)" + (" **(tests failed)**" if tests.get("exit") else ""),
             tests.get("make_test_s") if not tests.get("exit") else None, "s", 300,
             "scripts/bench_tests.sh: " + (f"commit {tests['commit']}, " if tests.get("commit") else "")
-            + tests.get("summary", "") + other_runs(tests)),
+            + tests.get("summary", "") + speed(tests) + other_runs(tests)),
     ]
     return out
 
