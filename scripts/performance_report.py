@@ -84,17 +84,16 @@ def presses_note(app: dict) -> str:
             f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s)")
 
 
-def speed(run: dict) -> str:
-    """The machine's speed around a fresh-clone run (scripts/speed_probe.py, seconds before / after), if taken."""
-    probe = run.get("speed_probe_s")
-    return f", speed probe {probe[0]:.2f} / {probe[1]:.2f} s" if probe else ""
+def processor(run: dict) -> str:
+    """The processor a fresh-clone run ran on, where bench_tests.sh recorded it (this machine class has two)."""
+    return f", on {run['cpu']}" if run.get("cpu") else ""
 
 
 def other_runs(tests: dict) -> str:
     """The other fresh-clone runs given (`--tests` with several files), each with its time and exit status."""
     others = tests.get("other_runs", [])
     shown = [f"{run['make_test_s']} s (" + (f"commit {run['commit']}, " if run.get("commit") else "")
-             + f"exit {run.get('exit', '?')}: {run.get('summary', '')}{speed(run)})" for run in others]
+             + f"exit {run.get('exit', '?')}: {run.get('summary', '')}{processor(run)})" for run in others]
     return "; other runs: " + ", ".join(shown) if shown else ""
 
 
@@ -173,7 +172,7 @@ def rows(f: dict) -> list[str]:
         row("make test on a fresh clone (install included)" + (" **(tests failed)**" if tests.get("exit") else ""),
             tests.get("make_test_s") if not tests.get("exit") else None, "s", 300,
             "scripts/bench_tests.sh: " + (f"commit {tests['commit']}, " if tests.get("commit") else "")
-            + tests.get("summary", "") + speed(tests) + other_runs(tests)),
+            + tests.get("summary", "") + processor(tests) + other_runs(tests)),
     ]
     return out
 
@@ -235,6 +234,17 @@ def app_note(f: dict) -> list[str]:
             "machine's, not the code's.", ""]
 
 
+def speed_line(f: dict) -> list[str]:
+    """How fast the machine ran when these figures were taken. This machine class comes on an AMD EPYC or a 2 GHz
+    Intel Xeon (the loop below: 50-70 trajectories/s on the EPYC, 26-28 on the Xeon, 2026-12-02) and drifts by tens
+    of percent between hours; every timed figure moves with it, so pages compare only at a like speed."""
+    plain = f.get("sampling", {}).get("plain_traj_per_s")
+    if plain is None:
+        return []
+    return [f"Machine speed during these runs: the plain diffusers Euler loop of `bench sampling` (G=16, T=16, "
+            f"the same code every time) made {plain:.1f} trajectories/s; every timed figure below scales with it."]
+
+
 def render(f: dict) -> str:
     per = f.get("threads", {}).get("seconds_per_iteration", {})
     lines = [
@@ -244,6 +254,7 @@ def render(f: dict) -> str:
         f"({date.today().isoformat()}). Machine: {machine()}; {f.get('cores')} cores, torch {f.get('torch')}.",
         "Targets are issue 24's. Rerun the two commands in the script's docstring to refresh this page; "
         "figures taken while other work runs on the machine are not comparable.",
+        *speed_line(f),
         "",
         "| Figure | Measured | Target | Holds | How |",
         "|---|---|---|---|---|",
