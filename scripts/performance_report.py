@@ -20,7 +20,9 @@ this machine's speed drifts by tens of percent between hours, so a figure is com
 same hour, not with an older page. `--lesson-commit SHA` says which commit the lesson's memory was measured on
 when it is older than the rest.
 
-Every number in the page comes from that file; the page says how each was measured and on which machine.
+Every number in the page comes from that file; the page says how each was measured and on which machine. Keep the
+JSON files under docs/perf-data/<machine>/ with the commands that made them (docs/perf-data/xeon/README.md made
+docs/performance-xeon.md with `--out`): the inputs of docs/performance.md were lost with the machine they were on.
 """
 
 from __future__ import annotations
