@@ -66,10 +66,11 @@ def load_model(args: argparse.Namespace, prompt: str | None = None):
     outside its grammar before anything loads: the load imports diffusers, seconds a user waited for "unknown
     word". A diffusers SD3 / FLUX folder takes any text; the loaded policy's own `check_prompt` stays the rule.
     """
+    from workbench.train.prompt_sets import is_pipeline_folder
     from workbench.train.sources import load_policy, resolve_source
 
     source = resolve_source(args.model)
-    if prompt is not None and not (source.model and (Path(source.model) / "model_index.json").is_file()):
+    if prompt is not None and not is_pipeline_folder(source.model):
         from workbench.toyworld.world import parse_prompt
 
         parse_prompt(prompt)
