@@ -98,3 +98,22 @@ def test_a_failing_make_test_is_no_figure():
                           "tests": {"make_test_s": 280, "exit": 2, "summary": "1 failed, 956 passed"}})
     line = next(line for line in page.splitlines() if line.startswith("| make test"))
     assert "**(tests failed)** | not measured |" in line and "1 failed, 956 passed" in line
+
+
+def test_the_page_names_the_machine_and_day_the_figures_recorded():
+    report = load()
+    recorded = report.render({"cores": 2, "torch": "2.13.0", "machine": "AMD EPYC, 24 GiB memory, Linux 6.18",
+                              "date": "2026-12-02"})
+    assert "(2026-12-02). Machine: AMD EPYC, 24 GiB memory, Linux 6.18; 2 cores" in recorded
+    older = report.render({"cores": 2, "torch": "2.13.0"})  # a file from before bench recorded its machine
+    assert "(read when the page was written: the figures' file did not record its machine)" in older
+
+
+def test_bench_records_its_machine_and_day(monkeypatch):
+    from workbench.cli import bench
+
+    monkeypatch.setattr(bench.ThreadGovernor, "others_busy", staticmethod(lambda window_s: 0.0))
+    monkeypatch.setattr(bench.torch, "set_num_threads", lambda threads: None)  # this test process's threads stay
+    figures = bench.run("none", policy=None)
+    assert figures["machine"] == bench.machine() and figures["machine"].split(",")[0].strip()
+    assert len(figures["date"]) == 10 and figures["date"].startswith("20")

@@ -27,6 +27,23 @@ from workbench.flow.trajectory import SamplingConfig
 PROMPT = "a large red circle in the top left on a white background"
 
 
+def machine() -> str:
+    """CPU model, memory and system of this machine (from /proc where there is one): a figure means little without
+    it, and this machine class comes with two processors about 2x apart (docs/performance.md)."""
+    import platform
+
+    cpu, memory = platform.processor() or platform.machine(), ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+        kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                      if line.startswith("MemTotal")))
+        memory = f", {kb / 2**20:.0f} GiB memory"
+    except (OSError, StopIteration, ValueError):
+        pass
+    return f"{cpu}{memory}, {platform.system()} {platform.release()}"
+
+
 def _progress(label: str, done: int, total: int) -> None:
     """One progress line on stderr, rewritten in place (the figures go to stdout)."""
     print(f"\r{label}: {done}/{total}", end="\n" if done == total else "", file=sys.stderr, flush=True)
@@ -209,8 +226,8 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
     others = ThreadGovernor.others_busy(0.5)  # never oversubscribe: take only the cores other processes leave
     torch.set_num_threads(threads_for(cpu_count(), others))
     figures = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cores": cpu_count(),
-               "others_busy_cores": others}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads ({cpu_count()} cores, "
+               "others_busy_cores": others, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    print(f"{figures['machine']}; torch {torch.__version__}, {torch.get_num_threads()} threads ({cpu_count()} cores, "
           f"{others:.1f} kept busy by other processes)")
     if which in ("load", "all"):
         r = figures["load"] = bench_load()
