@@ -259,7 +259,7 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     run = lesson_run(wb)
     if run is None and wb.model_path is not None:
         raise WorkbenchError("no crosses lesson with a checkpoint on disk yet: in Fine-tune choose the lesson "
-                             "crosses and press Start (about 5 minutes on a 2-core laptop), then come back")
+                             "crosses and press Start (6-13 minutes on a 2-core laptop), then come back")
     keys = (wb.base_key(run), run) if run is not None else (BASE, str(shipped_lesson().model))  # shipped result
     lesson = preset("crosses")
     config = replace(lesson.sampling_config(1), group=LEARN["group"], seed=0)  # the lesson's window and steps

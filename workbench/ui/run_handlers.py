@@ -37,8 +37,11 @@ APP_LIMITS = {"iterations": 2000, "group": 32, "steps": 64}  # a fine-tune start
 FORM_FIELDS = ("objective", "reward", "chunks", "lr", "iterations", "group", "steps", "lora_rank", "sde", "window",
                "lesson")
 NO_LESSON = "none"  # the lesson menu's "no task": the world's training scenes, held-out adherence
-LESSON_TIME = {"crosses": "about 5 minutes on a 2-core laptop (270 CPU-s of training and 30 of evaluations on one "
-                          "thread, docs/crosses.md)"}  # measured by scripts/experiment_crosses.py
+LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one half as fast, started from this tab "
+                          "(270 CPU-s of training and 30 of evaluations on one thread, docs/crosses.md); its "
+                          "progress bar shows the time left as it runs"}
+# the CPU-s by scripts/experiment_crosses.py; the minutes by scripts/bench_app.py --lesson on this machine class's two
+# processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
 GRID_ZOOM = 4  # the 32-pixel before/after pictures are shown 4x larger, nearest-neighbour (pixels stay pixels)
 
 
