@@ -107,6 +107,7 @@ def test_the_page_names_the_machine_and_day_the_figures_recorded():
     assert "(2026-12-02). Machine: AMD EPYC, 24 GiB memory, Linux 6.18; 2 cores" in recorded
     older = report.render({"cores": 2, "torch": "2.13.0"})  # a file from before bench recorded its machine
     assert "(read when the page was written: the figures' file did not record its machine)" in older
+    assert "(page written 20" in older  # nor its day
 
 
 def test_bench_records_its_machine_and_day(monkeypatch):
