@@ -14,6 +14,7 @@ from workbench.toyworld.world import (
     all_scenes,
     parse_prompt,
     render,
+    shape_mask,
     split_scenes,
 )
 
@@ -66,6 +67,22 @@ def test_render_is_deterministic_and_jitter_differs():
     assert np.array_equal(render(scene), render(scene))
     rng = np.random.default_rng(1)
     assert not np.array_equal(render(scene), render(scene, rng))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_shape_mask_is_the_whole_grids_computation(shape):
+    """shape_mask computes only the shape's bounding box: the same values as every sub-pixel of the image,
+    element by element, for centres inside, at and beyond the edges and sizes from sub-pixel to over the image."""
+    from workbench.toyworld import world
+
+    y, x = world._subpixel_grid(32, 4)
+    for cx in np.linspace(-4.0, 36.0, 17):
+        for cy in (-2.3, 0.0, 7.5, 15.9, 31.99, 35.0):
+            for half in (0.2, 3.3, 5.0, 7.5, 12.0, 40.0):
+                whole = world._inside(shape, x - cx, y - cy, half).reshape(32, 4, 32, 4).mean(axis=(1, 3))
+                assert np.array_equal(shape_mask(shape, cx, cy, half), whole), (cx, cy, half)
+    with pytest.raises(WorkbenchError, match="unknown shape 'star'"):
+        shape_mask("star", 16.0, 16.0, 5.0)
 
 
 def test_render_rejects_incomplete_scene():
