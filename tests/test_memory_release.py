@@ -161,8 +161,8 @@ def test_a_forward_pass_takes_its_temporaries_from_memory_already_held():
     when freed, no temporary of a pass is mapped separately, and the heap never shrinks during a pass.
 
     Page-fault counts, which this test read before, depend on the machine (transparent huge pages, the kernel's
-    reclaim): 7,800 to 12,900 a pass with the defaults on the development machine, 369 on CI's. What the setting saves is a
-    benchmark figure (`workbench bench credit`, docs/performance.md)."""
+    reclaim): 7,800 to 12,900 a pass with the defaults on the development machine, 369 on CI's. What the setting
+    saves is a benchmark figure (`workbench bench credit`, docs/performance.md)."""
     import os
     import subprocess
     import sys
