@@ -14,7 +14,7 @@ from workbench.rl.chunking import CHUNKERS, chunk_boundaries
 from workbench.rl.explain import explain
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.ui import handlers as h
-from workbench.ui import learn
+from workbench.ui import learn, step_handlers
 from workbench.ui import objectives as ob
 from workbench.ui.clicks import clicked_point, forward_js
 from workbench.ui.formulas import cell, closed_form, formula_markdown
@@ -208,6 +208,11 @@ def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
     assert "agrees with A by construction" in text4 and "equal power" in text4
     assert torch.tensor(fig4.data[1].z) == pytest.approx(credit.chunk_credit)
     assert "Chunks" in text5 and "Objectives" in text5 and isinstance(fig3, go.Figure)
+    assert session.reference is credit  # the example's credit is Monte-Carlo: Attribution's per-step comparison
+    # reads it (it answered "no Monte-Carlo credit for this group yet" after Learn, which says "it is also in the
+    # other tabs")
+    *_, status = step_handlers.compare_advantages(wb, step_handlers.FIT, session)
+    assert status.startswith("✓ compared per-step advantages"), status
 
 
 @pytest.mark.parametrize("spread", [0.0, 0.05])

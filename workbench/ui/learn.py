@@ -212,7 +212,7 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
     credit = measure_credit(wb.policy(session.source), session.group, build_reward("adherence"),
                             continuations=LEARN["continuations"], chunks=session.sizes,
                             progress=handlers._tracker(progress, "continuations from state"))
-    session = replace(session, credit=credit)
+    session = replace(session, credit=credit, reference=credit)  # Monte-Carlo: what cheap estimators are set against
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
                          explain_plots.chunk_push_figure(ex, credit, Z),
                          invitation_text(session), session, ok("example ready; it is also in the other tabs"))
