@@ -20,7 +20,7 @@ from workbench.rl.credit import Credit
 from workbench.rl.credit_compare import CreditComparison
 from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED, UNDETERMINED, Rates
 from workbench.rl.significance import false_call_rate
-from workbench.viz.plots import LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
+from workbench.viz.plots import COLORBAR_MARGIN, LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
 
 UNDETERMINED_COLOR = "rgba(190,190,190,0.92)"
 VEIL_COLOR = "rgba(255,255,255,0.8)"
@@ -30,9 +30,8 @@ UNDETERMINED_NAME = "undetermined: not significant at z"
 Z_LABEL = "z: sets the false-call rate P(|N(0,1)| > z) per cell (z = 2: 4.6 %)"
 FIXED_NOTE = ("fixed by construction: a chunk from x_T to the image has credit r - mean r, the raw advantage, "
               "so it always agrees with A")
-COLORBAR_MARGIN = 125  # px right of the plot for the colorbar (it needs ~116): a figure whose colorbar must push
-# the margin out is drawn twice by plotly, ~8 ms more per chunk edit in chromium (issue 24). Its title is one line
-# along the bar: a two-line title ("credit<br>(reward)") took ~5 ms more of the map's ~37 ms draw.
+ATTRIBUTION_BOTTOM = 110  # px under the Attribution map for the axis titles and its legend (the page's default width
+# needs 106): pushed out by plotly, the margin meant a second draw of the map, as the colorbar's on the right did
 NAMES = {MISATTRIBUTED: "misattributed", ALIGNED: "aligned", UNDETERMINED: "undetermined"}
 
 
@@ -128,7 +127,8 @@ def attribution_figure(credit: Credit, z: float) -> go.Figure:
     fig.update_xaxes(title_text="per trajectory", row=1, col=2)
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
     fig.update_layout(title=f"Step credit vs uniform advantage (G={g}, T={t}, {_k_text(credit)}, "
-                            f"chunks {list(credit.sizes)})", height=480, **LAYOUT)
+                            f"chunks {list(credit.sizes)})", height=480,
+                      **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN, b=ATTRIBUTION_BOTTOM)})
     return fig
 
 
@@ -234,7 +234,7 @@ def comparison_figure(comparison: CreditComparison, z: float) -> go.Figure:
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
     fig.update_layout(title=f"Step credit under two policies: the same prompt, x_T and noise (G={g}, T={t}, "
                             f"{_k_text(first)}, classified at z = {z:g}, one colour scale)", shapes=shapes,
-                      height=480, **LAYOUT)
+                      height=480, **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN)})
     fig.update_annotations(font_size=12)
     return fig
 

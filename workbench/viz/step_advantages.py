@@ -11,7 +11,10 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-LAYOUT = dict(template="plotly_white", margin=dict(l=50, r=20, t=70, b=45))
+LAYOUT = dict(template="plotly_white", margin=dict(l=50, r=20, t=70, b=100),
+              legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, x=0))
+# the legend at the figure's bottom, under the axis titles, as in viz/plots.py: below the plot (y=-0.25) it pushed the
+# bottom margin out by ~50 px, and plotly draws a figure whose margin it pushes twice
 MISMATCH = dict(symbol="x", size=7, color="black")
 
 
@@ -44,5 +47,5 @@ def step_advantage_figure(cmp, title: str = "Per-step advantages against the mea
     fig.update_yaxes(title_text="trajectory i", row=1, col=1)
     for annotation in fig.layout.annotations:
         annotation.font.size = 11
-    fig.update_layout(title=title, height=340 + 8 * g, legend=dict(orientation="h", y=-0.25), **LAYOUT)
+    fig.update_layout(title=title, height=395 + 8 * g, **LAYOUT)
     return fig
