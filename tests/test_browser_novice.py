@@ -248,7 +248,7 @@ PUSHED_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(g 
                                  .map(k => `${g.closest('[id]')?.id}: margin ${k} ${g.layout.margin[k]} -> `
                                            + Math.round(g._fullLayout._size[k])))"""
 # the shown plots whose margins plotly pushed out to fit a legend, colorbar or labels: it draws such a figure twice
-# (the Attribution map 108-142 ms instead of 68-74 in chromium), on every update
+# (the Attribution map 143-153 ms instead of 66-70 in chromium: scripts/bench_figures.py), on every update
 
 CUT_JS = """(sel) => [...document.querySelectorAll(sel)].filter(e => e.scrollWidth > e.clientWidth + 1)
   .map(e => e.textContent)"""
