@@ -165,7 +165,7 @@ def _subpixel_grid(size: int, supersample: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def shape_mask(shape: str, cx: float, cy: float, half: float, size: int = IMAGE_SIZE,
-                supersample: int = 4) -> np.ndarray:
+               supersample: int = 4) -> np.ndarray:
     """Anti-aliased coverage in [0, 1] of a shape centred at pixel (cx, cy); shape (size, size).
 
     Only the pixels of the shape's bounding box (1.05 half on every side, as the widest shapes reach, and one pixel

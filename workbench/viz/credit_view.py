@@ -20,7 +20,7 @@ from workbench.rl.credit import Credit
 from workbench.rl.credit_compare import CreditComparison
 from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED, UNDETERMINED, Rates
 from workbench.rl.significance import false_call_rate
-from workbench.viz.plots import COLORBAR_MARGIN, LAYOUT, STEP_AXIS, _boundary_legend, _boundary_shapes
+from workbench.viz.plots import COLORBAR_MARGIN, STEP_AXIS, _boundary_legend, _boundary_shapes, layout_with
 
 UNDETERMINED_COLOR = "rgba(190,190,190,0.92)"
 VEIL_COLOR = "rgba(255,255,255,0.8)"
@@ -128,7 +128,7 @@ def attribution_figure(credit: Credit, z: float) -> go.Figure:
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
     fig.update_layout(title=f"Step credit vs uniform advantage (G={g}, T={t}, {_k_text(credit)}, "
                             f"chunks {list(credit.sizes)})", height=480,
-                      **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN, b=ATTRIBUTION_BOTTOM)})
+                      **layout_with(r=COLORBAR_MARGIN, b=ATTRIBUTION_BOTTOM))
     return fig
 
 
@@ -140,7 +140,7 @@ def chunk_figure(credit: Credit, z: float) -> go.Figure:
                   xaxis=dict(title=dict(text=STEP_AXIS), range=[-0.5, t - 0.5]),
                   yaxis=dict(title=dict(text="trajectory i"), autorange="reversed", dtick=1),
                   shapes=_boundary_shapes(credit.sizes), height=420,
-                  **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN)})
+                  **layout_with(r=COLORBAR_MARGIN))
     traces = classified_trace_dicts(credit.chunk_credit, credit.chunk_se, credit.chunk_classes(z), credit.chunk_valid,
                                     edges, "chunk", dict(title=dict(text="credit (reward)", side="right"),
                                                          thickness=12))
@@ -234,7 +234,7 @@ def comparison_figure(comparison: CreditComparison, z: float) -> go.Figure:
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
     fig.update_layout(title=f"Step credit under two policies: the same prompt, x_T and noise (G={g}, T={t}, "
                             f"{_k_text(first)}, classified at z = {z:g}, one colour scale)", shapes=shapes,
-                      height=480, **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN)})
+                      height=480, **layout_with(r=COLORBAR_MARGIN))
     fig.update_annotations(font_size=12)
     return fig
 

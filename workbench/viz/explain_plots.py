@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.explain import Explanation
 from workbench.rl.objectives import OBJECTIVES
-from workbench.viz.plots import BOUNDARY_STYLE, COLORBAR_MARGIN, LAYOUT, STEP_AXIS
+from workbench.viz.plots import BOUNDARY_STYLE, COLORBAR_MARGIN, LAYOUT, STEP_AXIS, layout_with
 
 PUSH = "push −w"
 CLIPPED_STYLE = dict(symbol="x-thin", size=6, line=dict(width=1.5, color="black"))
@@ -190,7 +190,7 @@ def push_figure(ex: Explanation, name: str, title: str) -> go.Figure:
                                   for b in chunk_boundaries(ex.settings.chunks)])
     fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5])
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1)
-    fig.update_layout(title=title, height=360, **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN)})
+    fig.update_layout(title=title, height=360, **layout_with(r=COLORBAR_MARGIN))
     return fig
 
 
@@ -219,5 +219,5 @@ def chunk_push_figure(ex: Explanation, credit, z: float) -> go.Figure:
     fig.update_xaxes(title_text="chunk c", dtick=1, row=1, col=2)
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1)
     fig.update_layout(title="What chunks change: the push per step, and the credit per chunk", height=380,
-                      **{**LAYOUT, "margin": dict(LAYOUT["margin"], r=COLORBAR_MARGIN)})
+                      **layout_with(r=COLORBAR_MARGIN))
     return fig

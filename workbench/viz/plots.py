@@ -21,6 +21,8 @@ STEP_AXIS = "denoising step t (0 = pure noise)"
 BOUNDARY_STYLE = dict(color="black", width=2, dash="dash")
 LAYOUT = dict(margin=dict(l=70, r=20, t=60, b=100),  # the template: plotly_white, set in viz/__init__.py
               legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, x=0))
+# the legend sits at the bottom of the figure, under the x-axis title: placed relative to the plot area
+# (y=-0.35), a two-row legend ran into the axis title and, in short figures, into the last row of a map.
 # l: room for tick labels such as "−0.05" beside the axis title (60 px pushed out to 61 in the Learn tab's
 # advantage figure: a second draw, see COLORBAR_MARGIN)
 COLORBAR_MARGIN = 125  # px right of a plot with a colorbar (its two-line title needs ~105-116). A figure whose margin
@@ -28,8 +30,13 @@ COLORBAR_MARGIN = 125  # px right of a plot with a colorbar (its two-line title 
 # 143-153 ms to draw with the push, 66-70 ms without, the Objectives maps 484-528 against 237-259 ms
 # (scripts/bench_figures.py); ~8 ms more per chunk edit for the chunk map (issue 24). The chunk map's title is one
 # line along the bar: a two-line title ("credit<br>(reward)") took ~5 ms more of the map's ~37 ms draw.
-# the legend sits at the bottom of the figure, under the x-axis title: placed relative to the plot area
-# (y=-0.35), a two-row legend ran into the axis title and, in short figures, into the last row of a map
+
+
+def layout_with(**margin) -> dict:
+    """LAYOUT with some of its margins changed, e.g. layout_with(r=COLORBAR_MARGIN) for a figure with a colorbar."""
+    return {**LAYOUT, "margin": dict(LAYOUT["margin"], **margin)}
+
+
 # Training metrics shown live, one panel each: (panel title, y-axis name, metric keys)
 TRAIN_PANELS = (
     ("Reward", "reward (reward units)", ("reward/mean", "eval/reward_mean")),
