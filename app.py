@@ -48,10 +48,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from workbench.core.heap import reuse_freed_memory
-    from workbench.ui.layout import LAUNCH  # after the arguments: --help builds nothing
+    from workbench.core.heap import defer_collection, reuse_freed_memory
 
     reuse_freed_memory()  # before the model loads: its passes reuse freed memory (workbench/core/heap.py)
+    defer_collection()  # no garbage collection while gradio, torch & co. import; on again once the model is loaded
+    from workbench.ui.layout import LAUNCH  # after the arguments: --help builds nothing
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)
     atexit.register(wb.jobs.shutdown)

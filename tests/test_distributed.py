@@ -23,6 +23,8 @@ CONFIG = dict(group=2, steps=3, chunks="1,2", iterations=2, prompts_per_iteratio
 WORKER = textwrap.dedent("""
     import sys
     from pathlib import Path
+    from workbench.core.heap import defer_collection
+    defer_collection()  # as `python -m workbench train` under torchrun: on again once the model is loaded
     from safetensors.torch import save_file
     from workbench.train import TrainConfig, Trainer
 

@@ -93,6 +93,31 @@ def test_settled_objects_leave_the_walk_and_new_garbage_is_still_collected():
 
 
 
+def test_a_deferred_start_up_collects_once_the_model_is_loaded(monkeypatch):
+    """The app and the CLI defer the collector through their imports; a model load ends the deferral (collect,
+    freeze, collector on); a program that merely imports the library keeps its collector as it was."""
+    from workbench.cli.main import main as cli
+    from workbench.models.adapters import load_model
+
+    monkeypatch.setattr(heap, "_deferred", False)
+    frozen = gc.get_freeze_count()
+    load_model(device="cpu")
+    assert gc.isenabled() and gc.get_freeze_count() <= frozen, "a plain load changed the caller's collector"
+    try:
+        heap.defer_collection()
+        assert not gc.isenabled()
+        load_model(device="cpu")
+        assert gc.isenabled() and gc.get_freeze_count() > frozen
+        assert cli(["chunks", "--steps", "16", "--method", "fixed", "--sizes", "2,3,4,7"]) == 0  # no model loads
+        assert gc.isenabled(), "a command that loaded no model left the collector off"
+        with pytest.raises(SystemExit):  # argparse refuses the command before anything loads
+            cli(["sample", "--prompt", "a red circle", "--steps", "0"])
+        assert gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
 BLOCK = 30 << 20  # bytes: over glibc's first mmap threshold (128 KiB) and any it can have adjusted to after the
 # imports, under the workbench's (32 MiB)
 HEAP = f"""

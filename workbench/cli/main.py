@@ -26,7 +26,7 @@ from workbench.cli.args import (
 )
 from workbench.cli.train import register as register_train
 from workbench.core.errors import WorkbenchError
-from workbench.core.heap import reuse_freed_memory
+from workbench.core.heap import defer_collection, resume_collection, reuse_freed_memory
 from workbench.core.precision import PRECISIONS
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")  # `sample --out` with one of these writes one grid image
@@ -328,4 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     reuse_freed_memory()  # tensors' temporaries come back from the heap instead of fresh pages (core/heap.py)
-    return run_command(build_parser().parse_args(negative_values_inline(argv)))
+    defer_collection()  # no garbage collection while torch & co. import: resumed once the model loads (core/heap.py)
+    try:
+        return run_command(build_parser().parse_args(negative_values_inline(argv)))
+    finally:
+        resume_collection()

@@ -243,10 +243,17 @@ def _close_distributed() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m workbench.cli.train [flags]`: the train command on its own (for torchrun -m)."""
+    from workbench.core.heap import defer_collection, resume_collection, reuse_freed_memory
+
+    reuse_freed_memory()  # as `python -m workbench` (cli/main.py): the allocator and collector settings of the CLI
+    defer_collection()
     parser = Parser(prog="workbench")
     register(parser.add_subparsers(dest="command", required=True))
     argv = sys.argv[1:] if argv is None else argv
-    return run_command(parser.parse_args(negative_values_inline(["train", *argv])))
+    try:
+        return run_command(parser.parse_args(negative_values_inline(["train", *argv])))
+    finally:
+        resume_collection()
 
 
 if __name__ == "__main__":

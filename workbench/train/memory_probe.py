@@ -110,14 +110,16 @@ def measure(config) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from workbench.core.heap import reuse_freed_memory
+    from workbench.core.heap import defer_collection, reuse_freed_memory, settle
 
     reuse_freed_memory()  # the allocator settings `workbench train` runs with (core/heap.py); children inherit them
+    defer_collection()  # and its collector's: none during the imports, ...
     import diffusers.models.transformers  # noqa: F401 - what every estimate imports (`dry_run`), once for all
     import torch
 
     from workbench.train import TrainConfig
 
+    settle()  # ... then the imports' garbage collected and the rest frozen, before the forks share it
     torch.set_num_threads(1)  # before the forks: a child inherits no OpenMP pool
     for path in argv:
         config = TrainConfig.from_dict({**json.loads(Path(path).read_text()), "iterations": 1, "device": "cpu"})
