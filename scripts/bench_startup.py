@@ -1,5 +1,5 @@
 """CPU seconds of a start-up with Python's garbage collector running through the imports, against the collector
-deferred until they are done (`workbench/core/heap.py` `defer_collection` + `settle`, as the app and the CLI start).
+deferred until they are done (`workbench/core/heap.py` `defer_collection` + `settle`, as the CLI starts).
 
     .venv/bin/python scripts/bench_startup.py [--rounds 4]
 

@@ -224,8 +224,9 @@ def app_note(f: dict) -> list[str]:
     inner = f.get("app_bench_all")
     if not inner:
         return []
-    return [f"The browser figures above are from a separate `scripts/bench_app.py` run, made next to the baseline "
-            f"below; the same script inside `bench all` gave chunk edit {median(inner.get('edit_ms')):.0f} ms, "
+    where = ", made next to the baseline below" if f.get("baseline") else ""
+    return [f"The browser figures above are from separate `scripts/bench_app.py` runs{where}; the same script "
+            f"inside `bench all` gave chunk edit {median(inner.get('edit_ms')):.0f} ms, "
             f"curve click {median(inner.get('click_ms')):.0f} ms, credit {credit_presses(inner) or 0:.2f} s (median of "
             f"its presses; the first {inner.get('credit_s', 0):.2f} s). Both are kept: the spread between them is this "
             "machine's, not the code's.", ""]

@@ -94,7 +94,7 @@ def test_settled_objects_leave_the_walk_and_new_garbage_is_still_collected():
 
 
 def test_a_deferred_start_up_collects_once_the_model_is_loaded(monkeypatch):
-    """The app and the CLI defer the collector through their imports; a model load ends the deferral (collect,
+    """The CLI defers the collector through its imports; a model load ends the deferral (collect,
     freeze, collector on); a program that merely imports the library keeps its collector as it was."""
     from workbench.cli.main import main as cli
     from workbench.models.adapters import load_model

@@ -1,4 +1,5 @@
-"""Reuse freed memory during a computation, and give it back to the operating system after it.
+"""Reuse freed memory during a computation, give it back to the operating system after it, and keep Python's
+garbage collector out of start-up.
 
 After a Generate, a credit measurement or the Objectives' inner updates, the tensors those made are freed,
 but glibc's allocator keeps the pages in its arenas (one per thread that allocated: Gradio runs each handler in
@@ -14,10 +15,11 @@ milliseconds.
 
 Start-up is where Python 3.11's collector costs most: importing torch, diffusers, transformers, gradio and the
 interface leaves ~525,000 live objects and ~350,000 in garbage cycles, and the collector walks the growing heap
-in 9 full collections and ~1,700 young ones on the way. `defer_collection` (the first thing the app, the CLI
-and the memory probe do) turns the collector off until `settle` (`start_up_loaded`, once the model is loaded),
-which collects the imports' garbage once, freezes what is left and turns the collector back on: a start-up
-(those imports and the embedded model) took 8.2 s of CPU instead of 9.4 (medians, `scripts/bench_startup.py`).
+in 9 full collections and ~1,700 young ones on the way. `defer_collection` (the first thing the CLI, the memory
+probe and the tests' workers do) turns the collector off until `settle` (`start_up_loaded`, once the model is
+loaded), which collects the imports' garbage once, freezes what is left and turns the collector back on: a
+start-up (those imports and the embedded model) took 8.2 s of CPU instead of 9.4 (medians,
+`scripts/bench_startup.py`). The app does not defer (app.py says why) and settles once its model is loaded.
 
 Within a computation the opposite matters. glibc serves an allocation over its mmap threshold (128 KiB at
 first, then adjusted) with fresh pages from the kernel, and returns the free top of its heap to the kernel once
@@ -80,12 +82,9 @@ def defer_collection() -> None:
 def settle() -> None:
     """Collect once, freeze every live object (modules, the model, the interface) out of later collections, and
     turn the collector on again after `defer_collection`."""
-    global _deferred
     gc.collect()
     gc.freeze()
-    if _deferred:
-        _deferred = False
-        gc.enable()
+    resume_collection()
 
 
 def resume_collection() -> None:
