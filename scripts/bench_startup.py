@@ -29,7 +29,7 @@ if deferred:
 import torch, diffusers.models.transformers, gradio, plotly.graph_objects
 import workbench.ui.layout
 from workbench.models.adapters import load_model
-load_model(device="cpu")  # the start-up's end: settle() where the collector was deferred (heap.start_up_loaded)
+load_model(device="cpu")  # the start-up's end: settle() where the collector was deferred (heap.end_start_up)
 print(json.dumps({"cpu_s": time.process_time(), "collections": [s["collections"] for s in gc.get_stats()],
                   "objects": len(gc.get_objects()), "frozen": gc.get_freeze_count(), "enabled": gc.isenabled()}))
 """

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 
@@ -17,11 +16,11 @@ def pytest_configure(config):
     runs none: it starts the workers only once this file is loaded, and torch's import held them back ~1.5 s."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         return
-    gc.disable()  # until the test files are imported (pytest_collection_finish): as the app and the CLI start up
+    from workbench.core.heap import defer_collection, reuse_freed_memory
+
+    defer_collection()  # until the test files are imported (pytest_collection_finish), as the CLI starts up
     import torch
     from notebook_waits import install
-
-    from workbench.core.heap import reuse_freed_memory
 
     install()  # nbmake's notebook runs wait on each reply a second at a time: a missed wake-up cost 300 s twice
 
@@ -35,10 +34,9 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     """The imports' garbage collected once, and what they made frozen out of later collections (core/heap.py)."""
-    if not gc.isenabled():
-        gc.collect()
-        gc.freeze()
-        gc.enable()
+    from workbench.core.heap import end_start_up
+
+    end_start_up()
 
 
 _FROZEN_AT = [None]  # the test file whose start last froze the heap
@@ -51,10 +49,11 @@ def pytest_runtest_setup(item):
     A worker holds ~1,000,000 objects by the end; walking them all took 0.4-0.5 s per full collection: the full
     collections of the suite's two workers took 28 s, 7.5 s with this and the freeze after collection (timed with
     gc.callbacks, 2026-12-03; Python 3.11's collector)."""
-    if item.path != _FROZEN_AT[0] and gc.isenabled():
+    from workbench.core.heap import settle
+
+    if item.path != _FROZEN_AT[0]:
         _FROZEN_AT[0] = item.path
-        gc.collect()
-        gc.freeze()
+        settle()
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ milliseconds.
 Start-up is where Python 3.11's collector costs most: importing torch, diffusers, transformers, gradio and the
 interface leaves ~525,000 live objects and ~350,000 in garbage cycles, and the collector walks the growing heap
 in 9 full collections and ~1,700 young ones on the way. `defer_collection` (the first thing the CLI, the memory
-probe and the tests' workers do) turns the collector off until `settle` (`start_up_loaded`, once the model is
+probe and the tests' workers do) turns the collector off until `settle` (`end_start_up`, once the model is
 loaded), which collects the imports' garbage once, freezes what is left and turns the collector back on: a
 start-up (those imports and the embedded model) took 8.2 s of CPU instead of 9.4 (medians,
 `scripts/bench_startup.py`). The app does not defer (app.py says why) and settles once its model is loaded.
@@ -96,9 +96,10 @@ def resume_collection() -> None:
         gc.enable()
 
 
-def start_up_loaded() -> None:
-    """`settle`, in a process that deferred collection for its start-up (called when a model has loaded); nothing
-    in any other (a notebook, a test, a program that imports the library: their objects stay the collector's)."""
+def end_start_up() -> None:
+    """`settle`, in a process that deferred collection for its start-up (called when a model has loaded, and by the
+    tests' workers once the test files are imported); nothing in any other (a notebook, the app, a program that
+    imports the library: their objects stay the collector's)."""
     if _deferred:
         settle()
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from workbench.core.errors import WorkbenchError, shorten
-from workbench.core.heap import start_up_loaded
+from workbench.core.heap import end_start_up
 from workbench.core.precision import exact_gelu_in_bfloat16
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.schedule import shift_sigmas
@@ -274,7 +274,7 @@ def load_model(path: str | Path | None = None, device: str | None = None, dtype:
                              "an embedded model folder, or no model for the embedded one")
     if folder is not None and (folder / "model_index.json").is_file():
         policy = _load_pipeline(folder, device, dt, options, offload_text_encoders)
-        start_up_loaded()  # the app's or CLI's start-up ends here: collector on, what is loaded frozen (core/heap.py)
+        end_start_up()  # the CLI's start-up ends here: collector on, what is loaded frozen (core/heap.py)
         return policy
     if folder is not None and not ((folder / CONFIG_FILE).is_file() and (folder / WEIGHTS_FILE).is_file()):
         raise WorkbenchError(f"{folder} is not a model folder: it has neither model_index.json (diffusers SD3/FLUX) "
@@ -284,7 +284,7 @@ def load_model(path: str | Path | None = None, device: str | None = None, dtype:
         given = ", ".join([*options, *([f"dtype={dtype}"] if dt != torch.float32 else [])])
         raise WorkbenchError(f"the embedded model runs in float32 and takes no options ({given}); drop them")
     policy = EmbeddedPolicy.load(folder, device)
-    start_up_loaded()
+    end_start_up()
     return policy
 
 
