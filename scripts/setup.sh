@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv at the repository root and install the workbench into it (editable).
 #   scripts/setup.sh        the app and library
-#   scripts/setup.sh --dev  plus the test tools, and Debian's chromium for the browser tests (when root)
+#   scripts/setup.sh --dev  plus the test tools, and Debian's chromium-headless-shell and chromium (when root)
 # torch is pinned: on a machine without CUDA set TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu to get the
 # small CPU build. Wheels in PIP_FIND_LINKS (a local folder) are used as pip would use them.
 set -euo pipefail
@@ -51,12 +51,17 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   wait "$models"
   touch "$stamp"
 fi
-if [ "$dev" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+# The browser tests run Debian's chromium-headless-shell (tests/test_browser.py: ~30 % less CPU than the full
+# browser); scripts/bench_app.py and bench_figures.py time the full chromium, the browser a learner uses.
+browsers=()
+[ -x /usr/bin/chromium-headless-shell ] || browsers+=(chromium-headless-shell)
+[ -x /usr/bin/chromium ] || browsers+=(chromium)
+if [ "$dev" = 1 ] && [ "${#browsers[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "setup: installing Debian chromium for the browser tests"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    echo "setup: installing Debian ${browsers[*]} for the browser tests and benchmarks"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${browsers[@]}" >/dev/null
   else
-    echo "setup: /usr/bin/chromium not found and not root: the browser tests will be skipped"
+    echo "setup: not root: install ${browsers[*]} (apt-get) for the browser tests and benchmarks"
   fi
 fi
 echo "setup: .venv ready"
