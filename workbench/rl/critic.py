@@ -52,13 +52,18 @@ class ValueNet(nn.Module):
             nn.Conv2d(width, hidden, 3, stride=2, padding=1), nn.SiLU(),
             nn.Conv2d(hidden, hidden, 3, stride=2, padding=1), nn.SiLU(),
             nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        # Channels-last convolutions: oneDNN's kernels take NHWC without reordering every input, weight and gradient
+        # (scripts/bench_critic.py, 60 passes over 128 states: 3.1 -> 2.6 s of CPU on one thread, 3.9 -> 2.9 s on
+        # two; the same loss to 8 digits). Saved weights load whatever their layout.
+        self.latent.to(memory_format=torch.channels_last)
         self.time = nn.Linear(time_dim, hidden)
         self.text = nn.Linear(text_dim, hidden)
         self.head = nn.Sequential(nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 1))
 
     def forward(self, x: torch.Tensor, sigma: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         """x (B, C, H, W), sigma (B,), text (B, D) -> values (B,)."""
-        h = self.latent(x.float()) + self.time(sigma_embedding(sigma, self.time_dim)) + self.text(text.float())
+        pooled = self.latent(x.float().contiguous(memory_format=torch.channels_last))
+        h = pooled + self.time(sigma_embedding(sigma, self.time_dim)) + self.text(text.float())
         return self.head(h).squeeze(1)  # (B,)
 
 
