@@ -59,7 +59,11 @@ browsers=()
 if [ "$dev" = 1 ] && [ "${#browsers[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing Debian ${browsers[*]} for the browser tests and benchmarks"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${browsers[@]}" >/dev/null
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${browsers[@]}" >/dev/null; }; then
+      # one of the two is enough for the tests (tests/test_browser.py takes the shell, else chromium)
+      [ -x /usr/bin/chromium-headless-shell ] || [ -x /usr/bin/chromium ] || exit 1
+      echo "setup: apt-get could not install ${browsers[*]}; the browser tests use the browser that is there"
+    fi
   else
     echo "setup: not root: install ${browsers[*]} (apt-get) for the browser tests and benchmarks"
   fi
