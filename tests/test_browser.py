@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 # Debian's "old headless shell" of the same Chromium build, the browser Playwright itself runs headless: Blink and V8
-# without the browser's own UI (no WebUI renderer, fewer processes). The four browser files took 124 CPU-seconds of
-# it against 174 of /usr/bin/chromium (the files alone on 2 workers: 113 against 143 s; tests/conftest.py's page
-# costs were measured in chromium). The full chromium where the shell is missing; scripts/bench_app.py keeps timing
-# the full one, a learner's browser.
+# without the browser's own UI (no WebUI renderer, fewer processes). In a whole `make test` chromium took 98-112
+# CPU-seconds as the shell against 146 as /usr/bin/chromium (scripts/cpu_by_process.py, docs/perf-data/epyc/README.md;
+# tests/conftest.py's page costs were measured in chromium). The full chromium where the shell is missing;
+# scripts/bench_app.py keeps timing the full one, a learner's browser.
 CHROMIUM = next((path for path in map(Path, ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium"))
                  if path.exists()), Path("/usr/bin/chromium"))
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
