@@ -26,7 +26,9 @@ install() {
   .venv/bin/pip install -q "$@"
 }
 [ -x .venv/bin/pip ] || install pip
-bytecode() { env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "import $1" >/dev/null; }
+# The bytecode is written as each module is compiled; os._exit skips the interpreter's teardown (~0.8 s for the web
+# side below).
+bytecode() { env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c "import os, $1; os._exit(0)" >/dev/null; }
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "setup: installing torch"
   if [ -n "${TORCH_INDEX_URL:-}" ]; then install "$TORCH" --index-url "$TORCH_INDEX_URL"; else install "$TORCH"; fi
@@ -36,6 +38,12 @@ stamp=.venv/.installed-$dev
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "setup: installing the workbench into .venv"
   if [ "$dev" = 1 ]; then install -e ".[dev]"; else install -e .; fi
+  # jsonschema's optional IRI format checker, rfc3987-syntax (jupyter-events asks for jsonschema[format-nongpl]),
+  # builds a Lark parser when jsonschema loads: 1.5 s in every process that imports nbformat, among them each
+  # notebook kernel (plotly's widgets) and every pytest process (nbmake). No schema of the workbench, nbformat or
+  # Jupyter uses the "iri" formats, and jsonschema leaves out a checker it cannot import (`pip check` stays clean).
+  if [ -x .venv/bin/uv ]; then .venv/bin/uv pip uninstall -q --python .venv/bin/python rfc3987-syntax 2>/dev/null || true
+  else .venv/bin/pip uninstall -y -q rfc3987-syntax 2>/dev/null || true; fi
   # Bytecode for what the app and the tests' workers import, written by importing it once: where
   # PYTHONDONTWRITEBYTECODE is set (this machine class) nothing is ever cached, and every process would compile
   # torch, gradio and diffusers again (their import 20 s instead of 8). Compiling every installed file instead
@@ -43,10 +51,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # during the install above; then two processes that share no big package, the model side (diffusers, peft,
   # transformers) and the web side (gradio, the test tools, the app), so torch is no longer compiled twice (with
   # the pip-less venv: set-up 28.5 -> 21 s on a fresh clone). scripts/test.sh writes the rest's as the tests run.
+  # pandas (gradio's, ~2 s to compile) goes to the model side, first, and gradio comes after the test tools: the
+  # two sides took 8 and 11-12 s, now ~8.5 and ~10 (fresh bytecode caches, 2026-12-03).
   [ -n "${torch_bytecode:-}" ] && wait "$torch_bytecode"
-  bytecode "workbench.cli.main, workbench.train, diffusers" & models=$!
+  bytecode "pandas, workbench.cli.main, workbench.train, diffusers" & models=$!
   web="app, workbench.ui.layout, workbench.ui.workbench"
-  [ "$dev" = 1 ] && web="gradio, pytest, xdist, playwright.sync_api, nbmake, nbclient, ipykernel.kernelapp, $web"
+  [ "$dev" = 1 ] && web="pytest, xdist, playwright.sync_api, nbmake, nbclient, ipykernel.kernelapp, gradio, $web"
   bytecode "$web"
   wait "$models"
   touch "$stamp"
