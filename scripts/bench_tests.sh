@@ -12,15 +12,20 @@ commit=$(git -C "$tmp/clone" rev-parse --short HEAD)  # the commit tested, even 
 # it (2026-12-02: 265-370 s on the EPYC, 524-563 s on the Xeon, the same code)
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
 start=$(date +%s)
-(cd "$tmp/clone" && make test) > "$tmp/log" 2>&1
-rc=$?
+# make test's own lines as they come, and the second at which its set-up ended (scripts/setup.sh's last line)
+(cd "$tmp/clone" && make test) 2>&1 | while IFS= read -r line; do
+  printf '%s\n' "$line"
+  [ "$line" = "setup: .venv ready" ] && date +%s > "$tmp/setup-done"
+done > "$tmp/log"
+rc=${PIPESTATUS[0]}
 seconds=$(( $(date +%s) - start ))
+setup_s=null; [ -f "$tmp/setup-done" ] && setup_s=$(( $(cat "$tmp/setup-done") - start ))
 [ -n "${TESTS_LOG:-}" ] && cp "$tmp/log" "$TESTS_LOG"
 summary=$(grep -E "(passed|failed).* in [0-9.]+s" "$tmp/log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
-echo "make test on a fresh clone: ${seconds} s, exit ${rc}: ${summary} (${cpu:-processor unknown})"
+echo "make test on a fresh clone: ${seconds} s (set-up ${setup_s} s), exit ${rc}: ${summary} (${cpu:-processor unknown})"
 [ "$rc" = 0 ] || tail -30 "$tmp/log"
 if [ -n "${1:-}" ]; then
-  printf '{"make_test_s": %s, "exit": %s, "summary": "%s", "cores": %s, "commit": "%s", "cpu": "%s"}\n' \
-    "$seconds" "$rc" "$summary" "$(nproc)" "$commit" "$cpu" > "$1"
+  printf '{"make_test_s": %s, "setup_s": %s, "exit": %s, "summary": "%s", "cores": %s, "commit": "%s", "cpu": "%s"}\n' \
+    "$seconds" "$setup_s" "$rc" "$summary" "$(nproc)" "$commit" "$cpu" > "$1"
 fi
 exit "$rc"

@@ -86,11 +86,17 @@ def processor(run: dict) -> str:
     return f", on {run['cpu']}" if run.get("cpu") else ""
 
 
+def setup_part(run: dict) -> str:
+    """The seconds of the run's set-up (scripts/setup.sh on the fresh clone), where bench_tests.sh recorded them."""
+    return f"set-up {run['setup_s']} s, " if run.get("setup_s") is not None else ""
+
+
 def other_runs(tests: dict) -> str:
     """The other fresh-clone runs given (`--tests` with several files), each with its time and exit status."""
     others = tests.get("other_runs", [])
     shown = [f"{run['make_test_s']} s (" + (f"commit {run['commit']}, " if run.get("commit") else "")
-             + f"exit {run.get('exit', '?')}: {run.get('summary', '')}{processor(run)})" for run in others]
+             + setup_part(run) + f"exit {run.get('exit', '?')}: {run.get('summary', '')}{processor(run)})"
+             for run in others]
     return "; other runs: " + ", ".join(shown) if shown else ""
 
 
@@ -169,7 +175,7 @@ def rows(f: dict) -> list[str]:
         row("make test on a fresh clone (install included)" + (" **(tests failed)**" if tests.get("exit") else ""),
             tests.get("make_test_s") if not tests.get("exit") else None, "s", 300,
             "scripts/bench_tests.sh: " + (f"commit {tests['commit']}, " if tests.get("commit") else "")
-            + tests.get("summary", "") + processor(tests) + other_runs(tests)),
+            + setup_part(tests) + tests.get("summary", "") + processor(tests) + other_runs(tests)),
     ]
     return out
 

@@ -25,7 +25,8 @@ def test_rows_carry_the_figures_and_judge_the_targets():
                 "rss_mb": {"generate_credit": 650.0}},
         "sampling": {"overhead": 0.031, "overhead_quartiles": (0.01, 0.05), "repeats": 9, "plain_traj_per_s": 55.04},
         "threads": {"slowdown_auto": 1.4, "seconds_per_iteration": {"quiet_auto": 2.0, "busy_cores": None}},
-        "tests": {"make_test_s": 290, "summary": "720 passed in 200s", "cpu": "Intel(R) Xeon(R) Processor"}})
+        "tests": {"make_test_s": 290, "setup_s": 15, "summary": "720 passed in 200s",
+                  "cpu": "Intel(R) Xeon(R) Processor"}})
     lines = {line.split(" | ")[0].lstrip("| "): line for line in page.splitlines() if line.startswith("| ")}
     assert "| 140 ms | ≤ 150 ms | yes |" in lines["Chunk edit, Enter to updated plots (median)"]
     assert "| 190 ms | ≤ 150 ms | **no** |" in lines["Curve click to updated plots (median)"]
@@ -35,7 +36,7 @@ def test_rows_carry_the_figures_and_judge_the_targets():
     assert "+1.0 %/+5.0 %" in lines["Sampling overhead vs a plain diffusers Euler loop (median)"]
     assert "| 1.40 x | ≤ 2 x | yes |" in lines["Training next to a busy process / quiet (auto threads)"]
     assert "| busy, cores | timed out |" in page
-    assert "720 passed in 200s, on Intel(R) Xeon(R) Processor" in page  # the processor the run had
+    assert "set-up 15 s, 720 passed in 200s, on Intel(R) Xeon(R) Processor" in page  # the processor the run had
     assert "Euler loop of `bench sampling` (G=16, T=16, the same code every time) made 55.0 trajectories/s" in page
 
 
