@@ -42,8 +42,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # builds a Lark parser when jsonschema loads: 1.5 s in every process that imports nbformat, among them each
   # notebook kernel (plotly's widgets) and every pytest process (nbmake). No schema of the workbench, nbformat or
   # Jupyter uses the "iri" formats, and jsonschema leaves out a checker it cannot import (`pip check` stays clean).
-  if [ -x .venv/bin/uv ]; then .venv/bin/uv pip uninstall -q --python .venv/bin/python rfc3987-syntax 2>/dev/null || true
-  else .venv/bin/pip uninstall -y -q rfc3987-syntax 2>/dev/null || true; fi
+  if [ -x .venv/bin/uv ]; then .venv/bin/uv pip uninstall -q --python .venv/bin/python rfc3987-syntax
+  else .venv/bin/pip uninstall -y -q rfc3987-syntax; fi 2>/dev/null || true
   # Bytecode for what the app and the tests' workers import, written by importing it once: where
   # PYTHONDONTWRITEBYTECODE is set (this machine class) nothing is ever cached, and every process would compile
   # torch, gradio and diffusers again (their import 20 s instead of 8). Compiling every installed file instead
