@@ -22,7 +22,8 @@ seconds=$(( $(date +%s) - start ))
 setup_s=null; [ -f "$tmp/setup-done" ] && setup_s=$(( $(cat "$tmp/setup-done") - start ))
 [ -n "${TESTS_LOG:-}" ] && cp "$tmp/log" "$TESTS_LOG"
 summary=$(grep -E "(passed|failed).* in [0-9.]+s" "$tmp/log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
-echo "make test on a fresh clone: ${seconds} s (set-up ${setup_s} s), exit ${rc}: ${summary} (${cpu:-processor unknown})"
+echo "make test on a fresh clone: ${seconds} s (set-up ${setup_s} s), exit ${rc}: ${summary}" \
+  "(${cpu:-processor unknown})"
 [ "$rc" = 0 ] || tail -30 "$tmp/log"
 if [ -n "${1:-}" ]; then
   printf '{"make_test_s": %s, "setup_s": %s, "exit": %s, "summary": "%s", "cores": %s, "commit": "%s", "cpu": "%s"}\n' \
