@@ -13,7 +13,7 @@ commit=$(git -C "$tmp/clone" rev-parse --short HEAD)  # the commit tested, even 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
 start=$(date +%s)
 # make test's own lines as they come, and the second at which its set-up ended (scripts/setup.sh's last line)
-(cd "$tmp/clone" && make test) 2>&1 | while IFS= read -r line; do
+(cd "$tmp/clone" && make test) 2>&1 | while IFS= read -r line || [ -n "$line" ]; do  # a last line without a newline too
   printf '%s\n' "$line"
   [ "$line" = "setup: .venv ready" ] && date +%s > "$tmp/setup-done"
 done > "$tmp/log"
