@@ -265,7 +265,8 @@ def test_a_chunk_from_the_shared_start_to_the_image_is_fixed_by_construction():
 def test_without_shared_start_noise_each_start_is_valued_by_its_own_continuations(random_policy):
     own = sample_group(random_policy, PROMPT, SamplingConfig(group=3, steps=4, seed=2, shared_noise=False))
     credit = measure_credit(random_policy, own, mean_red, continuations=3, chunks="4")
-    assert credit.start_continuations.shape == (3, 3) and credit.cost["nfe"] == 3 * 3 * (4 + 3 + 2 + 1)
+    assert credit.start_continuations.shape == (3, 3)
+    assert credit.cost["nfe"] == 3 * (10 + 7 + 4 + 1)  # from state s: 1 + 3 (T - s - 1), the first step shared
     assert torch.allclose(credit.values[:, 0], credit.start_continuations.mean(1))  # V(x_T^i), not the group mean
     assert torch.allclose(credit.chunk_credit[:, 0], credit.rewards - credit.start_continuations.mean(1), atol=1e-6)
     assert not credit.chunk_fixed.any() and bool(credit.step_se[:, 0].isfinite().all())

@@ -135,7 +135,7 @@ def test_new_rows_grow_k_count_one_look_per_state_and_their_cost():
     assert grown.continuation_rewards[1, 0, 4].item() == 1.0
     assert torch.isnan(grown.continuation_rewards[1, 1, 4:]).all()
     assert grown.looks.tolist() == [[0.0, 1.0], [1.0, 0.0]]  # two rows in one state and round: one look
-    assert grown.cost["nfe"] == 10 + (3 - 2) * 2 + (3 - 1)  # a row from state s runs T - s steps
+    assert grown.cost["nfe"] == 10 + 1 + (3 - 1)  # from state s: T - s steps, the first shared by its rows
 
 
 def test_refining_spends_exactly_the_budget_and_refuses_another_group():

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, grid_rows, run_continuations
+from workbench.rl.credit_estimators import (
+    ESTIMATORS,
+    continuation_cost,
+    distinct_states,
+    grid_rows,
+    run_continuations,
+)
 
 PROMPT = "a red circle"
 
@@ -39,7 +46,11 @@ def test_the_ode_continued_by_the_ode_is_its_own_trajectory(random_policy):
 def test_continuation_cost_by_hand():
     rows = grid_rows(2, range(1, 4), range(2))  # G = 2, states 1..3, K = 2: 12 rows
     assert rows.shape == (12, 3) and rows[:3].tolist() == [[0, 1, 0], [0, 1, 1], [0, 2, 0]]
-    assert continuation_cost(rows, 4) == 2 * 2 * (3 + 2 + 1)  # a row from state s runs T - s steps
+    # a row from state s runs T - s steps, the K rows of one state share the steps up to their first noisy one
+    assert continuation_cost(rows, 4) == 2 * ((1 + 2 * 2) + (1 + 2 * 1) + 1)  # every step noisy: the first shared
+    assert continuation_cost(rows, 4, torch.tensor([False, False, True, False])) == 2 * ((2 + 2) + (1 + 2) + 1)
+    assert continuation_cost(rows, 4, torch.zeros(4, dtype=torch.bool)) == 2 * (3 + 2 + 1)  # the ODE: all shared
+    assert continuation_cost(rows[::2], 4) == 2 * (3 + 2 + 1)  # K = 1: nothing to share
     group = sample_group_stub()
     assert ESTIMATORS.get("x0")(Identity(), group, brightness_of_latents).nfe == 0  # reuses the sampler's passes
 
@@ -51,10 +62,37 @@ def test_progress_counts_steps_and_slices(random_policy):
     out = run_continuations(random_policy, group, brightness, rows, progress=lambda *c: whole.append(c))
     assert whole == [(1, 2), (2, 2)]  # one call per step from state 1 on
     sliced = run_continuations(random_policy, group, brightness, rows, progress=lambda *c: calls.append(c), max_rows=3)
-    # step 1 runs the 4 rows from state 1 in slices of 3 (one call between them); step 2 runs 8 rows in 3 slices
-    assert calls == [(0, 2), (1, 2), (1, 2), (1, 2), (2, 2)]
+    # step 1 evaluates the 2 states the 4 rows from state 1 hold (one slice of 3); step 2 the 4 rows from state 1,
+    # which the noise of step 1 told apart, and the 2 states of the rows from state 2: 6 in 2 slices
+    assert calls == [(1, 2), (1, 2), (2, 2)]
     assert torch.allclose(out, sliced, atol=1e-5)
     assert torch.allclose(run_continuations(random_policy, group, brightness, rows, max_rows=3), out, atol=1e-5)
+
+
+def test_distinct_states_by_hand():
+    reps, inverse = distinct_states(torch.tensor([5, 7, 5, -1, 7]))
+    assert reps.tolist() == [3, 0, 1] and inverse.tolist() == [1, 2, 1, 0, 2]  # labels -1, 5, 7: first rows 3, 0, 1
+
+
+@pytest.mark.parametrize("window", [None, (2, 3)])
+def test_rows_from_one_state_share_evaluations_until_noise_tells_them_apart(random_policy, monkeypatch, window):
+    """The continuations of one state run together give what each gives alone, for the evaluations counted."""
+    config = SamplingConfig(group=2, steps=4, window=window)
+    group = sample_group(random_policy, PROMPT, config)
+    rows = grid_rows(2, range(1, 4), range(3))  # G = 2, states 1..3, K = 3: 18 rows
+    together = run_continuations(random_policy, group, brightness, rows, seed=3)
+    alone = torch.cat([run_continuations(random_policy, group, brightness, row[None], seed=3) for row in rows])
+    assert torch.allclose(together, alone, atol=1e-5)
+    # every step noisy: each continuation its own; only step 2 noisy: from state 1 the ODE step 1 reaches the group's
+    # state 2, so continuation k from state 1 is continuation k from state 2 (CRN), and from state 3 all are one
+    assert together.unique().numel() == {None: 18, (2, 3): 2 * (3 + 1)}[window]
+    evaluated = []
+    denoise = random_policy.denoise
+    monkeypatch.setattr(random_policy, "denoise", lambda x, *rest: evaluated.append(len(x)) or denoise(x, *rest))
+    run_continuations(random_policy, group, brightness, rows, seed=3)
+    shared = {None: 2 * ((1 + 3 * 2) + (1 + 3 * 1) + 1), (2, 3): 2 * ((2 + 3 * 1) + (1 + 3 * 1) + 1)}[window]
+    assert sum(evaluated) == continuation_cost(rows, 4, config.sde_mask()) == shared
+    assert shared < 2 * 3 * (3 + 2 + 1)  # what the rows would cost one by one
 
 
 def sample_group_stub():

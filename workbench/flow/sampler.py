@@ -60,10 +60,17 @@ def transition(policy: FlowPolicy, x: torch.Tensor, sigmas: torch.Tensor, step: 
     and training differentiate through.
     """
     step = torch.as_tensor(step, device=sigmas.device).expand(x.shape[0])  # (B,)
-    sigma, sigma_next = sigmas[step], sigmas[step + 1]  # (B,)
-    v = policy.velocity(x, sigma, cond, config.guidance_scale)
+    v = policy.velocity(x, sigmas[step], cond, config.guidance_scale)
+    return step_from_velocity(x, v, sigmas, step, config, noise, x_next)
+
+
+def step_from_velocity(x: torch.Tensor, v: torch.Tensor, sigmas: torch.Tensor, step: torch.Tensor | int,
+                       config: SamplingConfig, noise: torch.Tensor | None = None,
+                       x_next: torch.Tensor | None = None) -> StepOutput:
+    """The step of `transition` given the velocity v (B, C, H, W) already evaluated at x."""
+    step = torch.as_tensor(step, device=sigmas.device).expand(x.shape[0])  # (B,)
     level = config.noise_level * config.sde_mask().to(sigmas.device)[step].float()  # (B,): 0 on ODE steps
-    return sde_step_with_logprob(x, v, sigma, sigma_next, level, config.sde, noise, x_next,
+    return sde_step_with_logprob(x, v, sigmas[step], sigmas[step + 1], level, config.sde, noise, x_next,
                                  sigma_max=sigmas[1].expand(x.shape[0]))
 
 

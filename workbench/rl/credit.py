@@ -376,7 +376,7 @@ def _with_rows(credit: Credit, rows: torch.Tensor, rewards: torch.Tensor) -> Cre
     grown = torch.full((g, s, max(k, int(rows[:, 2].max()) + 1)), torch.nan)
     grown[..., :k] = credit.continuation_rewards
     grown[rows[:, 0], rows[:, 1] - 1, rows[:, 2]] = rewards
-    cost = {**credit.cost, "nfe": credit.cost.get("nfe", 0) + continuation_cost(rows, credit.num_steps)}
+    cost = {**credit.cost, "nfe": credit.cost.get("nfe", 0) + continuation_cost(rows, credit.num_steps, credit.trained)}
     looks = torch.zeros(g, s) if credit.looks is None else credit.looks.clone()  # (G, T - 1)
     grew = (rows[:, 0], rows[:, 1] - 1)
     looks[grew] = looks[grew] + 1  # once per state and round, however many rows it got (values read before writing)

@@ -69,13 +69,14 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
     """Rewards (R,) of continuations given as rows (R, 3) = (trajectory i, start state s in 0..T-1, index k).
 
     All rows run in one loop over steps: the rows that start at state s join the batch at step s, so each
-    step is one forward pass over every active row, in slices of at most `max_rows` rows. `noise_level`
-    replaces the group's (0 = the deterministic ODE completion). `progress(done_steps, steps)` is called
-    after every step and before every further slice: an exception raised from it (a cancelled event) stops
-    the work there. `precision` (core/precision.py) is the numerics of the transformer's evaluations; the
-    states and rewards stay float32.
+    step is one forward pass over every active row, in slices of at most `max_rows` rows. Rows that hold the same
+    state (the continuations of one start state, until the first noisy step tells them apart) share one
+    transformer evaluation (`distinct_states`). `noise_level` replaces the group's (0 = the deterministic ODE
+    completion). `progress(done_steps, steps)` is called after every step and before every further slice: an
+    exception raised from it (a cancelled event) stops the work there. `precision` (core/precision.py) is the
+    numerics of the transformer's evaluations; the states and rewards stay float32.
     """
-    from workbench.flow.sampler import transition
+    from workbench.flow.sampler import step_from_velocity
 
     cfg = group.config if noise_level is None else replace(group.config, noise_level=noise_level)
     t_steps, shape = group.num_steps, group.states.shape[2:]
@@ -84,21 +85,28 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
     sigmas, sde = group.sigmas.to(policy.device), cfg.sde_mask()
     cond = policy.encode([group.prompt], cfg=cfg.guidance_scale != 1.0)
     x = torch.empty(0, *shape, device=policy.device)  # active rows (A, C, H, W)
+    held = torch.empty(0, dtype=torch.long)  # (A,) the state each row holds: i * T + s until its first noisy step
     first = int(rows[:, 1].min())
     with evaluation_numerics(precision, policy.device):  # one context for the loop: weights are cast once
         for u in range(first, t_steps):
             joining = rows[rows[:, 1] == u]
             x = torch.cat([x, group.states[joining[:, 0], u].to(policy.device)])
+            held = torch.cat([held, joining[:, 0] * t_steps + u])
             active = rows[: x.shape[0]]  # (A, 3)
-            noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
-            parts = noise.split(max_rows) if noise is not None else [None] * len(x.split(max_rows))
-            moved = []
-            for j, (xb, nb) in enumerate(zip(x.split(max_rows), parts)):
+            reps, inverse = distinct_states(held)
+            v = []
+            for j, xb in enumerate(x[reps.to(x.device)].split(max_rows)):
                 if progress is not None and j:  # also between slices, so a caller can stop the work within one
                     progress(u - first, t_steps - first)
-                step = transition(policy, xb, sigmas, u, cond.repeat(xb.shape[0]), cfg, noise=nb)
-                moved.append(step.x_next.to(xb.dtype))  # the states keep their dtype whatever the numerics
-            x = torch.cat(moved)
+                v.append(policy.velocity(xb, sigmas[u].expand(xb.shape[0]), cond.repeat(xb.shape[0]),
+                                         cfg.guidance_scale))
+            v = torch.cat(v)[inverse.to(x.device)]  # (A, C, H, W)
+            noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
+            parts = noise.split(max_rows) if noise is not None else [None] * len(x.split(max_rows))
+            x = torch.cat([step_from_velocity(xb, vb, sigmas, u, cfg, noise=nb).x_next.to(xb.dtype)  # keep the dtype
+                           for xb, vb, nb in zip(x.split(max_rows), v.split(max_rows), parts)])
+            if sde[u]:  # each row drew its own noise: from here on no two rows are known to hold one state
+                held = -1 - torch.arange(len(held))
             if progress is not None:
                 progress(u - first + 1, t_steps - first)
     rewards = torch.cat([torch.as_tensor(reward_fn(policy.decode(xb), [group.prompt] * xb.shape[0]),
@@ -108,14 +116,32 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
     return out
 
 
+def distinct_states(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows (A,) labelled by the state they hold -> (representatives (D,), inverse (A,)): row a holds the state of
+    row representatives[inverse[a]], the first row with its label."""
+    labels, inverse = torch.unique(held, return_inverse=True)
+    rows = torch.arange(len(held))
+    reps = torch.full((len(labels),), len(held), dtype=torch.long).scatter_reduce_(0, inverse, rows, "amin")
+    return reps, inverse
+
+
 def grid_rows(g: int, states: range, ks: range) -> torch.Tensor:
     """Rows (G * S * M, 3) = (i, s, k) for every trajectory, state and continuation index, k fastest."""
     return torch.cartesian_prod(torch.arange(g), torch.tensor(list(states)), torch.tensor(list(ks)))
 
 
-def continuation_cost(rows: torch.Tensor, steps: int) -> int:
-    """Transformer evaluations of continuation rows (R, 3): a row from state s runs T - s steps."""
-    return int((steps - rows[:, 1]).sum())
+def continuation_cost(rows: torch.Tensor, steps: int, noisy: torch.Tensor | None = None) -> int:
+    """Transformer evaluations `run_continuations` spends on rows (R, 3): a row from state s runs T - s steps, and
+    the rows from one state share their evaluations up to and including the first noisy step at or after s
+    (noisy: (T,) bool, the SDE steps; None = every step)."""
+    noisy = torch.ones(steps, dtype=torch.bool) if noisy is None else noisy.bool()
+    starts, counts = rows[:, :2].unique(dim=0, return_counts=True)  # (D, 2) distinct (i, s), rows of each
+    cost = 0
+    for s, n in zip(starts[:, 1].tolist(), counts.tolist()):
+        later = noisy[s:].nonzero()
+        shared = int(later[0]) + 1 if len(later) else steps - s  # steps its n rows take as one
+        cost += shared + n * (steps - s - shared)
+    return cost
 
 
 @ESTIMATORS.register("mc")
@@ -133,7 +159,8 @@ def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0,
     rewards = run_continuations(policy, group, reward_fn, rows, seed, crn, progress=progress, precision=precision)
     rewards = rewards.view(g, t - first, continuations)  # (G, S, M)
     own = None if first else rewards[:, 0]  # (G, M) from each x_T^i
-    return Estimate(rewards[:, 1 - first:], None, False, continuation_cost(rows, t), time.perf_counter() - start, own)
+    cost = continuation_cost(rows, t, group.config.sde_mask())
+    return Estimate(rewards[:, 1 - first:], None, False, cost, time.perf_counter() - start, own)
 
 
 @ESTIMATORS.register("ode")
