@@ -32,6 +32,7 @@ from workbench.models.embedded import EmbeddedPolicy
 from workbench.rewards import build_reward
 from workbench.rl.chunking import CHUNKERS
 from workbench.rl.credit import measure_credit
+from workbench.rl.credit_estimators import continuation_cost, grid_rows
 from workbench.rl.credit_stats import agreement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -121,8 +122,10 @@ def per_prompt(policy, reward, group, args, plans, i: int) -> dict:
             "chunk": agreement(est.chunk_credit, crn.chunk_credit, crn.chunk_valid, ref_chunk_det),
             "rates": rate_row(est, args.z)}
     k4 = first_k(crn, 4)  # the app's default measurement, against the same reference
+    nfe4 = continuation_cost(grid_rows(group.group_size, range(1, group.num_steps), range(4)), group.num_steps,
+                             group.config.sde_mask())  # what M = 4 alone would run (not 4 / M of it: shared steps)
     out["estimators"]["mc K=4"] = {  # key kept as docs/misattribution.json has it (K was M then)
-        "cost": {"nfe": crn.cost["nfe"] * 4 // args.k_crn, "seconds": crn.cost["seconds"] * 4 / args.k_crn},
+        "cost": {"nfe": nfe4, "seconds": crn.cost["seconds"] * nfe4 / crn.cost["nfe"]},
         "step": agreement(k4.step_credit, crn.step_credit, crn.step_valid, ref_det),
         "chunk": agreement(k4.chunk_credit, crn.chunk_credit, crn.chunk_valid, ref_chunk_det),
         "rates": rate_row(k4, args.z)}
