@@ -95,10 +95,10 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
             active = rows[: x.shape[0]]  # (A, 3)
             reps, inverse = distinct_states(held)
             v = []
-            for j, xb in enumerate(x[reps.to(x.device)].split(max_rows)):
+            for j, part in enumerate(reps.to(x.device).split(max_rows)):
                 if progress is not None and j:  # also between slices, so a caller can stop the work within one
                     progress(u - first, t_steps - first)
-                v.append(policy.velocity(xb, sigmas[u].expand(xb.shape[0]), cond.repeat(xb.shape[0]),
+                v.append(policy.velocity(x[part], sigmas[u].expand(len(part)), cond.repeat(len(part)),
                                          cfg.guidance_scale))
             v = torch.cat(v)[inverse.to(x.device)]  # (A, C, H, W)
             noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
