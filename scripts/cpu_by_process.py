@@ -4,6 +4,7 @@ that lives less than that may be missed; a process's figure is its own user + sy
 
     python3 scripts/cpu_by_process.py [--json OUT.json] -- COMMAND [ARGS ...]
     python3 scripts/cpu_by_process.py -- bash scripts/bench_tests.sh    # where a test run's CPU goes
+    python3 scripts/cpu_by_process.py --detail 30 -- bash scripts/test.sh  # and its 30 costliest processes
 
 Used for docs/perf-data/epyc/README.md (chromium-headless-shell against chromium in a whole `make test`).
 """
@@ -48,6 +49,7 @@ def sample(seen: dict, tick: float) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="also write the totals to this file")
+    parser.add_argument("--detail", type=int, default=0, help="also list the N processes that used the most CPU")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS ...]")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -63,7 +65,7 @@ def main() -> int:
         sample(seen, tick)
         time.sleep(0.3)
     wall = time.time() - start
-    totals, counts = collections.Counter(), collections.Counter()
+    totals, counts, each = collections.Counter(), collections.Counter(), []
     for key, (cpu, cmd) in seen.items():
         if key[0] == str(os.getpid()):  # the sampler itself
             continue
@@ -71,6 +73,9 @@ def main() -> int:
         if cpu > 0:
             totals[kind(cmd)] += cpu
             counts[kind(cmd)] += 1
+            each.append((cpu, kind(cmd), cmd))
+    for cpu, name, cmd in sorted(each, reverse=True)[:args.detail]:
+        print(f"{cpu:7.1f} CPU-s  {name:17s} {cmd[:150]}")
     for name, cpu in totals.most_common():
         print(f"{name:17s} {cpu:7.1f} CPU-s in {counts[name]} processes")
     print(f"{'all':17s} {sum(totals.values()):7.1f} CPU-s over {wall:.0f} s of wall time ({os.cpu_count()} cores); "
