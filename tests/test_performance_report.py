@@ -93,6 +93,17 @@ def test_sampling_runs_are_pooled_pair_by_pair(tmp_path):
     assert "6 alternating pairs of 2 runs pooled (the runs' own medians +2.0 / +7.0 %), quartiles +2.0 %/+7.0 %" in line
 
 
+def test_make_test_is_the_median_of_the_pages_commit():
+    report = load()
+    runs = [{"make_test_s": 304, "commit": "new"}, {"make_test_s": 290, "commit": "old"},
+            {"make_test_s": 288, "commit": "new"}, {"make_test_s": 250, "commit": "new", "exit": 1},
+            {"make_test_s": 301, "commit": "new"}]
+    page = report.render({"cores": 2, "torch": "2.13.0", "tests": {**runs[0], "other_runs": runs[1:]}})
+    line = next(line for line in page.splitlines() if line.startswith("| make test"))
+    assert "| 301 s | ≤ 300 s | **no** |" in line  # 288, 301, 304: the old commit's and the failed run left out
+    assert "median of 3 runs of commit new (304 s, 288 s, 301 s)" in line
+
+
 def test_a_failing_make_test_is_no_figure():
     report = load()
     page = report.render({"cores": 2, "torch": "2.13.0",
