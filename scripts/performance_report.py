@@ -210,8 +210,9 @@ def baseline_lines(f: dict) -> list[str]:
     app = f.get("app", {})
     lines = ["## Against the previous commit, same hour", "",
              f"This commit's `scripts/bench_app.py`, run on commit {f['baseline_commit']} "
-             + (f"in {len(base['rounds'])} rounds alternating with this page's runs, all edits, clicks and presses "
-                "of a commit pooled" if "rounds" in base else "right after this page's run")
+             + (f"in {len(base['rounds'])} runs in the same hour as this page's (the inputs' README gives their "
+                "order), all edits, clicks and presses of a commit pooled" if "rounds" in base
+                else "right after this page's run")
              + " (so both are timed the same way):", "",
              "| Figure | This commit | Commit " + f["baseline_commit"] + " |", "|---|---|---|"]
     one, base_one = f.get("app_one_thread", {}), f.get("baseline_one_thread", {})
@@ -327,7 +328,7 @@ def main() -> None:
     p.add_argument("--tests", nargs="+", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json` (several: "
                    "the first is the figure, the others are listed beside it)")
     p.add_argument("--baseline", nargs="+", default=None, help="the JSON of `scripts/bench_app.py` on an earlier "
-                   "commit (several: rounds alternating with --app's, pooled)")
+                   "commit (several: runs of the same hour as --app's, pooled)")
     p.add_argument("--baseline-commit", default="?", help="that commit")
     p.add_argument("--lesson-commit", default=None, help="the commit the lesson's memory was measured on, if older")
     p.add_argument("--app", nargs="+", default=None, help="the JSON of a separate `scripts/bench_app.py` run to "
