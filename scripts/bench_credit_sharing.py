@@ -25,6 +25,7 @@ from workbench.flow.trajectory import SamplingConfig
 from workbench.models.embedded import EmbeddedPolicy
 from workbench.rewards import build_reward
 from workbench.rl.credit import measure_credit
+from workbench.rl.credit_estimators import grid_rows
 
 
 def every_row_distinct(held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +44,7 @@ def main() -> int:
     reward = build_reward("adherence")
     shared = estimators.distinct_states
     measure_credit(policy, group, reward, continuations=4)  # warm-up
-    seconds, rewards, nfe = {"shared": [], "every row": []}, {}, {}
+    seconds, rewards = {"shared": [], "every row": []}, {}
     for i in range(args.rounds):
         kinds = [("shared", shared), ("every row", every_row_distinct)]
         for name, fn in kinds if i % 2 == 0 else kinds[::-1]:
@@ -51,13 +52,15 @@ def main() -> int:
             start = time.perf_counter()
             credit = measure_credit(policy, group, reward, continuations=4)
             seconds[name].append(time.perf_counter() - start)
-            rewards[name], nfe[name] = credit.continuation_rewards, credit.cost["nfe"]
+            rewards[name] = credit.continuation_rewards
     estimators.distinct_states = shared
     for name, values in seconds.items():
         print(f"{name:9s}  median {statistics.median(values):.2f} s  ({', '.join(f'{v:.2f}' for v in values)})")
     ratio = statistics.median(seconds["shared"]) / statistics.median(seconds["every row"])
-    print(f"shared / every row: {ratio:.2f}x in time; evaluations counted {nfe['shared']} (every row evaluated: "
-          f"{int((16 - torch.arange(1, 16)).sum()) * 8 * 4}); rewards identical: "
+    t = group.num_steps
+    every_row = int((t - grid_rows(group.group_size, range(1, t), range(4))[:, 1]).sum())  # a row from s runs T - s
+    print(f"shared / every row: {ratio:.2f}x in time; evaluations counted {credit.cost['nfe']} (every row evaluated: "
+          f"{every_row}); rewards identical: "
           f"{bool(torch.equal(rewards['shared'], rewards['every row']))} ({credit.precision})")
     return 0
 
