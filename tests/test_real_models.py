@@ -17,7 +17,8 @@ from workbench.train import TrainConfig, Trainer
 from workbench.train.prompt_sets import real_prompts
 from workbench.train.store import RunStore
 
-PX = 128  # the tiny FLUX pipeline's default image side (128 latents x VAE factor 1)
+PX = 128  # the tiny FLUX pipeline's default image side (128 latents x VAE 1): 4096 image tokens, as FLUX at 1024 px
+SIDE = 64  # where a test's subject is not the default size: 1024 tokens (attention was 3.7 of a 6.6 s training run)
 SMALL = dict(group=2, steps=2, chunks="1,1", prompts_per_iteration=1, eval_prompts=2, report_to="none",
              device="cpu", lora_rank=4)
 
@@ -61,15 +62,16 @@ def test_flux_sample_and_attribute_with_the_defaults(flux_dir, tmp_path, capsys)
 
 
 def test_flux_train_resume_and_refusal(flux_dir, tmp_path):
-    config = TrainConfig(model=str(flux_dir), iterations=1, kl_beta=0.01, **SMALL)
+    config = TrainConfig(model=str(flux_dir), iterations=1, kl_beta=0.01, resolution=SIDE, **SMALL)
     assert config.reward is None and config.prompt_pool() == real_prompts()[0] and config.checkpointing
     summary = Trainer(config, tmp_path / "run").run()
     assert summary.state == "finished" and summary.last_reward_mean is not None
     metrics = RunStore(tmp_path / "run").metrics()
     assert "eval/jpeg_compressibility/mean" in metrics[0] and "reward/mean" in metrics[-1]
-    resumed = Trainer.resume(tmp_path / "run", iterations=2).run()
-    assert resumed.iterations == 2
-    bad = TrainConfig(model=str(flux_dir), iterations=1, reward="adherence", **SMALL)
+    again = Trainer.resume(tmp_path / "run", iterations=2)
+    assert again.policy.image_size == SIDE  # the run's resolution, not the model's default, comes back with it
+    assert again.run().iterations == 2
+    bad = TrainConfig(model=str(flux_dir), iterations=1, reward="adherence", resolution=SIDE, **SMALL)
     with pytest.raises(WorkbenchError, match="reward 'adherence' scores 32x32 px images"):
         Trainer(bad, tmp_path / "bad")
     assert not (tmp_path / "bad" / "metrics.jsonl").exists()
@@ -91,7 +93,8 @@ def test_flux_app_generate_uses_the_model_default(flux_dir, tmp_path):
 
 
 def test_bench_takes_sizes_and_runs_on_a_real_model(flux_dir, capsys):
-    args = ["--model", str(flux_dir), "--device", "cpu", "--group", "2", "--steps", "2", "--repeats", "1"]
+    args = ["--model", str(flux_dir), "--device", "cpu", "--group", "2", "--steps", "2", "--repeats", "1",
+            "--resolution", str(SIDE)]
     assert cli(["bench", "sampling", *args]) == 0
     out = capsys.readouterr()
     assert "sampling  G=2 T=2" in out.out and "sampling G=2 T=2, repeats: 1/1" in out.err
