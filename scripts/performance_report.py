@@ -326,7 +326,8 @@ def main() -> None:
                    "(several: rounds, pooled)")
     p.add_argument("--baseline-one-thread", nargs="+", default=None, help="the same on the baseline commit")
     p.add_argument("--tests", nargs="+", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json` (several: "
-                   "the first is the figure, the others are listed beside it)")
+                   "the first names the page's commit; the figure is the median of that commit's passing runs, the "
+                   "others are listed beside it)")
     p.add_argument("--baseline", nargs="+", default=None, help="the JSON of `scripts/bench_app.py` on an earlier "
                    "commit (several: runs of the same hour as --app's, pooled)")
     p.add_argument("--baseline-commit", default="?", help="that commit")
