@@ -93,6 +93,25 @@ def test_objectives_maps_summary_and_formula(sampled, computed):
     assert "**chunk_grpo** at trajectory i = 0, step t = 0, after 1 update" in formula and "$$" in formula
 
 
+def test_another_press_on_the_same_group_reuses_its_advantages(wb, sampled, computed, monkeypatch):
+    """Changing N, the learning rate or the inner objective runs the inner updates again, not the group's advantages
+    (ppo's fitted critic, dense_grpo's look-ahead): the previous view's, the same numbers as computed anew. A view
+    of another group is not reused."""
+    import workbench.train.step_compare as step_compare
+
+    calls, real = [], step_compare.per_step_advantages
+    monkeypatch.setattr(step_compare, "per_step_advantages", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = ob.objectives_compute(wb, 2, 1e-3, 1e-4, "ppo", computed[3], sampled)
+    assert again[-1].startswith("✓ explained") and "after 2 updates of ppo" in again[-1] and calls == []
+    fresh = ob.objectives_compute(wb, 2, 1e-3, 1e-4, "ppo", None, sampled)
+    assert calls == [1] and set(fresh[3].advantages) == set(again[3].advantages)
+    assert all(torch.equal(again[3].advantages[n], a) for n, a in fresh[3].advantages.items())
+    assert torch.equal(again[3].moved, fresh[3].moved)
+    other = h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", sampled)[-2]
+    assert ob.objectives_compute(wb, 1, 1e-3, 1e-4, "ppo", again[3], other)[-1].startswith("✓ explained")
+    assert calls == [1, 1]
+
+
 def test_objectives_follow_schedule_edits_and_new_groups(wb, sampled, computed):
     view = computed[3]
     session = h.chunks_from_spec(wb, "2,2", sampled)[-2]

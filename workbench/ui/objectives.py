@@ -125,7 +125,11 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     group, names = session.group, objective_names()
     if inner not in names:
         raise WorkbenchError(f"unknown objective '{inner}'; valid objectives: {', '.join(names)}")
-    advantages = _advantages(wb, group, session, names)
+    # A group keeps its rewards and its policy (Session.with_group, with_source): the previous view's advantages of
+    # the same group are this press's too. Among them ppo's fitted critic and dense_grpo's look-ahead: 5.7 + 1.9 s
+    # of an 11 s press at G=8, T=16 on one core, when only N, the learning rate, the clip or the inner objective moved.
+    same = view is not None and view.group is group
+    advantages = view.advantages if same else _advantages(wb, group, session, names)
     moved = moved_log_probs(wb.policy(session.source), group, advantages[inner], inner, settings, n, lr,
                             progress=_tracker(progress, "inner update"))
     selected = view.selected if view is not None and view.group is group else ObjectivesView.selected
