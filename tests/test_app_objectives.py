@@ -112,6 +112,29 @@ def test_another_press_on_the_same_group_reuses_its_advantages(wb, sampled, comp
     assert calls == [1, 1]
 
 
+def test_selecting_cells_draws_the_maps_once_and_only_moves_the_outline(wb, sampled, computed, monkeypatch):
+    """A click or a cell choice outlines the cell on maps built once for the view (plotly's validation of every
+    panel was most of a click's time): the figure is the one `objective_maps_figure` draws with that cell selected,
+    and editing one figure leaves the kept maps as they were."""
+    from workbench.viz.explain_plots import objective_maps_figure
+
+    builds, real = [], ob.objective_maps_figure
+    monkeypatch.setattr(ob, "objective_maps_figure", lambda *a, **k: builds.append(1) or real(*a, **k))
+    view = computed[3]
+    rows = ob.explanations(view, sampled.sizes)
+    for name, key, i, t in (("gspo", "moved", 2, 3), ("chunk_grpo", "ratio1", 0, 0), ("dr_grpo", "moved", 1, 1)):
+        figure, formula, view, status = ob.objectives_cell(wb, name, key, i, t, view, sampled)
+        assert status == f"✓ {name} at i={i}, t={t}"
+        direct = objective_maps_figure(rows, sampled.credit.step_credit, (key, name, i, t))
+        assert json.loads(figure.to_json()) == json.loads(direct.to_json())
+        figure.update_layout(title="changed")  # a copy: the next click's maps keep their own title
+        figure.layout.shapes[-1].x0 = 99
+    before = len(builds)
+    assert before <= 1  # the view's maps, once (none where the computed view's were kept already)
+    eached = ob.objectives_scale(wb, "each", view, sampled)  # another colour scale: other maps
+    assert len(builds) == before + 1 and eached[-1].startswith("✓ each map")
+
+
 def test_objectives_follow_schedule_edits_and_new_groups(wb, sampled, computed):
     view = computed[3]
     session = h.chunks_from_spec(wb, "2,2", sampled)[-2]

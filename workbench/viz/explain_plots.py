@@ -68,8 +68,9 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
         for o in range(len(names)):
             own = _scale(*[-e.weight[o] for _, _, e in rows]) if scale_each else None
             _objective_panel(fig, r, o, key, ex, own or scale, shapes, own is not None)
-    if selected is not None:
-        _outline(fig, shapes, rows, names, selected)
+    outline = selection_outline(rows, selected) if selected is not None else None
+    if outline is not None:
+        shapes.append(outline)
     fig.update_layout(coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-scale, cmax=scale,
                                      colorbar=dict(title=PUSH, x=1.0, thickness=10, len=0.9)),
                       coloraxis2=dict(colorscale="RdBu", cmid=0, colorbar=dict(title="credit", x=-0.04, y=0.8,
@@ -146,15 +147,23 @@ def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: floa
     fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=o + 2)
 
 
-def _outline(fig, shapes: list, rows, names: list[str], selected: tuple[str, str, int, int]) -> None:
+def _axes(row: int, col: int, cols: int) -> tuple[str, str]:
+    """(xref, yref) of the panel in row `row`, column `col` (from 0) of make_subplots' grid `cols` panels wide: its
+    panels are numbered row by row from 1, the first one's axes unnumbered."""
+    n = row * cols + col + 1
+    return ("x", "y") if n == 1 else (f"x{n}", f"y{n}")
+
+
+def selection_outline(rows: Sequence[tuple[str, str, Explanation]], selected: tuple[str, str, int, int]) -> dict | None:
+    """The rectangle `objective_maps_figure(rows, ...)` draws around selected = (row key, objective, i, t); None
+    where the figure has no such map."""
     key, name, i, t = selected
-    keys = [k for k, _, _ in rows]
+    keys, names = [k for k, _, _ in rows], rows[0][2].names
     if key not in keys or name not in names:
-        return
-    axis = fig.get_subplot(keys.index(key) + 1, names.index(name) + 2)
-    xref, yref = axis.xaxis.plotly_name.replace("axis", ""), axis.yaxis.plotly_name.replace("axis", "")
-    shapes.append(dict(type="rect", xref=xref, yref=yref, x0=t - 0.5, x1=t + 0.5, y0=i - 0.5, y1=i + 0.5,
-                       line=SELECTED_STYLE))
+        return None
+    xref, yref = _axes(keys.index(key), names.index(name) + 1, len(names) + 1)
+    return dict(type="rect", xref=xref, yref=yref, x0=t - 0.5, x1=t + 0.5, y0=i - 0.5, y1=i + 0.5,
+                line=SELECTED_STYLE)
 
 
 def advantage_figure(rewards: torch.Tensor, advantages: torch.Tensor) -> go.Figure:
