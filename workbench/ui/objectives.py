@@ -103,7 +103,7 @@ def _summary(rows, credit: torch.Tensor | None, view: ObjectivesView) -> str:
 
 
 _MAPS: list[tuple[tuple, dict]] = []  # the last maps drawn (newest last): (what they show, plotly dict without outline)
-_MAPS_KEPT = 4  # a few sessions' (~1 MB each at G=8, T=16)
+_MAPS_KEPT = 4  # a few sessions' (each a figure of 120 kB of JSON at G=8, T=16)
 _MAPS_LOCK = threading.Lock()  # gradio runs handlers in threads
 
 
@@ -159,7 +159,7 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     advantages = view.advantages if same else _advantages(wb, group, session, names)
     moved = moved_log_probs(wb.policy(session.source), group, advantages[inner], inner, settings, n, lr,
                             progress=_tracker(progress, "inner update"))
-    selected = view.selected if view is not None and view.group is group else ObjectivesView.selected
+    selected = view.selected if same else ObjectivesView.selected
     view = ObjectivesView(group, advantages, moved, n, lr, settings.clip_low, inner, list(session.sizes), selected)
     return _render(view, session, f"explained {len(names)} objectives on G={group.group_size}, "
                                   f"T={group.num_steps} after {n} updates of {inner}")

@@ -139,8 +139,7 @@ def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: floa
     rows_, cols_ = ex.clipped[o].nonzero(as_tuple=True)
     fig.add_trace(go.Scatter(x=cols_.tolist(), y=rows_.tolist(), mode="markers", marker=CLIPPED_STYLE,
                              name="clipped unit (no gradient)", hoverinfo="skip"), row=r + 1, col=o + 2)
-    axis = fig.get_subplot(r + 1, o + 2)
-    xref, yref = axis.xaxis.plotly_name.replace("axis", ""), axis.yaxis.plotly_name.replace("axis", "")
+    xref, yref = _axes(r, o + 1, len(ex.names) + 1)
     if _chunked(name) and ex.settings.chunks:
         shapes += [dict(type="line", xref=xref, yref=yref, x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5,
                         line={**BOUNDARY_STYLE, "width": 1}) for b in chunk_boundaries(ex.settings.chunks)]
