@@ -112,16 +112,14 @@ def _maps(view: ObjectivesView, rows: list, credit: Credit | None, sizes: list[i
     the outline: the maps are built (and validated by plotly: 177 of a click's 247 ms at G=8, T=16) once per view,
     schedule, credit and colour scale, and a click adds the outline to a copy (~20 ms). The key holds the view's
     moved log-probs (each view computes its own) and the Credit (never changed in place) themselves, not their ids."""
-    def shows(key: tuple) -> bool:
-        return key[0] is view.moved and key[1] is credit and key[2:] == (tuple(sizes), view.scale_each)
-
+    key = (view.moved, credit, tuple(sizes), view.scale_each)  # the first two by identity
     with _MAPS_LOCK:
-        base = next((maps for key, maps in _MAPS if shows(key)), None)
+        base = next((maps for k, maps in _MAPS if k[0] is key[0] and k[1] is key[1] and k[2:] == key[2:]), None)
     if base is None:
         step_credit = credit.step_credit if credit is not None else None  # (G, T)
         base = objective_maps_figure(rows, step_credit, scale_each=view.scale_each).to_dict()
         with _MAPS_LOCK:
-            _MAPS[:] = [*_MAPS, ((view.moved, credit, tuple(sizes), view.scale_each), base)][-_MAPS_KEPT:]
+            _MAPS[:] = [*_MAPS, (key, base)][-_MAPS_KEPT:]
     outline = selection_outline(rows, view.selected)
     layout = {**base["layout"], "shapes": base["layout"].get("shapes", []) + ([outline] if outline else [])}
     return go.Figure(dict(data=base["data"], layout=layout), _validate=False)  # plotly's own dict, validated once
