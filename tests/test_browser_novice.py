@@ -151,8 +151,13 @@ def address(page, *parts: str) -> str:
 
 
 def measure_credit(page, continuations: int) -> None:
-    """On the Attribution tab: set M and measure credit, waiting for the status."""
+    """On the Attribution tab, just opened: set M and measure credit, waiting for the status. M is typed once the
+    address bar names the tab (the reply to the tab switch's own events): typed at once, it was lost once in a
+    fresh-clone `make test` (2026-12-04: the box went back to its default 4 before the press, "measured credit with
+    M=4"; not reproduced in 12 later runs of the test beside a busy core, nor in 5 with chromium slowed six-fold)."""
+    address(page, "tab=attribution")
     set_number(page, "credit-k", continuations)
+    expect(page.locator("#credit-k input[type=number]")).to_have_value(str(continuations))
     page.click("#credit-btn")
     expect(page.locator("#credit-status")).to_contain_text(f"measured credit with M={continuations}",
                                                            timeout=LONG)
