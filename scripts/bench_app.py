@@ -10,7 +10,9 @@ tab, memory. Prints figures.
    lines show the new chunks (target 150 ms, issue 24). The page times itself (`WATCH`).
 3. Click the temporal-dynamics curve to toggle boundaries and time each from the click to the same
    (target 150 ms).
-4. The Objectives tab: N=3 inner updates and every objective's maps, from Compute to the status.
+4. The Objectives tab: N=3 inner updates and every objective's maps, from Compute to the status; then click cells
+   of the maps and time each from the click to the first frame in which the status, the formula and the maps'
+   outline show the cell (issue 24's 150 ms, as for the curve).
 5. Resident memory of the app process after each stage (target 700 MB after Generate + credit).
 6. With --lesson: start the crosses lesson from the Fine-tune tab, watch it to the end, and read the app's
    memory again (target 1 GB; about 7 minutes on 2 quiet cores).
@@ -104,7 +106,18 @@ WATCH = """([kind, args]) => {
         requestAnimationFrame(frame);
     };
     document.addEventListener(kind, input, true);
-}""".replace("(DONE)", DONE)  # a stopwatch in the page, from the input event to the first frame that shows DONE
+}"""  # a stopwatch in the page, from the input event to the first frame that shows DONE
+MAP_DONE = """([name, key, i, t]) => {
+    const s = document.querySelector('#objectives-status'), f = document.querySelector('#cell-formula');
+    const gd = document.querySelector('#objectives-plot .js-plotly-plot');
+    const axis = gd?._fullData?.find(trace => trace.name === `${key}|${name}`)?.xaxis;
+    const outline = gd?._fullLayout?.shapes?.find(shape => shape.type === 'rect' && shape.line.color === 'gold');
+    return !!s && !!f && s.innerText.includes(`${name} at i=${i}, t=${t}`)
+        && f.innerText.includes(`trajectory i = ${i}, step t = ${t}`)
+        && outline?.xref === axis && outline.x0 === t - 0.5 && outline.y0 === i - 0.5;
+}"""  # the status, the formula and the maps' gold outline show the clicked cell
+WATCH_MAP = WATCH.replace("(DONE)", MAP_DONE)
+WATCH = WATCH.replace("(DONE)", DONE)
 
 
 def measured_seconds(page) -> float:
@@ -115,9 +128,9 @@ def measured_seconds(page) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
-def stopwatch(page, kind: str, args: list) -> None:
+def stopwatch(page, kind: str, args: list, watch: str = WATCH) -> None:
     """Arm the page's stopwatch for the next `kind` event (keydown of Enter, or mouseup)."""
-    page.evaluate(WATCH, [kind, args])
+    page.evaluate(watch, [kind, args])
 
 
 def latency_ms(page) -> float:
@@ -187,6 +200,33 @@ def click_toggle_ms(page, clicks: int) -> list[float]:
     return times
 
 
+CELL = """([plot, name, x, y]) => {
+    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
+    gd.scrollIntoView({block: "center"});
+    const trace = gd._fullData.find(t => t.name === name), box = gd.getBoundingClientRect();
+    const xa = gd._fullLayout[trace.xaxis.replace('x', 'xaxis')];
+    const ya = gd._fullLayout[trace.yaxis.replace('y', 'yaxis')];
+    return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya.l2p(y)];
+}"""  # the page position of cell (x, y) of the heatmap `name`
+
+
+def map_click_ms(page, clicks: int) -> list[float]:
+    """Milliseconds from a click on a cell of an objective's map (the button's release) to the first frame in which
+    the status, the formula and the maps' outline show that cell (Objectives tab, maps computed)."""
+    times = []
+    for k in range(clicks):
+        name, t, i = ("gspo", "chunk_grpo", "dapo")[k % 3], (3 + 5 * k) % 16, (1 + 3 * k) % 8
+        where = page.evaluate(CELL, ["objectives-plot", f"moved|{name}", t, i])
+        page.mouse.move(*where)
+        page.wait_for_timeout(300)
+        stopwatch(page, "mouseup", [name, "moved", i, t], WATCH_MAP)
+        page.mouse.down()
+        page.mouse.up()
+        times.append(latency_ms(page))
+        page.wait_for_timeout(200)
+    return times
+
+
 def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -> dict:
     """Drive the page in chromium; returns the timings and the app's memory after each stage (MB)."""
     from playwright.sync_api import expect
@@ -226,6 +266,7 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -
     page.click("#objectives-btn")
     expect(page.locator("#objectives-status")).to_contain_text("after 3 updates", timeout=600_000)
     out["objectives_s"] = time.time() - t
+    out["map_click_ms"] = map_click_ms(page, edits)
     out["rss_mb"]["objectives"] = rss_mb(pid)
     if lesson:
         out["lesson_s"] = run_lesson(page)
@@ -295,6 +336,9 @@ def main() -> None:
     print(f"curve click   click -> status and both plots updated: median {statistics.median(clicks):.0f} ms, "
           f"max {max(clicks):.0f} ms over {len(clicks)} clicks (target 150 ms)")
     print(f"objectives    N=3 inner updates + maps of every objective (G=8, T=16): {timings['objectives_s']:.1f} s")
+    cells = timings["map_click_ms"]
+    print(f"map click     click on a map cell -> status, formula and outline updated: median "
+          f"{statistics.median(cells):.0f} ms, max {max(cells):.0f} ms over {len(cells)} clicks (target 150 ms)")
     print(f"memory        app RSS {rss['start']:.0f} MB after start-up, {rss['generate_credit']:.0f} MB after "
           f"generate + credit (target 700 MB), {rss['chunks']:.0f} MB after the chunk edits, "
           f"{rss['objectives']:.0f} MB after Objectives")

@@ -127,7 +127,7 @@ def pooled(paths: list[str]) -> dict:
     if len(runs) == 1:
         return runs[0]
     out = {**runs[0], "rounds": runs}
-    for key in ("edit_ms", "click_ms"):
+    for key in ("edit_ms", "click_ms", "map_click_ms"):
         out[key] = [v for run in runs for v in run.get(key, [])]
     out["generate_s"] = median([run["generate_s"] for run in runs if "generate_s" in run])
     return out
@@ -152,7 +152,8 @@ def round_medians(app: dict, key: str) -> str:
     if not runs:
         return ""
     values = [median(run[key]) if key.endswith("_ms") else
-              (median(presses(run)) if key == "credit" else run[key]) for run in runs]
+              (median(presses(run)) if key == "credit" else run[key]) for run in runs
+              if key == "credit" or key in run]  # a round made before the figure was timed has none
     return " (rounds: " + " / ".join(f"{v:.0f}" if key.endswith("_ms") else f"{v:.1f}" for v in values) + ")"
 
 
@@ -169,6 +170,10 @@ def rows(f: dict) -> list[str]:
         row("Curve click to updated plots (median)", median(app.get("click_ms")), "ms", 150,
             "scripts/bench_app.py: a click on the L1_rel curve toggles a boundary, timed in the page from the "
             "button's release (the click) to the same frame" + round_medians(app, "click_ms")),
+        row("Objectives map click to updated cell (median)", median(app.get("map_click_ms")), "ms", 150,
+            "scripts/bench_app.py: a click on a cell of an objective's map (G=8, T=16, 40 maps), timed in the page "
+            "from the button's release to the first frame showing the cell's status, formula and outline"
+            + round_medians(app, "map_click_ms")),
         row("App memory after Generate + credit", rss.get("generate_credit"), "MB", 700,
             "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4"),
         row("App memory after a lesson run from the app", rss.get("lesson"), "MB", 1024,
@@ -218,6 +223,7 @@ def baseline_lines(f: dict) -> list[str]:
     one, base_one = f.get("app_one_thread", {}), f.get("baseline_one_thread", {})
     for name, now_app, then_app, key, unit in (
             ("Chunk edit (median)", app, base, "edit_ms", "ms"), ("Curve click (median)", app, base, "click_ms", "ms"),
+            ("Objectives map click (median)", app, base, "map_click_ms", "ms"),
             ("Generate G=8, T=16", app, base, "generate_s", "s"), ("Credit at the defaults (median of presses)", app,
                                                                     base, "credit", "s"),
             ("Credit, app on one thread (median of presses)", one, base_one, "credit", "s")):

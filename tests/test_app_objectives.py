@@ -20,6 +20,7 @@ from workbench.ui.clicks import clicked_point, forward_js
 from workbench.ui.formulas import cell, closed_form, formula_markdown
 from workbench.ui.redraw import PATCH
 from workbench.ui.state import Session
+from workbench.viz.explain_plots import selection_outline
 
 PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
 model_dir, wb, sampled = base.model_dir, base.wb, base.sampled  # the handler tests' fixtures: tiny model and group
@@ -184,6 +185,14 @@ def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
     out = ob.objectives_click(wb, json.dumps({"trace": "moved|dapo", "x": 3, "y": 1}), view, sampled)
     assert out[:4] == ("dapo", "moved", 1, 3) and out[-1] == "✓ dapo at i=1, t=3"
     assert "**dapo** at trajectory i = 1, step t = 3" in out[5]
+    rows = ob.explanations(view, sampled.sizes)  # the click sends no figure: the page moves the outline
+    moved = json.loads(out[4])
+    assert moved == {"elem": ob.PLOT, "name": "selected cell", "shape": selection_outline(rows, out[6].selected)}
+    assert (moved["shape"]["x0"], moved["shape"]["y0"]) == (2.5, 0.5) and moved["shape"]["name"] == "selected cell"
+    chosen = ob.objectives_select(wb, "gspo", "ratio1", 2, 1, view, sampled)  # the controls in the page: the same
+    assert (chosen[1], chosen[2].selected, chosen[3]) == (formula, view2.selected, status)
+    assert json.loads(chosen[0])["shape"] == [s for s in figure.layout.shapes if s.type == "rect"][0].to_plotly_json()
+    assert "steps 0..3" in msg(ob.objectives_select(wb, "gspo", "ratio1", 0, 4, view, sampled))
     assert "click a map of an objective" in msg(ob.objectives_click(wb, '{"trace": "credit", "x": 0, "y": 0}',
                                                                    view, sampled))
 

@@ -204,6 +204,29 @@ LINES_JS = ("(plot) => document.querySelector(`#${plot} .js-plotly-plot`).layout
             ".filter(s => s.type === 'line').length")  # dashed chunk boundaries drawn on a figure
 
 
+OUTLINE_JS = """([plot, trace]) => {
+    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
+    const outlines = (gd?.layout?.shapes ?? []).filter(s => s.type === 'rect' && s.line?.color === 'gold');
+    const axis = gd?._fullData?.find(t => t.name === trace)?.xaxis;
+    return outlines.length === 1 && outlines[0].xref === axis ? [outlines[0].x0 + 0.5, outlines[0].y0 + 0.5] : null;
+}"""  # the cell (t, i) the gold outline of the selected cell marks on the map of `trace`; null: none, or elsewhere
+
+
+OUTLINE_PATH_JS = """async (redraw) => {
+    const gd = document.querySelector('#objectives-plot .js-plotly-plot');
+    if (redraw) await Plotly.redraw(gd);
+    const k = gd.layout.shapes.findIndex(s => s.name === 'selected cell');
+    return gd.querySelector(`.shapelayer path[data-index="${k}"]`).getAttribute('d').match(/[0-9.]+/g).map(Number);
+}"""  # the corners of the path drawn for the outline of the selected cell (after plotly redrew the figure)
+
+
+def outline_on(page, plot: str, trace: str, t: int, i: int) -> None:
+    """Wait until the page's gold outline marks cell (t, i) on the map of `trace`, and only there."""
+    page.wait_for_function(f"([plot, trace, t, i]) => {{ const at = ({OUTLINE_JS})([plot, trace]); "
+                           "return at !== null && at[0] === t && at[1] === i; }", arg=[plot, trace, t, i],
+                           timeout=LONG)
+
+
 def click_point(page, plot: str, trace: str, x: float, y: float | None = None) -> None:
     """Click a plotly figure where its trace `trace` has the data point (x, y), as a user would."""
     page.mouse.click(*page.evaluate(POINT_JS, [plot, trace, x, y]))
@@ -223,6 +246,8 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
     expect(page.locator("#objectives-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
     lines_before = page.evaluate(LINES_JS, "objectives-plot")
     assert lines_before == 2 * 3  # chunk_grpo's 3 boundaries (temporal(8) = 1,2,2,3) in both rows
+    outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)  # Compute's selected cell
+    drawn = page.evaluate("() => window.wbRedraw.drawn")
     click_point(page, "objectives-plot", "moved|chunk_grpo", 5, 1)  # step t = 5 of trajectory i = 1
     expect(status).to_contain_text("chunk_grpo at i=1, t=5", timeout=LONG)
     formula = page.locator("#cell-formula")
@@ -230,7 +255,18 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
     expect(formula.locator(".katex").first).to_be_visible()  # the LaTeX is rendered as math
     expect(page.locator("#cell-traj input")).to_have_value("1")
     expect(page.locator("#cell-step input")).to_have_value("5")
+    outline_on(page, "objectives-plot", "moved|chunk_grpo", 5, 1)
+    assert page.evaluate("() => window.wbRedraw.drawn") == drawn  # the click moved the outline, drew no map
+    moved = page.evaluate(OUTLINE_PATH_JS, False)  # moved in place where plotly draws it itself, to a pixel (a
+    # redraw takes the y range again: it was padded for the outline's line at the map's edge, where Compute drew it)
+    assert moved == pytest.approx(page.evaluate(OUTLINE_PATH_JS, True), abs=1), moved
     snap(page, "browser_objectives_cell")
+    page.locator("#cell-traj input").fill("0")  # back to Compute's cell by the controls: gradio would not draw
+    page.locator("#cell-step input").fill("0")  # the figure it still holds (Compute's) again; the outline moves
+    page.click("#cell-btn")
+    expect(status).to_contain_text("chunk_grpo at i=0, t=0", timeout=LONG)
+    outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)
+    assert page.evaluate("() => window.wbRedraw.drawn") == drawn
     page.get_by_role("tab", name="Chunks").click()
     chunks = page.locator("#chunks-status")
     expect(chunks).to_contain_text("chunks 1,2,2,3 over T=8 steps", timeout=LONG)

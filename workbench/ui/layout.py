@@ -34,7 +34,7 @@ from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
-from workbench.ui.redraw import REDRAW_JS
+from workbench.ui.redraw import REDRAW_JS, SHAPE_JS
 from workbench.ui.state import Session
 from workbench.ui.welcome import (
     CHUNKS_INTRO,
@@ -257,7 +257,7 @@ def _objectives_tab(wb, session, tab) -> None:
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
     scale = gr.Radio(list(ob.SCALES), value="shared", label="Colour scale", elem_id="obj-scale")
-    maps = gr.Plot(label="Push of every objective", elem_id="objectives-plot")
+    maps = gr.Plot(label="Push of every objective", elem_id=ob.PLOT)
     with gr.Row():
         name = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective", elem_id="cell-objective")
         row = gr.Radio([(label, key) for key, label in ROWS], value="moved", label="Maps", elem_id="cell-row")
@@ -281,11 +281,18 @@ def _objectives_tab(wb, session, tab) -> None:
                 api_name="objectives_scale", show_progress="hidden")
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
                api_visibility="private")
-    gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_cell, wb),
-          [name, row, traj, step, view, session], [maps, formula, view, status], api_name="objectives_cell")
+    # A cell chosen by the controls or by a click: the maps stay, the page moves their outline (ui/redraw.py SHAPE_JS)
+    outline = gr.Textbox(visible="hidden", elem_id="objectives-outline")  # the move, emptied once applied
+    move = dict(fn=None, inputs=[outline], outputs=[outline], js=SHAPE_JS, show_progress="hidden")
+    fast = {"queue": False, "show_progress": "hidden"}  # ~20 ms of work: skip the queue's round trip, as the edits do
+    cell_inputs = [name, row, traj, step, view, session]
+    gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
+          cell_inputs, [outline, formula, view, status], api_visibility="private", **fast).then(**move)
     clicked.click(partial(ob.objectives_click, wb), [point, view, session],
-                  [name, row, traj, step, maps, formula, view, status], api_visibility="private",
-                  js=forward_js("objectives-plot"), trigger_mode="always_last", show_progress="hidden")
+                  [name, row, traj, step, outline, formula, view, status], api_visibility="private",
+                  js=forward_js(ob.PLOT), trigger_mode="always_last", **fast).then(**move)
+    api = gr.Button(visible=False)  # the API's objectives_cell: the same choice, answered with the whole figure
+    api.click(partial(ob.objectives_cell, wb), cell_inputs, [maps, formula, view, status], api_name="objectives_cell")
 
 
 def _finetune_tab(wb, session, tab) -> None:

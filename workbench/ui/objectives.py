@@ -29,11 +29,13 @@ from workbench.ui.formulas import cell, formula_markdown
 from workbench.ui.guard import guarded, number, ok, whole_number
 from workbench.ui.handlers import _tracker
 from workbench.ui.jobs import objective_names
+from workbench.ui.redraw import shape_change
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
-from workbench.viz.explain_plots import objective_maps_figure, selection_outline
+from workbench.viz.explain_plots import SELECTED, objective_maps_figure, selection_outline
 from workbench.viz.plots import empty_figure
 
+PLOT = "objectives-plot"  # the maps' elem_id
 ROWS = (("ratio1", "at ratio 1"), ("moved", "after the inner updates"))  # (key, label) of the two rows of maps
 NO_VIEW = "Press **Compute** to explain the group made in **Generate**."
 STALE = "The group changed since these maps were computed: press **Compute** to explain the new group."
@@ -125,15 +127,20 @@ def _maps(view: ObjectivesView, rows: list, credit: Credit | None, sizes: list[i
     return go.Figure(dict(data=base["data"], layout=layout), _validate=False)  # plotly's own dict, validated once
 
 
+def _formula(view: ObjectivesView, rows: list) -> str:
+    """The formula of the view's selected cell, with its numbers."""
+    key, name, i, t = view.selected
+    ex = dict((k, e) for k, _, e in rows)[key]
+    when = dict((k, title) for k, title, _ in rows)[key]
+    return formula_markdown(cell(ex, name, i, t), when)
+
+
 def _render(view: ObjectivesView, session: Session, note: str) -> tuple:
     """(figure, summary, formula, view, status) under the session's chunks and credit."""
     rows = explanations(view, session.sizes)
     credit = session.credit.step_credit if session.credit is not None else None  # (G, T)
-    key, name, i, t = view.selected
-    ex = dict((k, e) for k, _, e in rows)[key]
-    when = dict((k, title) for k, title, _ in rows)[key]
-    formula = formula_markdown(cell(ex, name, i, t), when)
-    return _maps(view, rows, session.credit, session.sizes), _summary(rows, credit, view), formula, view, ok(note)
+    return (_maps(view, rows, session.credit, session.sizes), _summary(rows, credit, view), _formula(view, rows),
+            view, ok(note))
 
 
 @guarded(5)
@@ -240,15 +247,34 @@ def _select(view: ObjectivesView, key: str, name: str, i, t) -> ObjectivesView:
 @guarded(4)
 def objectives_cell(wb: Workbench, name: str, key: str, i: float, t: float, view: ObjectivesView | None,
                     session: Session):
-    """Cell controls -> (figure, formula, view, status) for the chosen objective, row and cell."""
+    """The API's cell choice -> (figure, formula, view, status) for the chosen objective, row and cell: the maps with
+    that cell outlined (the page's controls use `objectives_select`, which moves the outline of the maps shown)."""
     view = _select(_current(view, session), key, name, i, t)
     figure, _, formula, view, status = _render(view, session, f"{name} at i={int(i)}, t={int(t)}")
     return figure, formula, view, status
 
 
+def _outline(view: ObjectivesView, rows: list) -> str:
+    """The move of the maps' outline to the view's selected cell, for the page to apply (`ui.redraw.SHAPE_JS`)."""
+    return shape_change(PLOT, SELECTED, selection_outline(rows, view.selected))
+
+
+@guarded(4)
+def objectives_select(wb: Workbench, name: str, key: str, i: float, t: float, view: ObjectivesView | None,
+                      session: Session):
+    """Cell controls in the page -> (outline move, formula, view, status): `objectives_cell`'s choice, with the maps
+    left as they are and their outline moved by the page. Gradio draws no figure equal to the one it holds, so a
+    page whose outline was moved must move it back the same way (and the maps are not sent again: 40 panels)."""
+    view = _select(_current(view, session), key, name, i, t)
+    rows = explanations(view, session.sizes)
+    _, _, i, t = view.selected
+    return _outline(view, rows), _formula(view, rows), view, ok(f"{name} at i={i}, t={t}")
+
+
 @guarded(8)
 def objectives_click(wb: Workbench, point, view: ObjectivesView | None, session: Session):
-    """A click on a map -> (objective, row, i, t controls, figure, formula, view, status)."""
+    """A click on a map -> (objective, row, i, t controls, outline change, formula, view, status). The maps stay
+    as they are: the page moves the outline to the clicked cell (`ui.redraw.SHAPE_JS` applies the change)."""
     view = _current(view, session)
     clicked = clicked_point(point)
     key, _, name = clicked["trace"].partition("|")
@@ -256,5 +282,5 @@ def objectives_click(wb: Workbench, point, view: ObjectivesView | None, session:
         raise WorkbenchError("that map is the credit or the log-ratio: click a map of an objective")
     view = _select(view, key, name, clicked["y"], clicked["x"])  # y: trajectory i, x: step t
     _, _, i, t = view.selected
-    figure, _, formula, view, status = _render(view, session, f"{name} at i={i}, t={t}")
-    return name, key, i, t, figure, formula, view, status
+    rows = explanations(view, session.sizes)
+    return name, key, i, t, _outline(view, rows), _formula(view, rows), view, ok(f"{name} at i={i}, t={t}")

@@ -19,9 +19,17 @@ server no longer builds the curve on every edit (handler 32 -> 18 ms); the edits
 before, are in docs/performance.md. The curve's value in
 Gradio keeps the schedule of the tab's last opening; the tab sends the whole curve again whenever it opens.
 `window.wbRedraw.patched` counts the changes applied.
+
+A change can also come alone (`shape_change`, applied by `SHAPE_JS` in an event's `.then`): a click on an objective
+map moves only the gold outline of the selected cell, so the click returns no figure and the page moves the shape
+with `Plotly.relayout`, where Gradio re-mounted the whole figure of 40 panels and plotly drew them all again. The
+element then no longer shows the figure Gradio holds, so the next figure Gradio sends is always drawn. Measured in
+chromium (issue 24): a map click to its status 326 -> see docs/performance.md.
 """
 
 from __future__ import annotations
+
+import json
 
 import plotly.graph_objects as go
 
@@ -70,3 +78,41 @@ def relayout_after(figure: go.Figure, elem: str, update: dict) -> go.Figure:
     it once figure is drawn (REDRAW_JS). Plotly itself ignores layout.meta outside text templates."""
     figure.layout.meta = {PATCH: {"elem": elem, "relayout": update}}
     return figure
+
+
+SHAPE_JS = """
+(change) => {
+  const c = change ? JSON.parse(change) : null;
+  const gd = c && document.querySelector(`#${c.elem} .js-plotly-plot`);
+  if (!gd || !gd._fullLayout || !window.Plotly) return [""];
+  const shapes = gd.layout.shapes || [];
+  const k = shapes.findIndex((shape) => shape.name === c.name);
+  if (k < 0 && !c.shape) return [""];
+  gd.wbFigure = undefined;  // no longer the figure Gradio sent: REDRAW_JS draws the next one, even the same
+  if (window.wbRedraw) window.wbRedraw.patched++;
+  // A rectangle on linear axes is moved in place: its input and full layout, and the path plotly drew for it
+  // ("M x0,y0 H x1 V y1 H x0 Z" in page pixels of its axes). Plotly.relayout re-coerces the whole figure (every
+  // trace and axis: ~100 ms for the 40 maps on this machine class) to move one shape.
+  const full = gd._fullLayout.shapes?.[k], path = gd.querySelector(`.shapelayer path[data-index="${k}"]`);
+  const s = c.shape, xa = s && gd._fullLayout[s.xref?.replace("x", "xaxis")];
+  const ya = s && gd._fullLayout[s.yref?.replace("y", "yaxis")];
+  if (full && path && s.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear") {
+    const x = (v) => xa._offset + xa.l2p(v), y = (v) => ya._offset + ya.l2p(v);
+    Object.assign(shapes[k], s);
+    for (const key of ["x0", "x1", "y0", "y1", "xref", "yref"]) full[key] = s[key];
+    path.setAttribute("d", `M${x(s.x0)},${y(s.y0)}H${x(s.x1)}V${y(s.y1)}H${x(s.x0)}Z`);
+    return [""];
+  }
+  // otherwise plotly: an object at shapes[k] is inserted there and null removes the shape; a move sets its attributes
+  const update = k < 0 ? {[`shapes[${shapes.length}]`]: s} : !s ? {[`shapes[${k}]`]: null}
+    : Object.fromEntries(Object.entries(s).map(([key, value]) => [`shapes[${k}].${key}`, value]));
+  window.Plotly.relayout(gd, update);
+  return [""];  // emptied: an event that fails leaves nothing for the next .then to apply again
+}
+"""
+
+
+def shape_change(elem: str, name: str, shape: dict | None) -> str:
+    """The change `SHAPE_JS` applies: the shape named `name` of the plot with elem_id `elem` becomes `shape` (added
+    where the plot has none, removed where `shape` is None)."""
+    return json.dumps({"elem": elem, "name": name, "shape": shape})

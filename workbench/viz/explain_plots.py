@@ -22,6 +22,7 @@ from workbench.viz.plots import BOUNDARY_STYLE, COLORBAR_MARGIN, LAYOUT, STEP_AX
 PUSH = "push −w"
 CLIPPED_STYLE = dict(symbol="x-thin", size=6, line=dict(width=1.5, color="black"))
 SELECTED_STYLE = dict(color="gold", width=3)
+SELECTED = "selected cell"  # the name of the outline shape: the page finds it to move it (ui.redraw.SHAPE_JS)
 
 
 def _scale(*maps: torch.Tensor) -> float:
@@ -161,7 +162,7 @@ def selection_outline(rows: Sequence[tuple[str, str, Explanation]], selected: tu
     if key not in keys or name not in names:
         return None
     xref, yref = _axes(keys.index(key), names.index(name) + 1, len(names) + 1)
-    return dict(type="rect", xref=xref, yref=yref, x0=t - 0.5, x1=t + 0.5, y0=i - 0.5, y1=i + 0.5,
+    return dict(type="rect", name=SELECTED, xref=xref, yref=yref, x0=t - 0.5, x1=t + 0.5, y0=i - 0.5, y1=i + 0.5,
                 line=SELECTED_STYLE)
 
 
