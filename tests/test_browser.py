@@ -216,8 +216,11 @@ OUTLINE_PATH_JS = """async (redraw) => {
     const gd = document.querySelector('#objectives-plot .js-plotly-plot');
     if (redraw) await Plotly.redraw(gd);
     const k = gd.layout.shapes.findIndex(s => s.name === 'selected cell');
-    return gd.querySelector(`.shapelayer path[data-index="${k}"]`).getAttribute('d').match(/[0-9.]+/g).map(Number);
-}"""  # the corners of the path drawn for the outline of the selected cell (after plotly redrew the figure)
+    const path = gd.querySelector(`.shapelayer path[data-index="${k}"]`);
+    const clip = path.parentNode.getAttribute('clip-path')?.split('#').pop();  // the id, not the page's address
+    return [clip, ...path.getAttribute('d').match(/[0-9.]+/g).map(Number)];
+}"""  # the clip (to its subplot) and the corners of the path drawn for the outline of the selected cell (after
+# plotly redrew the figure)
 
 
 def outline_on(page, plot: str, trace: str, t: int, i: int) -> None:
@@ -248,6 +251,13 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
     assert lines_before == 2 * 3  # chunk_grpo's 3 boundaries (temporal(8) = 1,2,2,3) in both rows
     outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)  # Compute's selected cell
     drawn = page.evaluate("() => window.wbRedraw.drawn")
+    click_point(page, "objectives-plot", "ratio1|dapo", 2, 0)  # another map, in the other row
+    expect(status).to_contain_text("dapo at i=0, t=2", timeout=LONG)
+    outline_on(page, "objectives-plot", "ratio1|dapo", 2, 0)
+    moved = page.evaluate(OUTLINE_PATH_JS, False)  # moved in place where plotly draws it itself, to a pixel (a
+    # redraw takes the y range again: it was padded for the outline's line at the map's edge, where Compute drew it),
+    drawn_again = page.evaluate(OUTLINE_PATH_JS, True)  # and clipped to the subplot of its new map (else unseen)
+    assert moved[0] == drawn_again[0] and moved[1:] == pytest.approx(drawn_again[1:], abs=1), (moved, drawn_again)
     click_point(page, "objectives-plot", "moved|chunk_grpo", 5, 1)  # step t = 5 of trajectory i = 1
     expect(status).to_contain_text("chunk_grpo at i=1, t=5", timeout=LONG)
     formula = page.locator("#cell-formula")
@@ -255,11 +265,10 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
     expect(formula.locator(".katex").first).to_be_visible()  # the LaTeX is rendered as math
     expect(page.locator("#cell-traj input")).to_have_value("1")
     expect(page.locator("#cell-step input")).to_have_value("5")
+    expect(page.locator("#cell-row input[value=moved]")).to_be_checked()
     outline_on(page, "objectives-plot", "moved|chunk_grpo", 5, 1)
-    assert page.evaluate("() => window.wbRedraw.drawn") == drawn  # the click moved the outline, drew no map
-    moved = page.evaluate(OUTLINE_PATH_JS, False)  # moved in place where plotly draws it itself, to a pixel (a
-    # redraw takes the y range again: it was padded for the outline's line at the map's edge, where Compute drew it)
-    assert moved == pytest.approx(page.evaluate(OUTLINE_PATH_JS, True), abs=1), moved
+    assert page.evaluate("() => window.wbRedraw.drawn") == drawn  # the clicks moved the outline, drew no map
+    assert page.evaluate("() => window.wbRedraw.relaid") == 0  # in place, not by plotly's relayout of every map
     snap(page, "browser_objectives_cell")
     page.locator("#cell-traj input").fill("0")  # back to Compute's cell by the controls: gradio would not draw
     page.locator("#cell-step input").fill("0")  # the figure it still holds (Compute's) again; the outline moves

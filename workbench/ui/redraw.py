@@ -9,7 +9,8 @@ edit that updates two figures so drew four and resized four times, most of the e
 microtask later, after Svelte's update has finished: a call on an element no longer in the page (the re-mounted
 one) is dropped, a `react` with the figure the element already shows is dropped, and a `resize` that follows a
 draw of an element whose size did not change is dropped. Any new figure on an element in the page is drawn.
-`window.wbRedraw` counts drawn and dropped calls (read by the browser tests and scripts/bench_app.py).
+`window.wbRedraw` counts drawn and dropped calls (read by the browser tests and scripts/bench_app.py), and the
+changes applied by `Plotly.relayout` where a shape could not be moved in place (`relaid`).
 
 A figure can also carry a change to another one (`relayout_after`): a chunk edit changes only the title and the
 boundary lines of the temporal-dynamics curve, so the edit returns the chunk map alone with that change in its
@@ -23,7 +24,8 @@ Gradio keeps the schedule of the tab's last opening; the tab sends the whole cur
 A change can also come alone (`shape_change`, applied by `SHAPE_JS` in an event's `.then`): a click on an objective
 map, or a cell chosen with the controls below the maps, moves only the gold outline of the selected cell, so the
 handler returns no figure and the page moves the shape, where Gradio re-mounted the whole figure of 40 panels and
-plotly drew them all again. A rectangle on linear axes is moved in place (its layout and its SVG path):
+plotly drew them all again. A rectangle on linear axes is moved in place (its layout, its SVG path and the clip of
+its group, which plotly clips to the shape's subplot):
 `Plotly.relayout` of one shape re-coerces every trace and axis of the figure, ~100 ms here. The element then no
 longer shows the figure Gradio holds, so the next figure Gradio sends is always drawn (Gradio sends none equal to
 the one it holds: the controls must move the outline back the same way). Measured in chromium (issue 24,
@@ -49,7 +51,7 @@ REDRAW_JS = """
   const patch = (P) => {
     if (!P || P.wbOnce || typeof P.react !== "function" || !P.Plots) return;
     P.wbOnce = true;
-    window.wbRedraw = {drawn: 0, dropped: 0, patched: 0};
+    window.wbRedraw = {drawn: 0, dropped: 0, patched: 0, relaid: 0};
     const react = P.react.bind(P), resize = P.Plots.resize.bind(P.Plots);
     P.react = (gd, data, layout, config) => later(gd, () => {
       const figure = JSON.stringify([data, layout]);
@@ -97,11 +99,16 @@ SHAPE_JS = """
   // A rectangle on linear axes is moved in place: its input and full layout, and the path plotly drew for it
   // ("M x0,y0 H x1 V y1 H x0 Z" in page pixels of its axes). Plotly.relayout re-coerces the whole figure (every
   // trace and axis: ~100 ms for the 40 maps on this machine class) to move one shape.
+  // Its group is clipped to its subplot: the clip follows the shape to its new subplot.
   const full = gd._fullLayout.shapes?.[k], path = gd.querySelector(`.shapelayer path[data-index="${k}"]`);
   const s = c.shape, xa = s && gd._fullLayout[s.xref?.replace("x", "xaxis")];
   const ya = s && gd._fullLayout[s.yref?.replace("y", "yaxis")];
-  if (full && path && s.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear") {
+  const group = path?.parentNode, clip = group?.getAttribute("clip-path");  // url('<page>#clip<uid>x12y12')
+  const subplot = full && clip?.match(new RegExp(`${full.xref}${full.yref}(['"]?[)])$`));
+  if (full && path && s.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear"
+      && (clip === null || subplot)) {
     const x = (v) => xa._offset + xa.l2p(v), y = (v) => ya._offset + ya.l2p(v);
+    if (subplot) group.setAttribute("clip-path", clip.slice(0, subplot.index) + `${s.xref}${s.yref}${subplot[1]}`);
     Object.assign(shapes[k], s);
     for (const key of ["x0", "x1", "y0", "y1", "xref", "yref"]) full[key] = s[key];
     path.setAttribute("d", `M${x(s.x0)},${y(s.y0)}H${x(s.x1)}V${y(s.y1)}H${x(s.x0)}Z`);
@@ -110,6 +117,7 @@ SHAPE_JS = """
   // otherwise plotly: an object at shapes[k] is inserted there and null removes the shape; a move sets its attributes
   const update = k < 0 ? {[`shapes[${shapes.length}]`]: s} : !s ? {[`shapes[${k}]`]: null}
     : Object.fromEntries(Object.entries(s).map(([key, value]) => [`shapes[${k}].${key}`, value]));
+  if (window.wbRedraw) window.wbRedraw.relaid++;
   window.Plotly.relayout(gd, update);
   return [""];  // emptied: an event that fails leaves nothing for the next .then to apply again
 }
