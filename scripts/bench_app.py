@@ -13,7 +13,8 @@ tab, memory. Prints figures.
 4. The Objectives tab: N=3 inner updates and every objective's maps, from Compute to the status; then click cells
    of the maps and time each from the click to the first frame in which the status, the formula and the maps'
    outline show the cell (issue 24's 150 ms, as for the curve).
-5. Resident memory of the app process after each stage (target 700 MB after Generate + credit).
+5. Resident memory of the app process after each stage (target 700 MB after Generate + credit), and its split into
+   what the app allocated and the pages of files it maps (`memory_mb`).
 6. With --lesson: start the crosses lesson from the Fine-tune tab, watch it to the end, and read the app's
    memory again (target 1 GB; about 7 minutes on 2 quiet cores).
 
@@ -75,16 +76,28 @@ def wait_http(url: str, process: subprocess.Popen, timeout: float = 120.0) -> No
     raise SystemExit(f"no page at {url} after {timeout:.0f} s")
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of a process in MB (from /proc, else psutil)."""
+def memory_mb(pid: int) -> dict[str, float]:
+    """Resident memory of a process in MB: rss (the target's figure) and, where /proc has them, its anon part (what
+    the process allocated) and its file part (pages of shared libraries and other files it maps). The file part
+    follows the page cache, not the app: libtorch_cpu.so alone held 153 MB of the app's RSS in a venv installed
+    minutes before and 81 MB an hour later, the anon part the same (issue 24, docs/perf-data/epyc/README.md)."""
     status = Path(f"/proc/{pid}/status")
     if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        out = {key: int(fields[name].split()[0]) / 1024 for key, name in
+               (("rss", "VmRSS"), ("anon", "RssAnon"), ("file", "RssFile")) if name in fields}
+        if "rss" in out:
+            return out
     import psutil
 
-    return psutil.Process(pid).memory_info().rss / 2**20
+    return {"rss": psutil.Process(pid).memory_info().rss / 2**20}
+
+
+def record_memory(out: dict, pid: int, stage: str) -> None:
+    """The app's memory after `stage` into out["rss_mb"] and, split, out["memory_mb"]."""
+    memory = memory_mb(pid)
+    out.setdefault("rss_mb", {})[stage] = memory["rss"]
+    out.setdefault("memory_mb", {})[stage] = memory
 
 
 DONE = """([status, title, lines]) => {
@@ -231,7 +244,8 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -
     """Drive the page in chromium; returns the timings and the app's memory after each stage (MB)."""
     from playwright.sync_api import expect
 
-    out = {"rss_mb": {"start": rss_mb(pid)}}
+    out = {}
+    record_memory(out, pid, "start")
     page.goto(url)
     expect(page.locator("#generate-btn")).to_be_visible(timeout=120_000)
     out["interactive_s"] = time.time() - started
@@ -245,7 +259,7 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -
     expect(page.locator("#credit-status")).to_contain_text("measured credit", timeout=600_000)
     out["credit_s"] = time.time() - t
     out["credit_measure_s"] = [measured_seconds(page)]  # measure_credit's own time, as the status reports it
-    out["rss_mb"]["generate_credit"] = rss_mb(pid)
+    record_memory(out, pid, "generate_credit")
     out["credit_again_s"] = []  # the same measurement pressed again: one run on this machine class varies by ~20 %
     busy = page.locator("#credit-plot [data-testid=status-tracker]:not(.hide)")
     for _ in range(CREDIT_AGAIN):
@@ -260,17 +274,17 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -
     expect(page.locator("#chunks-status")).to_contain_text("over T=16 steps", timeout=300_000)
     out["edit_ms"] = chunk_edit_ms(page, (SPECS * edits)[:edits])
     out["click_ms"] = click_toggle_ms(page, edits)
-    out["rss_mb"]["chunks"] = rss_mb(pid)
+    record_memory(out, pid, "chunks")
     page.get_by_role("tab", name="Objectives").click()
     t = time.time()
     page.click("#objectives-btn")
     expect(page.locator("#objectives-status")).to_contain_text("after 3 updates", timeout=600_000)
     out["objectives_s"] = time.time() - t
     out["map_click_ms"] = map_click_ms(page, edits)
-    out["rss_mb"]["objectives"] = rss_mb(pid)
+    record_memory(out, pid, "objectives")
     if lesson:
         out["lesson_s"] = run_lesson(page)
-        out["rss_mb"]["lesson"] = rss_mb(pid)
+        record_memory(out, pid, "lesson")
     return out
 
 
@@ -342,6 +356,10 @@ def main() -> None:
     print(f"memory        app RSS {rss['start']:.0f} MB after start-up, {rss['generate_credit']:.0f} MB after "
           f"generate + credit (target 700 MB), {rss['chunks']:.0f} MB after the chunk edits, "
           f"{rss['objectives']:.0f} MB after Objectives")
+    split = timings["memory_mb"]["generate_credit"]
+    if "anon" in split and "file" in split:
+        print(f"              after generate + credit: {split['anon']:.0f} MB allocated by the app (anon), "
+              f"{split['file']:.0f} MB of files it maps (shared libraries: follows the page cache)")
     if "lesson" in rss:
         print(f"lesson        crosses lesson from the Fine-tune tab: {timings['lesson_s']:.0f} s; app RSS after it "
               f"{rss['lesson']:.0f} MB (target 1024 MB)")

@@ -157,6 +157,16 @@ def round_medians(app: dict, key: str) -> str:
     return " (rounds: " + " / ".join(f"{v:.0f}" if key.endswith("_ms") else f"{v:.1f}" for v in values) + ")"
 
 
+def memory_split(app: dict) -> str:
+    """What the memory row's figure is made of, where the run recorded it: the app's own allocations and the pages of
+    files it maps (shared libraries), which follow the machine's page cache (scripts/bench_app.py `memory_mb`)."""
+    split = app.get("memory_mb", {}).get("generate_credit", {})
+    if "anon" not in split or "file" not in split:
+        return ""
+    return (f" ({split['anon']:.0f} MB allocated by the app, {split['file']:.0f} MB of shared libraries' pages, "
+            "which follow the page cache: ~80 MB more in a venv installed minutes before)")
+
+
 def rows(f: dict) -> list[str]:
     app, tests = f.get("app", {}), f.get("tests", {})
     rss = app.get("rss_mb", {})
@@ -175,7 +185,7 @@ def rows(f: dict) -> list[str]:
             "from the button's release to the first frame showing the cell's status, formula and outline"
             + round_medians(app, "map_click_ms")),
         row("App memory after Generate + credit", rss.get("generate_credit"), "MB", 700,
-            "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4"),
+            "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4" + memory_split(app)),
         row("App memory after a lesson run from the app", rss.get("lesson"), "MB", 1024,
             "scripts/bench_app.py --lesson: the crosses lesson started and watched from the Fine-tune tab"
             + (f" ({f['app']['lesson_s'] / 60:.0f} minutes)" if "lesson_s" in f.get("app", {}) else "")

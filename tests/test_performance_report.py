@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
+import pytest
 from pytest import approx
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "performance_report.py"
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("performance_report", SCRIPT)
+def load(script: Path = SCRIPT):
+    spec = importlib.util.spec_from_file_location(script.stem, script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -22,7 +24,8 @@ def test_rows_carry_the_figures_and_judge_the_targets():
     page = report.render({
         "cores": 2, "torch": "2.13.0",
         "app": {"edit_ms": [120.0, 140.0, 300.0], "click_ms": [180.0, 190.0, 200.0], "credit_s": 5.5,
-                "map_click_ms": [130.0, 160.0, 170.0], "rss_mb": {"generate_credit": 650.0}},
+                "map_click_ms": [130.0, 160.0, 170.0], "rss_mb": {"generate_credit": 650.0},
+                "memory_mb": {"generate_credit": {"rss": 650.0, "anon": 500.0, "file": 150.0}}},
         "sampling": {"overhead": 0.031, "overhead_quartiles": (0.01, 0.05), "repeats": 9, "plain_traj_per_s": 55.04},
         "threads": {"slowdown_auto": 1.4, "seconds_per_iteration": {"quiet_auto": 2.0, "busy_cores": None}},
         "tests": {"make_test_s": 290, "setup_s": 15, "summary": "720 passed in 200s",
@@ -32,6 +35,8 @@ def test_rows_carry_the_figures_and_judge_the_targets():
     assert "| 190 ms | ≤ 150 ms | **no** |" in lines["Curve click to updated plots (median)"]
     assert "| 160 ms | ≤ 150 ms | **no** |" in lines["Objectives map click to updated cell (median)"]
     assert "| 650 MB | ≤ 700 MB | yes |" in lines["App memory after Generate + credit"]
+    assert "(500 MB allocated by the app, 150 MB of shared libraries' pages" in lines[
+        "App memory after Generate + credit"]  # the split the run recorded
     assert "not measured" in lines["App memory after a lesson run from the app"]
     assert "| 3.10 % | ≤ 5 % | yes |" in lines["Sampling overhead vs a plain diffusers Euler loop (median)"]
     assert "+1.0 %/+5.0 %" in lines["Sampling overhead vs a plain diffusers Euler loop (median)"]
@@ -132,3 +137,18 @@ def test_bench_records_its_machine_and_day(monkeypatch):
     figures = bench.run("none", policy=None)
     assert figures["machine"] == bench.machine() and figures["machine"].split(",")[0].strip()
     assert len(figures["date"]) == 10 and figures["date"].startswith("20")
+
+
+def test_the_memory_row_splits_only_what_a_run_recorded():
+    report = load()
+    assert report.memory_split({"rss_mb": {"generate_credit": 640.0}}) == ""  # a run from before the split
+    assert report.memory_split({"memory_mb": {"generate_credit": {"rss": 640.0}}}) == ""  # psutil only: no split
+    split = report.memory_split({"memory_mb": {"generate_credit": {"rss": 643.0, "anon": 501.4, "file": 141.6}}})
+    assert split.startswith(" (501 MB allocated by the app, 142 MB of shared libraries' pages"), split
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="the split is read from /proc")
+def test_bench_app_splits_the_memory_it_reads():
+    memory = load(SCRIPT.parent / "bench_app.py").memory_mb(os.getpid())  # this process, as bench_app reads the app
+    assert memory["rss"] > 10 and memory["anon"] > 0 and memory["file"] > 0, memory
+    assert memory["anon"] + memory["file"] == approx(memory["rss"], abs=memory["rss"] * 0.05)  # + shared memory
