@@ -276,6 +276,16 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
     expect(status).to_contain_text("chunk_grpo at i=0, t=0", timeout=LONG)
     outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)
     assert page.evaluate("() => window.wbRedraw.drawn") == drawn
+    from workbench.ui.redraw import SHAPE_JS, shape_change
+    from workbench.viz.explain_plots import SELECTED
+
+    shape = page.evaluate("(name) => document.querySelector('#objectives-plot .js-plotly-plot').layout.shapes"
+                          ".find(s => s.name === name)", SELECTED)
+    page.evaluate(SHAPE_JS, shape_change("objectives-plot", SELECTED, None))  # a selection no map shows: no outline
+    page.wait_for_function("(name) => !document.querySelector('#objectives-plot .js-plotly-plot').layout.shapes"
+                           ".some(s => s.name === name)", arg=SELECTED, timeout=LONG)
+    page.evaluate(SHAPE_JS, shape_change("objectives-plot", SELECTED, shape))  # and a selection shown again: added
+    outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)
     page.get_by_role("tab", name="Chunks").click()
     chunks = page.locator("#chunks-status")
     expect(chunks).to_contain_text("chunks 1,2,2,3 over T=8 steps", timeout=LONG)

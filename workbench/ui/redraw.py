@@ -105,7 +105,7 @@ SHAPE_JS = """
   const ya = s && gd._fullLayout[s.yref?.replace("y", "yaxis")];
   const group = path?.parentNode, clip = group?.getAttribute("clip-path");  // url('<page>#clip<uid>x12y12')
   const subplot = full && clip?.match(new RegExp(`${full.xref}${full.yref}(['"]?[)])$`));
-  if (full && path && s.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear"
+  if (full && path && s?.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear"
       && (clip === null || subplot)) {
     const x = (v) => xa._offset + xa.l2p(v), y = (v) => ya._offset + ya.l2p(v);
     if (subplot) group.setAttribute("clip-path", clip.slice(0, subplot.index) + `${s.xref}${s.yref}${subplot[1]}`);
