@@ -80,7 +80,7 @@ def memory_mb(pid: int) -> dict[str, float]:
     """Resident memory of a process in MB: rss (the target's figure) and, where /proc has them, its anon part (what
     the process allocated) and its file part (pages of shared libraries and other files it maps). The file part
     follows the page cache, not the app: libtorch_cpu.so alone held 153 MB of the app's RSS in a venv installed
-    minutes before and 81 MB an hour later, the anon part the same (issue 24, docs/perf-data/epyc/README.md)."""
+    minutes before and 81 MB some 25 minutes later, the anon part the same (issue 24, docs/perf-data/epyc/README.md)."""
     status = Path(f"/proc/{pid}/status")
     if status.exists():
         fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
