@@ -99,16 +99,16 @@ SHAPE_JS = """
   // A rectangle on linear axes is moved in place: its input and full layout, and the path plotly drew for it
   // ("M x0,y0 H x1 V y1 H x0 Z" in page pixels of its axes). Plotly.relayout re-coerces the whole figure (every
   // trace and axis: ~100 ms for the 40 maps on this machine class) to move one shape.
-  // Its group is clipped to its subplot: the clip follows the shape to its new subplot.
+  // Its group is clipped to its subplot: the clip follows the shape to its new subplot. A shape whose group has no
+  // such clip (paper coordinates, or another plotly that clips elsewhere) is left to plotly.
   const full = gd._fullLayout.shapes?.[k], path = gd.querySelector(`.shapelayer path[data-index="${k}"]`);
   const s = c.shape, xa = s && gd._fullLayout[s.xref?.replace("x", "xaxis")];
   const ya = s && gd._fullLayout[s.yref?.replace("y", "yaxis")];
   const group = path?.parentNode, clip = group?.getAttribute("clip-path");  // url('<page>#clip<uid>x12y12')
   const subplot = full && clip?.match(new RegExp(`${full.xref}${full.yref}(['"]?[)])$`));
-  if (full && path && s?.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear"
-      && (clip === null || subplot)) {
+  if (subplot && path && s?.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear") {
     const x = (v) => xa._offset + xa.l2p(v), y = (v) => ya._offset + ya.l2p(v);
-    if (subplot) group.setAttribute("clip-path", clip.slice(0, subplot.index) + `${s.xref}${s.yref}${subplot[1]}`);
+    group.setAttribute("clip-path", clip.slice(0, subplot.index) + `${s.xref}${s.yref}${subplot[1]}`);
     Object.assign(shapes[k], s);
     for (const key of ["x0", "x1", "y0", "y1", "xref", "yref"]) full[key] = s[key];
     path.setAttribute("d", `M${x(s.x0)},${y(s.y0)}H${x(s.x1)}V${y(s.y1)}H${x(s.x0)}Z`);
