@@ -143,7 +143,21 @@ def pooled_sampling(first: dict, paths: list[str]) -> dict:
     pairs = sorted(p for run in runs for p in run["pair_overheads"])
     return {**first, "overhead": median(pairs), "repeats": len(pairs),
             "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]),
-            "run_medians": [run["overhead"] for run in runs]}
+            "run_medians": [run["overhead"] for run in runs],
+            "recorded_first": sum("order" not in run for run in runs)}
+
+
+def fixed_order(sampling: dict) -> str:
+    """A note where sampling runs timed the recorder first in every pair (`workbench bench` before 53fc09e; its runs
+    carry no "order"); empty where every run alternated which ran first."""
+    if not sampling:
+        return ""
+    fixed = sampling.get("recorded_first", int("order" not in sampling))
+    runs = len(sampling.get("run_medians", ())) or 1
+    if not fixed:
+        return ""
+    which = "the run" if runs == 1 else f"{fixed} of the {runs} runs"
+    return f"; {which} timed the recorder first in every pair (before `workbench bench` alternated the order)"
 
 
 def round_medians(app: dict, key: str) -> str:
@@ -159,12 +173,13 @@ def round_medians(app: dict, key: str) -> str:
 
 def memory_split(app: dict) -> str:
     """What the memory row's figure is made of, where the run recorded it: the app's own allocations and the pages of
-    files it maps (shared libraries), which follow the machine's page cache (scripts/bench_app.py `memory_mb`)."""
+    files it maps (mostly shared libraries), which follow the machine's page cache (scripts/bench_app.py
+    `memory_mb`)."""
     split = app.get("memory_mb", {}).get("generate_credit", {})
     if "anon" not in split or "file" not in split:
         return ""
-    return (f" ({split['anon']:.0f} MB allocated by the app, {split['file']:.0f} MB of shared libraries' pages, "
-            "which follow the page cache: ~80 MB more in a venv installed minutes before)")
+    return (f" ({split['anon']:.0f} MB allocated by the app, {split['file']:.0f} MB of pages of files it maps, "
+            "mostly shared libraries: that part follows the machine's page cache)")
 
 
 def rows(f: dict) -> list[str]:
@@ -207,7 +222,8 @@ def rows(f: dict) -> list[str]:
             + (f" of {len(sampling['run_medians'])} runs pooled (the runs' own medians "
                + " / ".join(f"{100 * m:+.1f}" for m in sampling["run_medians"]) + " %)"
                if len(sampling.get("run_medians", ())) > 1 else "") + ", quartiles "
-            + ("/".join(f"{100 * q:+.1f} %" for q in sampling.get("overhead_quartiles", ())) or "–")),
+            + ("/".join(f"{100 * q:+.1f} %" for q in sampling.get("overhead_quartiles", ())) or "–")
+            + fixed_order(sampling)),
         row("make test on a fresh clone (install included)" + (" **(tests failed)**" if tests.get("exit") else ""),
             tests_median(tests) if not tests.get("exit") else None, "s", 300,
             "scripts/bench_tests.sh: " + median_part(tests) + (f"commit {tests['commit']}, " if tests.get("commit")

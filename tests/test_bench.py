@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from workbench.cli.bench import _timed_pair
+from workbench.cli import bench
 
 
-def test_a_timed_pair_puts_each_function_first_in_every_other_pair():
-    calls = []
-    ta, tb = _timed_pair(lambda: calls.append("a"), lambda: calls.append("b"), repeats=4)
+def test_a_timed_pair_puts_each_function_first_in_every_other_pair_and_keeps_their_times_apart(monkeypatch):
+    clock, calls = [0.0], []
+
+    def run(name: str, seconds: float):
+        def fn():
+            calls.append(name)
+            clock[0] += seconds  # what the function takes, on a clock only the functions move
+        return fn
+
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
+    ta, tb = bench._timed_pair(run("a", 2.0), run("b", 0.5), repeats=4)
     assert calls[:2] == ["a", "b"]  # the warm-up
     pairs = [calls[k:k + 2] for k in range(2, len(calls), 2)]
     assert pairs == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
-    assert len(ta) == len(tb) == 4 and all(t >= 0 for t in ta + tb)  # each function's own times, in its own list
-
-
-def test_a_timed_pair_keeps_each_functions_times_apart():
-    import time
-
-    ta, tb = _timed_pair(lambda: time.sleep(0.02), lambda: None, repeats=3)
-    assert min(ta) >= 0.02 > max(tb)  # b's times never carry a's sleep, whichever ran first
+    assert ta == [2.0] * 4 and tb == [0.5] * 4  # each function's own times, whichever ran first

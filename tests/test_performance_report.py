@@ -35,7 +35,7 @@ def test_rows_carry_the_figures_and_judge_the_targets():
     assert "| 190 ms | ≤ 150 ms | **no** |" in lines["Curve click to updated plots (median)"]
     assert "| 160 ms | ≤ 150 ms | **no** |" in lines["Objectives map click to updated cell (median)"]
     assert "| 650 MB | ≤ 700 MB | yes |" in lines["App memory after Generate + credit"]
-    assert "(500 MB allocated by the app, 150 MB of shared libraries' pages" in lines[
+    assert "(500 MB allocated by the app, 150 MB of pages of files it maps" in lines[
         "App memory after Generate + credit"]  # the split the run recorded
     assert "not measured" in lines["App memory after a lesson run from the app"]
     assert "| 3.10 % | ≤ 5 % | yes |" in lines["Sampling overhead vs a plain diffusers Euler loop (median)"]
@@ -144,7 +144,7 @@ def test_the_memory_row_splits_only_what_a_run_recorded():
     assert report.memory_split({"rss_mb": {"generate_credit": 640.0}}) == ""  # a run from before the split
     assert report.memory_split({"memory_mb": {"generate_credit": {"rss": 640.0}}}) == ""  # psutil only: no split
     split = report.memory_split({"memory_mb": {"generate_credit": {"rss": 643.0, "anon": 501.4, "file": 141.6}}})
-    assert split.startswith(" (501 MB allocated by the app, 142 MB of shared libraries' pages"), split
+    assert split.startswith(" (501 MB allocated by the app, 142 MB of pages of files it maps"), split
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="the split is read from /proc")
@@ -152,3 +152,16 @@ def test_bench_app_splits_the_memory_it_reads():
     memory = load(SCRIPT.parent / "bench_app.py").memory_mb(os.getpid())  # this process, as bench_app reads the app
     assert memory["rss"] > 10 and memory["anon"] > 0 and memory["file"] > 0, memory
     assert memory["anon"] + memory["file"] == approx(memory["rss"], abs=memory["rss"] * 0.05)  # + shared memory
+
+
+def test_the_sampling_row_says_which_runs_timed_the_recorder_first(tmp_path):
+    report = load()
+    first = {"overhead": 0.05, "pair_overheads": [0.04, 0.05, 0.06]}  # bench all's run, before the order alternated
+    later = tmp_path / "sampling.json"
+    later.write_text('{"sampling": {"overhead": 0.02, "pair_overheads": [0.01, 0.02, 0.03], "order": "alternating"}}')
+    pooled = report.pooled_sampling(first, [str(later)])
+    assert report.fixed_order(pooled) == ("; 1 of the 2 runs timed the recorder first in every pair (before "
+                                          "`workbench bench` alternated the order)")
+    assert report.fixed_order({**first, "order": "alternating"}) == ""  # one run that alternated
+    assert report.fixed_order(first).startswith("; the run timed the recorder first")
+    assert report.fixed_order({}) == ""  # no sampling figure at all

@@ -76,9 +76,7 @@ def _page_faults(fn) -> int | None:
 def _timed_pair(a, b, repeats: int, label: str = "timing") -> tuple[list[float], list[float]]:
     """Wall times of a() and b(), run alternately so that machine load hits both alike (after one warm-up), each
     first in every other pair, so that whatever one leaves behind for the next (caches, freed memory) weighs on
-    both alike. No order effect was seen here: a function timed against itself ran as fast first as second (medians
-    -0.7 to +0.2 % over 41 pairs), and the sampling overhead read +3.5 to +6.1 % in three runs with the recording
-    sampler always first and -0.7 to +4.2 % with the plain loop first, within the spread of runs (2026-12-04)."""
+    both alike."""
     a(), b()
     ta, tb = [], []
     for i in range(repeats):
@@ -120,6 +118,7 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) 
     return {"group": group, "steps": steps, "repeats": repeats, "recorded_traj_per_s": group / t_rec,
             "plain_traj_per_s": group / t_plain, "overhead": statistics.median(pairs),
             "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]), "target_overhead": 0.05,
+            "order": "alternating",  # each first in every other pair (`_timed_pair`); before 53fc09e: recorded first
             "pair_overheads": pairs}  # every pair's, sorted: scripts/performance_report.py pools several runs
 
 
