@@ -7,8 +7,10 @@ import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
 from workbench.core.errors import WorkbenchError
+from workbench.flow.sampler import schedule_coefficients, step_from_velocity
 from workbench.flow.schedule import sd3_sigmas
-from workbench.flow.sde import SDE_KINDS, gaussian_log_prob, sde_step_with_logprob, step_mean_std
+from workbench.flow.sde import SDE_KINDS, gaussian_log_prob, sde_step, sde_step_with_logprob, step_mean_std
+from workbench.flow.trajectory import SamplingConfig
 
 
 def _inputs(b=3, seed=0):
@@ -90,3 +92,26 @@ def test_unknown_kind_lists_valid_kinds():
     x, v = _inputs(1)
     with pytest.raises(WorkbenchError, match="flow_grpo, dance_grpo, cps"):
         step_mean_std(x, v, torch.tensor([0.5]), torch.tensor([0.4]), 0.7, "ddim")
+
+
+@pytest.mark.parametrize("kind", SDE_KINDS)
+def test_a_schedules_coefficients_give_each_steps_own_transition(kind):
+    """The table a sampling loop computes once (`schedule_coefficients`) gives, for one step (an int) or for rows
+    at different steps ((B,) indices), exactly the transition computed from that step's own noise levels."""
+    x, v = _inputs()
+    cfg = SamplingConfig(group=3, steps=8, sde=kind, window=(1, 6))
+    sigmas = sd3_sigmas(8, 3.0)
+    table, z = schedule_coefficients(sigmas, cfg), torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
+    level = cfg.noise_level * cfg.sde_mask().float()  # (T,): 0 outside the window
+    for i in range(8):
+        own = sde_step_with_logprob(x, v, sigmas[i].expand(3), sigmas[i + 1].expand(3), level[i].expand(3), kind,
+                                    noise=z, sigma_max=sigmas[1].expand(3))
+        for rows in (i, torch.full((3,), i)):
+            out = sde_step(x, v, table.at(rows), noise=z)
+            for name in ("x_next", "mean", "std", "log_prob", "x0_pred", "noise_scale"):
+                assert torch.equal(getattr(out, name), getattr(own, name)), (kind, i, name)
+    steps = torch.tensor([0, 3, 7])  # one row per step: each row as its own step gives it
+    mixed = step_from_velocity(x, v, sigmas, steps, cfg, noise=z, coefficients=table)
+    for row, i in enumerate(steps.tolist()):
+        alone = step_from_velocity(x[row:row + 1], v[row:row + 1], sigmas, i, cfg, noise=z[row:row + 1])
+        assert torch.equal(mixed.x_next[row], alone.x_next[0]) and torch.equal(mixed.log_prob[row], alone.log_prob[0])

@@ -9,7 +9,7 @@ import torch
 
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.schedule import linspace_sigmas
-from workbench.flow.sde import StepOutput, sde_step_with_logprob
+from workbench.flow.sde import StepCoefficients, StepOutput, sde_step, step_coefficients
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup, offset_seed
 
 
@@ -50,28 +50,35 @@ def group_noise(config: SamplingConfig, latent_shape: tuple[int, ...]) -> tuple[
     return x_T.contiguous(), gen
 
 
+def schedule_coefficients(sigmas: torch.Tensor, config: SamplingConfig) -> StepCoefficients:
+    """The SDE step's coefficients (`flow.sde.step_coefficients`) of all T steps of `config` over sigmas (T + 1,):
+    noise_level inside the SDE window, 0 (a deterministic Euler step) outside it."""
+    level = config.noise_level * config.sde_mask().to(sigmas.device).float()  # (T,)
+    return step_coefficients(sigmas[:-1], sigmas[1:], level, config.sde, sigma_max=sigmas[1].expand(config.steps))
+
+
 def transition(policy: FlowPolicy, x: torch.Tensor, sigmas: torch.Tensor, step: torch.Tensor | int,
                cond: Conditioning, config: SamplingConfig, noise: torch.Tensor | None = None,
-               x_next: torch.Tensor | None = None) -> StepOutput:
+               x_next: torch.Tensor | None = None, coefficients: StepCoefficients | None = None) -> StepOutput:
     """One step for a batch: sample x_next (given `noise`) or score a stored `x_next`.
 
     x: (B, C, H, W); step: int or (B,) step indices into sigmas. Steps outside the SDE window (or
     noise_level 0) are deterministic Euler steps with log_prob 0. This is the function re-scoring
-    and training differentiate through.
+    and training differentiate through. coefficients: `schedule_coefficients(sigmas, config)`, which a loop
+    over steps computes once (by default every call does).
     """
-    step = torch.as_tensor(step, device=sigmas.device).expand(x.shape[0])  # (B,)
-    v = policy.velocity(x, sigmas[step], cond, config.guidance_scale)
-    return step_from_velocity(x, v, sigmas, step, config, noise, x_next)
+    v = policy.velocity(x, sigmas[torch.as_tensor(step, device=sigmas.device).expand(x.shape[0])], cond,
+                        config.guidance_scale)  # sigma (B,)
+    return step_from_velocity(x, v, sigmas, step, config, noise, x_next, coefficients)
 
 
 def step_from_velocity(x: torch.Tensor, v: torch.Tensor, sigmas: torch.Tensor, step: torch.Tensor | int,
                        config: SamplingConfig, noise: torch.Tensor | None = None,
-                       x_next: torch.Tensor | None = None) -> StepOutput:
+                       x_next: torch.Tensor | None = None, coefficients: StepCoefficients | None = None) -> StepOutput:
     """The step of `transition` given the velocity v (B, C, H, W) already evaluated at x."""
-    step = torch.as_tensor(step, device=sigmas.device).expand(x.shape[0])  # (B,)
-    level = config.noise_level * config.sde_mask().to(sigmas.device)[step].float()  # (B,): 0 on ODE steps
-    return sde_step_with_logprob(x, v, sigmas[step], sigmas[step + 1], level, config.sde, noise, x_next,
-                                 sigma_max=sigmas[1].expand(x.shape[0]))
+    coefficients = schedule_coefficients(sigmas, config) if coefficients is None else coefficients
+    rows = step if isinstance(step, int) else torch.as_tensor(step, device=sigmas.device).expand(x.shape[0])  # (B,)
+    return sde_step(x, v, coefficients.at(rows), noise, x_next)
 
 
 @torch.no_grad()
@@ -87,15 +94,18 @@ def sample_groups(policy: FlowPolicy, prompts: list[str], config: SamplingConfig
     seeds = [offset_seed(config.seed, i) for i in range(len(prompts))] if seeds is None else seeds
     configs = [replace(config, seed=s) for s in seeds]
     sigmas = config_sigmas(policy, config)
+    device = policy.device
     noise = [group_noise(c, policy.latent_shape) for c in configs]
-    x = torch.cat([x_T for x_T, _ in noise]).to(policy.device)  # (N * G, C, H, W)
+    x = torch.cat([x_T for x_T, _ in noise]).to(device)  # (N * G, C, H, W)
     cond = policy.encode(prompts, cfg=config.guidance_scale != 1.0).repeat(config.group)
-    steps, sde = config.steps, config.sde_mask()
+    steps, sde, coefficients = config.steps, config.sde_mask().tolist(), schedule_coefficients(sigmas, config)
     states, x0s, means, stds, lps = [x], [], [], [], []
     for t in range(steps):
-        eps = (torch.cat([torch.randn(x_T.shape, generator=gen) for x_T, gen in noise]).to(policy.device)
-               if sde[t] else None)  # (N * G, C, H, W)
-        out = transition(policy, x, sigmas, t, cond, config, noise=eps)
+        eps = None
+        if sde[t]:  # each group's SDE noise from its own generator
+            draws = [torch.randn(x_T.shape, generator=gen) for x_T, gen in noise]
+            eps = (draws[0] if len(draws) == 1 else torch.cat(draws)).to(device)  # (N * G, C, H, W)
+        out = transition(policy, x, sigmas, t, cond, config, noise=eps, coefficients=coefficients)
         x = out.x_next
         states.append(x), x0s.append(out.x0_pred), means.append(out.mean)
         stds.append(out.std), lps.append(out.log_prob)
@@ -128,6 +138,7 @@ def rescore(policy: FlowPolicy, group: TrajectoryGroup) -> torch.Tensor:
     cfg = group.config
     cond = policy.encode([group.prompt], cfg=cfg.guidance_scale != 1.0).repeat(group.group_size)
     sigmas, states = group.sigmas.to(policy.device), group.states.to(policy.device)
-    out = [transition(policy, states[:, t], sigmas, t, cond, cfg, x_next=states[:, t + 1]).log_prob
-           for t in range(group.num_steps)]
+    coefficients = schedule_coefficients(sigmas, cfg)
+    out = [transition(policy, states[:, t], sigmas, t, cond, cfg, x_next=states[:, t + 1],
+                      coefficients=coefficients).log_prob for t in range(group.num_steps)]
     return torch.stack(out, dim=1).cpu()  # (G, T)

@@ -2,7 +2,8 @@
 
 Adapted from flow_grpo's `sde_step_with_logprob` (yifan123/flow_grpo, flow_grpo/diffusers_patch/
 sd3_sde_with_logprob.py): rewritten as pure functions over tensors with explicit sigmas instead of a
-scheduler object, and extended with DanceGRPO's constant-diffusion and CPS variants.
+scheduler object, extended with DanceGRPO's constant-diffusion and CPS variants, and split into the step's
+coefficients (`step_coefficients`, which depend on the noise levels alone) and the step itself (`sde_step`).
 
 Convention: x_t = (1 - t) x_0 + t eps, sampling runs t: 1 -> 0, dt = t_next - t < 0.
 The step log-prob is the MEAN over latent elements (flow_grpo, DanceGRPO and GCPO all do this),
@@ -34,43 +35,77 @@ class StepOutput:
     noise_scale: torch.Tensor | None = None  # (B,) the SDE's sigma_t (see `step_noise_scale`); None = std
 
 
-def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
-                  noise_level: float | torch.Tensor, kind: str = "flow_grpo",
-                  sigma_max: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean (B, C, H, W) and std (B,) of p(x_next | x_t) for one SDE step.
+@dataclass
+class StepCoefficients:
+    """p(x_next | x_t) = N(x_coef x_t + v_coef v, std^2) for S steps (docs/methods.md "SDE step").
 
-    sigma, sigma_next: (B,) current and next noise level (t and t_next). noise_level (float or (B,)) is
-    `a` for flow_grpo and cps, `eta` for dance_grpo; 0 gives the deterministic Euler step for every kind.
-    sigma_max replaces t in sigma_t where t = 1 (the released code uses sigmas[1]; no division by 0).
+    Every kind's mean is affine in x_t and v with coefficients that depend on the noise levels alone, so a loop
+    over a schedule computes them for all its steps once (`step_coefficients` over (T,) sigmas) and takes one
+    step's row at each step (`at`), instead of ~40 operations on (B, 1, 1, 1) tensors per step.
+    """
+
+    x_coef: torch.Tensor  # (S, 1, 1, 1)
+    v_coef: torch.Tensor  # (S, 1, 1, 1)
+    std: torch.Tensor  # (S,) the step's std, 0 for a deterministic step
+    noise_scale: torch.Tensor  # (S,) the SDE's sigma_t (`step_noise_scale`)
+    sigma: torch.Tensor  # (S,) t, for the x0 prediction x_t - t v
+
+    def at(self, step: int | torch.Tensor) -> StepCoefficients:
+        """The rows of step indices `step` (B,), or of one step (an int: one row, which broadcasts over a batch)."""
+        rows = slice(step, step + 1) if isinstance(step, int) else step
+        return StepCoefficients(self.x_coef[rows], self.v_coef[rows], self.std[rows], self.noise_scale[rows],
+                                self.sigma[rows])
+
+
+def step_coefficients(sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level: float | torch.Tensor,
+                      kind: str = "flow_grpo", sigma_max: torch.Tensor | None = None) -> StepCoefficients:
+    """Mean coefficients and std of p(x_next | x_t) for steps sigma -> sigma_next (both (S,), t and t_next).
+
+    noise_level (float or (S,)) is `a` for flow_grpo and cps, `eta` for dance_grpo; 0 gives the deterministic
+    Euler step for every kind. sigma_max replaces t in sigma_t where t = 1 (the released code uses sigmas[1]; no
+    division by 0).
+
+    flow_grpo is the released code's own form. DanceGRPO's mean x + dt (v + eta^2 (x - (1 - t) x0_hat) / (2 t^2))
+    with x0_hat = x - t v expands to flow_grpo's with sigma_t = eta, and CPS's (1 - t_next) x0_hat + s x1_hat with
+    x1_hat = x + (1 - t) v to x_coef = 1 - t_next + s, v_coef = s (1 - t) - (1 - t_next) t; both equal to their
+    released forms up to float32 rounding (tests/test_sde_reference.py).
 
     The log-prob of every kind is the full Normal density (`gaussian_log_prob`). Flow-GRPO's released CPS
     branch keeps only -||x_next - mean||^2 (no constants, no 1 / (2 std^2)), so its ratios move on another
     scale and clip ranges from its CPS configs do not carry over to this one (docs/methods.md "SDE step").
     """
-    x, v = x.float(), v.float()
-    t = sigma.float().view(-1, 1, 1, 1)  # (B, 1, 1, 1)
+    t = sigma.float().view(-1, 1, 1, 1)  # (S, 1, 1, 1)
     t_next = sigma_next.float().view(-1, 1, 1, 1)
     dt = t_next - t  # < 0
-    a = torch.as_tensor(noise_level, dtype=torch.float32, device=x.device).reshape(-1, 1, 1, 1)  # (B or 1, 1, 1, 1)
-    if kind == "flow_grpo":
-        t_safe = torch.where(t >= 1, sigma_max.float().view(-1, 1, 1, 1) if sigma_max is not None else t, t)
-        std_t = a * torch.sqrt(t / (1 - t_safe))  # sigma_t = a sqrt(t / (1 - t))
-        mean = (x * (1 + std_t**2 / (2 * t) * dt)
-                + v * ((1 + std_t**2 * (1 - t) / (2 * t)) * dt))  # coefficients (B, 1, 1, 1) first
-        std = std_t * torch.sqrt(-dt)
-    elif kind == "dance_grpo":  # DanceGRPO flux_step with sde_solver: std = eta sqrt(sigma - sigma_next)
-        std = a * torch.sqrt(-dt)
-        x0_hat = x - t * v
-        # Euler mean plus the score correction: score = -(x - (1 - t) x0_hat) / t^2
-        mean = x + dt * (v + 0.5 * a**2 * (x - (1 - t) * x0_hat) / t**2)
+    a = torch.as_tensor(noise_level, dtype=torch.float32, device=t.device).reshape(-1, 1, 1, 1)  # (S or 1, 1, 1, 1)
+    if kind in ("flow_grpo", "dance_grpo"):
+        if kind == "flow_grpo":  # sigma_t = a sqrt(t / (1 - t))
+            t_safe = torch.where(t >= 1, sigma_max.float().view(-1, 1, 1, 1) if sigma_max is not None else t, t)
+            sigma_t = a * torch.sqrt(t / (1 - t_safe))
+        else:  # DanceGRPO flux_step with sde_solver: sigma_t = eta
+            sigma_t = a
+        x_coef = 1 + sigma_t**2 / (2 * t) * dt
+        v_coef = (1 + sigma_t**2 * (1 - t) / (2 * t)) * dt
+        std = sigma_t * torch.sqrt(-dt)
     elif kind == "cps":  # Coefficients-Preserving Sampling (arXiv 2509.05952)
         std = t_next * torch.sin(a * math.pi / 2)
-        x0_hat = x - t * v
-        x1_hat = x + (1 - t) * v
-        mean = (1 - t_next) * x0_hat + torch.sqrt((t_next**2 - std**2).clamp_min(0)) * x1_hat
+        s = torch.sqrt((t_next**2 - std**2).clamp_min(0))
+        x_coef = (1 - t_next) + s
+        v_coef = s * (1 - t) - (1 - t_next) * t
     else:
         raise WorkbenchError(f"unknown SDE kind '{kind}'; valid kinds: {', '.join(SDE_KINDS)}")
-    return mean, std.reshape(-1).expand(x.shape[0])
+    x_coef, v_coef, std, t = torch.broadcast_tensors(x_coef, v_coef, std, t)  # every field S rows
+    std, sigma_all = std.reshape(-1), t.reshape(-1)  # (S,)
+    return StepCoefficients(x_coef, v_coef, std, step_noise_scale(std, sigma_all, t_next.reshape(-1), kind),
+                            sigma_all)
+
+
+def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
+                  noise_level: float | torch.Tensor, kind: str = "flow_grpo",
+                  sigma_max: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean (B, C, H, W) and std (B,) of p(x_next | x_t) for one SDE step (`step_coefficients`)."""
+    c = step_coefficients(sigma, sigma_next, noise_level, kind, sigma_max)
+    return x.float() * c.x_coef + v.float() * c.v_coef, c.std.expand(x.shape[0])
 
 
 def step_noise_scale(std: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, kind: str) -> torch.Tensor:
@@ -96,16 +131,20 @@ def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tenso
     return -sq / (2 * std**2) - torch.log(std) - _LOG_SQRT_2PI
 
 
-def sde_step_with_logprob(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
-                          noise_level: float | torch.Tensor = 0.7, kind: str = "flow_grpo",
-                          noise: torch.Tensor | None = None, x_next: torch.Tensor | None = None,
-                          sigma_max: torch.Tensor | None = None) -> StepOutput:
-    """Sample x_next ~ N(mean, std^2) (or score a given x_next) and return its log-prob.
 
-    With noise_level 0 (or std 0, e.g. the last CPS step) the step is the deterministic Euler/ODE step,
+
+def sde_step(x: torch.Tensor, v: torch.Tensor, coefficients: StepCoefficients, noise: torch.Tensor | None = None,
+             x_next: torch.Tensor | None = None) -> StepOutput:
+    """Sample x_next ~ N(mean, std^2) (or score a given x_next) and return its log-prob; x, v: (B, C, H, W),
+    coefficients: B rows or one (`StepCoefficients.at`).
+
+    With std 0 (noise level 0, or the last CPS step) the step is the deterministic Euler/ODE step,
     x_next = mean, and log_prob is 0 by convention (a deterministic step carries no ratio).
     """
-    mean, std = step_mean_std(x, v, sigma, sigma_next, noise_level, kind, sigma_max)
+    c = coefficients
+    x, v = x.float(), v.float()
+    mean = x * c.x_coef + v * c.v_coef  # (B, C, H, W), coefficients (B or 1, 1, 1, 1) first
+    std = c.std.expand(x.shape[0])  # (B,)
     if x_next is None:
         if noise is None:
             noise = torch.randn_like(mean)
@@ -113,5 +152,14 @@ def sde_step_with_logprob(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor,
     deterministic = std <= 0  # (B,)
     log_prob = gaussian_log_prob(x_next, mean, torch.where(deterministic, torch.ones_like(std), std))
     log_prob = torch.where(deterministic, torch.zeros_like(log_prob), log_prob)
-    x0_pred = torch.addcmul(x.float(), sigma.float().view(-1, 1, 1, 1), v.float(), value=-1)
-    return StepOutput(x_next, mean, std, log_prob, x0_pred, step_noise_scale(std, sigma, sigma_next, kind))
+    x0_pred = torch.addcmul(x, c.sigma.view(-1, 1, 1, 1), v, value=-1)
+    return StepOutput(x_next, mean, std, log_prob, x0_pred, c.noise_scale.expand(x.shape[0]))
+
+
+def sde_step_with_logprob(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
+                          noise_level: float | torch.Tensor = 0.7, kind: str = "flow_grpo",
+                          noise: torch.Tensor | None = None, x_next: torch.Tensor | None = None,
+                          sigma_max: torch.Tensor | None = None) -> StepOutput:
+    """One step from its noise levels: `sde_step` with `step_coefficients(sigma, sigma_next, noise_level, kind,
+    sigma_max)` (sigma, sigma_next: (B,) or (1,))."""
+    return sde_step(x, v, step_coefficients(sigma, sigma_next, noise_level, kind, sigma_max), noise, x_next)

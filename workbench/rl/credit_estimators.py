@@ -76,13 +76,14 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
     exception raised from it (a cancelled event) stops the work there. `precision` (core/precision.py) is the
     numerics of the transformer's evaluations; the states and rewards stay float32.
     """
-    from workbench.flow.sampler import step_from_velocity
+    from workbench.flow.sampler import schedule_coefficients, step_from_velocity
 
     cfg = group.config if noise_level is None else replace(group.config, noise_level=noise_level)
     t_steps, shape = group.num_steps, group.states.shape[2:]
     order = rows[:, 1].argsort(stable=True)
     rows = rows[order]  # sorted by start state
     sigmas, sde = group.sigmas.to(policy.device), cfg.sde_mask()
+    coefficients = schedule_coefficients(sigmas, cfg)  # every step's, once
     cond = policy.encode([group.prompt], cfg=cfg.guidance_scale != 1.0)
     x = torch.empty(0, *shape, device=policy.device)  # active rows (A, C, H, W)
     held = torch.empty(0, dtype=torch.long)  # (A,) the state each row holds: i * T + s until its first noisy step
@@ -103,7 +104,8 @@ def run_continuations(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, row
             v = torch.cat(v)[inverse.to(x.device)]  # (A, C, H, W)
             noise = _step_noise(active, u, seed, crn, shape).to(policy.device) if sde[u] else None
             parts = noise.split(max_rows) if noise is not None else [None] * len(x.split(max_rows))
-            x = torch.cat([step_from_velocity(xb, vb, sigmas, u, cfg, noise=nb).x_next.to(xb.dtype)  # keep the dtype
+            x = torch.cat([step_from_velocity(xb, vb, sigmas, u, cfg, noise=nb, coefficients=coefficients)
+                           .x_next.to(xb.dtype)  # keep the dtype
                            for xb, vb, nb in zip(x.split(max_rows), v.split(max_rows), parts)])
             if sde[u]:  # each row drew its own noise: from here on no two rows are known to hold one state
                 held = -1 - torch.arange(len(held))
