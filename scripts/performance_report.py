@@ -144,7 +144,18 @@ def pooled_sampling(first: dict, paths: list[str]) -> dict:
     return {**first, "overhead": median(pairs), "repeats": len(pairs),
             "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]),
             "run_medians": [run["overhead"] for run in runs],
-            "recorded_first": sum("order" not in run for run in runs)}
+            "recorded_first": sum("order" not in run for run in runs),
+            **{key: median(values) for key in ("recorder_ms_per_step", "recorder_share")
+               if (values := [run[key] for run in runs if key in run])}}
+
+
+def recorder_part(sampling: dict) -> str:
+    """The recorder's own work, timed with the transformer replaced by v = 0 (`workbench bench sampling`, from
+    this page's commit on; median of the runs that have it); empty for older runs."""
+    if "recorder_share" not in sampling:
+        return ""
+    return (f"; without the model (v = 0) the recorder's own work is {sampling['recorder_ms_per_step']:.2f} ms per "
+            f"step, {100 * sampling['recorder_share']:.1f} % of the plain loop's time with it")
 
 
 def fixed_order(sampling: dict) -> str:
@@ -223,7 +234,7 @@ def rows(f: dict) -> list[str]:
                + " / ".join(f"{100 * m:+.1f}" for m in sampling["run_medians"]) + " %)"
                if len(sampling.get("run_medians", ())) > 1 else "") + ", quartiles "
             + ("/".join(f"{100 * q:+.1f} %" for q in sampling.get("overhead_quartiles", ())) or "–")
-            + fixed_order(sampling)),
+            + fixed_order(sampling) + recorder_part(sampling)),
         row("make test on a fresh clone (install included)" + (" **(tests failed)**" if tests.get("exit") else ""),
             tests_median(tests) if not tests.get("exit") else None, "s", 300,
             "scripts/bench_tests.sh: " + median_part(tests) + (f"commit {tests['commit']}, " if tests.get("commit")

@@ -20,3 +20,20 @@ def test_a_timed_pair_puts_each_function_first_in_every_other_pair_and_keeps_the
     pairs = [calls[k:k + 2] for k in range(2, len(calls), 2)]
     assert pairs == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
     assert ta == [2.0] * 4 and tb == [0.5] * 4  # each function's own times, whichever ran first
+
+
+def test_bench_sampling_times_the_recorder_without_the_model_and_gives_the_model_back(random_policy):
+    calls = []
+
+    def counting(*args):  # the transformer, counted
+        calls.append(1)
+        return type(random_policy).denoise(random_policy, *args)
+
+    random_policy.denoise = counting
+    try:
+        r = bench.bench_sampling(random_policy, group=2, steps=3, repeats=1)
+        assert random_policy.denoise is counting  # given back
+    finally:
+        del random_policy.denoise
+    assert len(calls) == 2 * 2 * 3  # the warm-up and one pair of both loops, 3 steps each; none in the bare loops
+    assert {"recorder_ms_per_step", "recorder_share", "overhead", "pair_overheads"} <= set(r)

@@ -165,3 +165,19 @@ def test_the_sampling_row_says_which_runs_timed_the_recorder_first(tmp_path):
     assert report.fixed_order({**first, "order": "alternating"}) == ""  # one run that alternated
     assert report.fixed_order(first).startswith("; the run timed the recorder first")
     assert report.fixed_order({}) == ""  # no sampling figure at all
+
+
+def test_the_sampling_row_gives_the_recorders_own_work_of_the_runs_that_timed_it(tmp_path):
+    report = load()
+    first = {"overhead": 0.03, "pair_overheads": [0.03], "order": "alternating"}  # a run from before the figure
+    later = [tmp_path / f"s{k}.json" for k in range(2)]
+    for path, ms, share in zip(later, (0.2, 0.4), (0.01, 0.03)):
+        path.write_text(__import__("json").dumps({"sampling": {"overhead": 0.02, "pair_overheads": [0.02],
+                                                               "order": "alternating", "recorder_ms_per_step": ms,
+                                                               "recorder_share": share}}))
+    sampling = report.pooled_sampling(first, [str(p) for p in later])
+    assert sampling["recorder_ms_per_step"] == approx(0.3) and sampling["recorder_share"] == approx(0.02)
+    line = next(line for line in report.render({"cores": 2, "torch": "2.13.0", "sampling": sampling}).splitlines()
+                if line.startswith("| Sampling overhead"))
+    assert line.endswith("recorder's own work is 0.30 ms per step, 2.0 % of the plain loop's time with it |")
+    assert report.recorder_part({"overhead": 0.03}) == ""

@@ -89,8 +89,19 @@ def _timed_pair(a, b, repeats: int, label: str = "timing") -> tuple[list[float],
     return ta, tb
 
 
+def _constant_velocity(x: torch.Tensor, sigma, embeds, pooled) -> torch.Tensor:
+    """A stand-in for the transformer that costs nothing: v = 0."""
+    return torch.zeros_like(x)
+
+
 def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) -> dict:
-    """Trajectories per second: our recording SDE sampler vs a plain Euler loop with diffusers' scheduler."""
+    """Trajectories per second: our recording SDE sampler vs a plain Euler loop with diffusers' scheduler.
+
+    The overhead of each alternating pair moves by several points with the machine's load (docs/performance.md),
+    so the loops also run with the transformer replaced by v = 0 (`_constant_velocity`): what is left of their
+    difference is the recorder's own work (noise draws, the step's log-prob, the stored states), per step and as a
+    share of the plain loop's time with the model, a figure the load moves far less.
+    """
     from diffusers import FlowMatchEulerDiscreteScheduler
 
     from workbench.flow.sampler import sample_group
@@ -115,10 +126,17 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) 
     recs, plains = _timed_pair(recorded, plain, repeats, f"sampling G={group} T={steps}, repeats")
     t_rec, t_plain = statistics.median(recs), statistics.median(plains)
     pairs = sorted(r / p - 1 for r, p in zip(recs, plains))  # the overhead of each alternating pair
+    real, policy.denoise = policy.denoise, _constant_velocity  # both loops again without the transformer
+    try:
+        bare_rec, bare_plain = _timed_pair(recorded, plain, 5 * repeats, "sampling without the model, repeats")
+    finally:
+        policy.denoise = real
+    own = statistics.median(bare_rec) - statistics.median(bare_plain)  # seconds the recorder adds per group
     return {"group": group, "steps": steps, "repeats": repeats, "recorded_traj_per_s": group / t_rec,
             "plain_traj_per_s": group / t_plain, "overhead": statistics.median(pairs),
             "overhead_quartiles": (pairs[len(pairs) // 4], pairs[(3 * len(pairs)) // 4]), "target_overhead": 0.05,
             "order": "alternating",  # each first in every other pair (`_timed_pair`); before 53fc09e: recorded first
+            "recorder_ms_per_step": 1000 * own / steps, "recorder_share": own / t_plain,
             "pair_overheads": pairs}  # every pair's, sorted: scripts/performance_report.py pools several runs
 
 
@@ -242,7 +260,8 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
               f"plain diffusers Euler {r['plain_traj_per_s']:.1f} traj/s, recording overhead "
               f"{100 * r['overhead']:+.1f} % (median of {r['repeats']} alternating pairs, quartiles "
               f"{100 * r['overhead_quartiles'][0]:+.1f} / {100 * r['overhead_quartiles'][1]:+.1f} %; "
-              f"target <= {100 * r['target_overhead']:.0f} %)")
+              f"target <= {100 * r['target_overhead']:.0f} %); the recorder's own work without the model "
+              f"{r['recorder_ms_per_step']:.2f} ms per step, {100 * r['recorder_share']:.1f} % of the plain loop")
     if which in ("credit", "all"):
         r = figures["credit"] = bench_credit(policy, group or 8, steps, continuations, repeats or 2)
         print(f"credit    G={r['group']} T={r['steps']} M={r['continuations']}: {r['credit_s']:.2f} s in "
