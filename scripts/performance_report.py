@@ -17,8 +17,9 @@ the credit figure under glibc's own allocator settings (workbench/core/heap.py).
 machine right after, with this commit's benchmark (`git worktree add /tmp/old SHA; cp scripts/bench_app.py
 /tmp/old/scripts/; cd /tmp/old; python scripts/bench_app.py --json OLD.json`):
 this machine's speed drifts by tens of percent between hours, so a figure is compared with its baseline of the
-same hour, not with an older page. `--lesson-commit SHA` says which commit the lesson's memory was measured on
-when it is older than the rest.
+same hour, not with an older page. `--baseline-sampling S.json [S2.json ...]` adds the baseline commit's
+`workbench bench sampling` runs (this commit's bench copied in), pooled, beside this commit's. `--lesson-commit SHA`
+says which commit the lesson's memory was measured on when it is older than the rest.
 
 Every number in the page comes from that file; the page says how each was measured and on which machine. Keep the
 JSON files under docs/perf-data/<machine>/ with the commands that made them (docs/perf-data/xeon/README.md made
@@ -270,7 +271,26 @@ def baseline_lines(f: dict) -> list[str]:
             digits = 0 if unit == "ms" else 2
             lines.append(f"| {name} | {now:.{digits}f} {unit}{round_medians(now_app, key)} | "
                          f"{then:.{digits}f} {unit}{round_medians(then_app, key)} |")
-    return [*lines, ""]
+    return [*lines, *sampling_against(f.get("sampling", {}), f.get("baseline_sampling")), ""]
+
+
+def sampling_against(now: dict, then: dict | None) -> list[str]:
+    """Rows of the sampling figures beside the baseline commit's (`--baseline-sampling`: its runs of `workbench
+    bench sampling`, this commit's benchmark, alternated with this commit's runs); empty without them."""
+    if not then or "overhead" not in now:
+        return []
+
+    def overhead(s: dict) -> str:
+        return (f"{100 * s['overhead']:+.2f} % over {s['repeats']} pairs (quartiles "
+                + " / ".join(f"{100 * q:+.1f}" for q in s["overhead_quartiles"]) + " %)")
+
+    rows = [f"| Sampling overhead (`workbench bench sampling`, pairs of its runs pooled) | {overhead(now)} | "
+            f"{overhead(then)} |"]
+    if "recorder_ms_per_step" in now and "recorder_ms_per_step" in then:
+        rows.append("| The recorder's own work without the model (median of runs) | "
+                    + " | ".join(f"{s['recorder_ms_per_step']:.2f} ms per step, {100 * s['recorder_share']:.1f} % of "
+                                 "the plain loop" for s in (now, then)) + " |")
+    return rows
 
 
 def credit_lines(credit: dict, default_heap: dict | None = None) -> list[str]:
@@ -381,6 +401,8 @@ def main() -> None:
                    "--json FILE` (glibc's own allocator settings)")
     p.add_argument("--sampling", nargs="+", default=None, help="the JSON of further `workbench bench sampling "
                    "--json` runs: their pairs are pooled with bench all's")
+    p.add_argument("--baseline-sampling", nargs="+", default=None, help="the JSON of `workbench bench sampling "
+                   "--json` runs on the baseline commit (this commit's bench), pooled beside this commit's")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     figures = json.loads(Path(args.figures).read_text())
@@ -405,6 +427,9 @@ def main() -> None:
         figures["baseline_commit"] = args.baseline_commit
     if args.sampling:
         figures["sampling"] = pooled_sampling(figures["sampling"], args.sampling)
+    if args.baseline_sampling:
+        first, *rest = args.baseline_sampling
+        figures["baseline_sampling"] = pooled_sampling(json.loads(Path(first).read_text())["sampling"], rest)
     if args.heap_default:
         figures["credit_default_heap"] = json.loads(Path(args.heap_default).read_text())["credit"]
     Path(args.out).write_text(render(figures))

@@ -181,3 +181,19 @@ def test_the_sampling_row_gives_the_recorders_own_work_of_the_runs_that_timed_it
                 if line.startswith("| Sampling overhead"))
     assert line.endswith("recorder's own work is 0.30 ms per step, 2.0 % of the plain loop's time with it |")
     assert report.recorder_part({"overhead": 0.03}) == ""
+
+
+def test_the_baseline_table_gives_both_commits_sampling_figures():
+    report = load()
+    run = {"overhead": 0.03, "repeats": 4, "overhead_quartiles": (0.01, 0.05), "recorder_ms_per_step": 0.4,
+           "recorder_share": 0.018}
+    old = {**run, "overhead": 0.04, "recorder_ms_per_step": 0.6, "recorder_share": 0.027}
+    page = report.render({"cores": 2, "torch": "2.13.0", "sampling": run, "baseline": {"edit_ms": [90]},
+                          "app": {"edit_ms": [80]}, "baseline_commit": "abc1234", "baseline_sampling": old})
+    lines = [line for line in page.splitlines() if line.startswith("| Sampling overhead (`workbench")
+             or line.startswith("| The recorder's own work")]
+    assert lines == ["| Sampling overhead (`workbench bench sampling`, pairs of its runs pooled) | +3.00 % over 4 "
+                     "pairs (quartiles +1.0 / +5.0 %) | +4.00 % over 4 pairs (quartiles +1.0 / +5.0 %) |",
+                     "| The recorder's own work without the model (median of runs) | 0.40 ms per step, 1.8 % of the "
+                     "plain loop | 0.60 ms per step, 2.7 % of the plain loop |"]
+    assert report.sampling_against(run, None) == []
