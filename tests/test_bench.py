@@ -37,3 +37,9 @@ def test_bench_sampling_times_the_recorder_without_the_model_and_gives_the_model
         del random_policy.denoise
     assert len(calls) == 2 * 2 * 3  # the warm-up and one pair of both loops, 3 steps each; none in the bare loops
     assert {"recorder_ms_per_step", "recorder_share", "overhead", "pair_overheads"} <= set(r)
+
+
+def test_the_plain_loop_gives_its_images_on_the_cpu(random_policy):
+    images = bench.plain_euler(random_policy, group=2, steps=3)
+    assert images.shape == (2, 3, 32, 32) and images.device.type == "cpu"
+    assert 0 <= images.min() and images.max() <= 1

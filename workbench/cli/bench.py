@@ -89,6 +89,23 @@ def _timed_pair(a, b, repeats: int, label: str = "timing") -> tuple[list[float],
     return ta, tb
 
 
+@torch.no_grad()
+def plain_euler(policy, group: int, steps: int) -> torch.Tensor:
+    """`group` images of PROMPT with diffusers' Euler scheduler and nothing recorded: the baseline of the sampling
+    figures. Returns the images (G, 3, H, W) on the CPU, where a caller reads them (on a GPU: the wait for them)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    sched = FlowMatchEulerDiscreteScheduler(shift=policy.default_shift)
+    sched.set_timesteps(steps)
+    cond = policy.encode([PROMPT]).repeat(group)
+    x = torch.randn(group, *policy.latent_shape, device=policy.device)  # on the model's device, as sampling's
+    sigmas = sched.sigmas.to(policy.device)
+    for i, t in enumerate(sched.timesteps):
+        v = policy.denoise(x, sigmas[i].expand(group), cond.embeds, cond.pooled)
+        x = sched.step(v, t, x).prev_sample
+    return policy.decode(x).cpu()
+
+
 def _constant_velocity(x: torch.Tensor, sigma, embeds, pooled) -> torch.Tensor:
     """A stand-in for the transformer that costs nothing: v = 0."""
     return torch.zeros_like(x)
@@ -102,8 +119,6 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) 
     difference is the recorder's own work (noise draws, the step's log-prob, the stored states), per step and as a
     share of the plain loop's time with the model, a figure the load moves far less.
     """
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
     from workbench.flow.sampler import sample_group
 
     config = SamplingConfig(group=group, steps=steps)
@@ -111,17 +126,8 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) 
     def recorded():
         sample_group(policy, PROMPT, config)
 
-    @torch.no_grad()
     def plain():
-        sched = FlowMatchEulerDiscreteScheduler(shift=policy.default_shift)
-        sched.set_timesteps(steps)
-        cond = policy.encode([PROMPT]).repeat(group)
-        x = torch.randn(group, *policy.latent_shape, device=policy.device)  # on the model's device, as sampling's
-        sigmas = sched.sigmas.to(policy.device)
-        for i, t in enumerate(sched.timesteps):
-            v = policy.denoise(x, sigmas[i].expand(group), cond.embeds, cond.pooled)
-            x = sched.step(v, t, x).prev_sample
-        policy.decode(x)
+        plain_euler(policy, group, steps)
 
     recs, plains = _timed_pair(recorded, plain, repeats, f"sampling G={group} T={steps}, repeats")
     t_rec, t_plain = statistics.median(recs), statistics.median(plains)
