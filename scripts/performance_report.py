@@ -427,6 +427,8 @@ def main() -> None:
         figures["baseline_commit"] = args.baseline_commit
     if args.sampling:
         figures["sampling"] = pooled_sampling(figures["sampling"], args.sampling)
+    if args.baseline_sampling and not args.baseline:
+        raise SystemExit("--baseline-sampling goes in the table of --baseline: give the baseline's browser runs too")
     if args.baseline_sampling:
         first, *rest = args.baseline_sampling
         figures["baseline_sampling"] = pooled_sampling(json.loads(Path(first).read_text())["sampling"], rest)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workbench.cli import bench
 
 
@@ -39,7 +41,14 @@ def test_bench_sampling_times_the_recorder_without_the_model_and_gives_the_model
     assert {"recorder_ms_per_step", "recorder_share", "overhead", "pair_overheads"} <= set(r)
 
 
-def test_the_plain_loop_gives_its_images_on_the_cpu(random_policy):
-    images = bench.plain_euler(random_policy, group=2, steps=3)
-    assert images.shape == (2, 3, 32, 32) and images.device.type == "cpu"
-    assert 0 <= images.min() and images.max() <= 1
+
+def test_the_recorders_own_work_is_the_difference_of_the_bare_loops_per_step_and_over_the_plain_loop(
+        random_policy, monkeypatch):
+    timings = iter([([1.0, 1.2, 1.1], [1.0, 1.0, 1.0]),  # with the model: recorded, plain (s)
+                    ([0.05, 0.06, 0.07], [0.02, 0.02, 0.02])])  # without it
+
+    monkeypatch.setattr(bench, "_timed_pair", lambda a, b, repeats, label="": next(timings))
+    r = bench.bench_sampling(random_policy, group=2, steps=4, repeats=3)
+    assert r["overhead"] == pytest.approx(0.1) and r["pair_overheads"] == pytest.approx([0.0, 0.1, 0.2])
+    assert r["recorder_ms_per_step"] == pytest.approx(1000 * (0.06 - 0.02) / 4)  # medians' difference per step
+    assert r["recorder_share"] == pytest.approx((0.06 - 0.02) / 1.0)  # of the plain loop with the model

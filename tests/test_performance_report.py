@@ -197,3 +197,15 @@ def test_the_baseline_table_gives_both_commits_sampling_figures():
                      "| The recorder's own work without the model (median of runs) | 0.40 ms per step, 1.8 % of the "
                      "plain loop | 0.60 ms per step, 2.7 % of the plain loop |"]
     assert report.sampling_against(run, None) == []
+
+
+def test_baseline_sampling_without_the_baseline_stops_with_a_message(tmp_path, monkeypatch):
+    report = load()
+    figures = tmp_path / "bench.json"
+    figures.write_text('{"cores": 2, "sampling": {"overhead": 0.03, "pair_overheads": [0.03]}}')
+    out = tmp_path / "page.md"
+    monkeypatch.setattr("sys.argv", ["performance_report.py", str(figures), "--baseline-sampling", str(figures),
+                                     "--out", str(out)])
+    with pytest.raises(SystemExit, match="--baseline-sampling goes in the table of --baseline"):
+        report.main()
+    assert not out.exists()

@@ -115,3 +115,25 @@ def test_a_schedules_coefficients_give_each_steps_own_transition(kind):
     for row, i in enumerate(steps.tolist()):
         alone = step_from_velocity(x[row:row + 1], v[row:row + 1], sigmas, i, cfg, noise=z[row:row + 1])
         assert torch.equal(mixed.x_next[row], alone.x_next[0]) and torch.equal(mixed.log_prob[row], alone.log_prob[0])
+
+
+
+def test_flow_grpo_steps_are_bit_equal_to_the_per_row_form_before_the_coefficients():
+    """The flow_grpo step as the workbench computed it before `step_coefficients` (9dab0bd: the released
+    expressions on (B, 1, 1, 1) sigmas, per call): samples, log-probs and x0 predictions stay bit for bit."""
+    x, v = _inputs()
+    sigmas, a = sd3_sigmas(8, 3.0), 0.7
+    z = torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
+    for i in range(8):
+        t, t_next = sigmas[i].expand(3).view(-1, 1, 1, 1), sigmas[i + 1].expand(3).view(-1, 1, 1, 1)
+        dt = t_next - t
+        t_safe = torch.where(t >= 1, sigmas[1].expand(3).view(-1, 1, 1, 1), t)
+        std_t = a * torch.sqrt(t / (1 - t_safe))
+        mean = x * (1 + std_t**2 / (2 * t) * dt) + v * ((1 + std_t**2 * (1 - t) / (2 * t)) * dt)
+        std = (std_t * torch.sqrt(-dt)).reshape(-1)
+        x_next = torch.addcmul(mean, std.view(-1, 1, 1, 1), z)
+        out = sde_step_with_logprob(x, v, sigmas[i].expand(3), sigmas[i + 1].expand(3), a, noise=z,
+                                    sigma_max=sigmas[1].expand(3))
+        assert torch.equal(out.mean, mean) and torch.equal(out.std, std) and torch.equal(out.x_next, x_next), i
+        assert torch.equal(out.x0_pred, torch.addcmul(x, t, v, value=-1)), i
+        assert torch.equal(out.log_prob, gaussian_log_prob(x_next, mean, std)), i

@@ -65,10 +65,11 @@ def step_coefficients(sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level
     Euler step for every kind. sigma_max replaces t in sigma_t where t = 1 (the released code uses sigmas[1]; no
     division by 0).
 
-    flow_grpo is the released code's own form. DanceGRPO's mean x + dt (v + eta^2 (x - (1 - t) x0_hat) / (2 t^2))
-    with x0_hat = x - t v expands to flow_grpo's with sigma_t = eta, and CPS's (1 - t_next) x0_hat + s x1_hat with
-    x1_hat = x + (1 - t) v to x_coef = 1 - t_next + s, v_coef = s (1 - t) - (1 - t_next) t; both equal to their
-    released forms up to float32 rounding (tests/test_sde_reference.py).
+    flow_grpo's coefficients are the released code's expressions. DanceGRPO's mean
+    x + dt (v + eta^2 (x - (1 - t) x0_hat) / (2 t^2)) with x0_hat = x - t v expands to flow_grpo's with sigma_t = eta,
+    and CPS's (1 - t_next) x0_hat + s x1_hat with x1_hat = x + (1 - t) v to x_coef = 1 - t_next + s,
+    v_coef = s (1 - t) - (1 - t_next) t; both equal their released forms up to float32 rounding
+    (tests/test_sde_reference.py).
 
     The log-prob of every kind is the full Normal density (`gaussian_log_prob`). Flow-GRPO's released CPS
     branch keeps only -||x_next - mean||^2 (no constants, no 1 / (2 std^2)), so its ratios move on another
@@ -129,8 +130,6 @@ def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tenso
     std = std.float()
     sq = (x_next.float() - mean.float()).square().flatten(1).mean(dim=1)  # (B,)
     return -sq / (2 * std**2) - torch.log(std) - _LOG_SQRT_2PI
-
-
 
 
 def sde_step(x: torch.Tensor, v: torch.Tensor, coefficients: StepCoefficients, noise: torch.Tensor | None = None,
