@@ -50,6 +50,10 @@ class StepCoefficients:
     noise_scale: torch.Tensor  # (S,) the SDE's sigma_t (`step_noise_scale`)
     sigma: torch.Tensor  # (S,) t, for the x0 prediction x_t - t v
 
+    def mean(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The step's mean x_coef x + v_coef v (B, C, H, W), in float32."""
+        return x.float() * self.x_coef + v.float() * self.v_coef  # coefficients (B or 1, 1, 1, 1) first
+
     def at(self, step: int | torch.Tensor) -> StepCoefficients:
         """The rows of step indices `step` (B,), or of one step (an int: one row, which broadcasts over a batch)."""
         rows = slice(step, step + 1) if isinstance(step, int) else step
@@ -106,7 +110,7 @@ def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_n
                   sigma_max: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean (B, C, H, W) and std (B,) of p(x_next | x_t) for one SDE step (`step_coefficients`)."""
     c = step_coefficients(sigma, sigma_next, noise_level, kind, sigma_max)
-    return x.float() * c.x_coef + v.float() * c.v_coef, c.std.expand(x.shape[0])
+    return c.mean(x, v), c.std.expand(x.shape[0])
 
 
 def step_noise_scale(std: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, kind: str) -> torch.Tensor:
@@ -142,7 +146,7 @@ def sde_step(x: torch.Tensor, v: torch.Tensor, coefficients: StepCoefficients, n
     """
     c = coefficients
     x, v = x.float(), v.float()
-    mean = x * c.x_coef + v * c.v_coef  # (B, C, H, W), coefficients (B or 1, 1, 1, 1) first
+    mean = c.mean(x, v)  # (B, C, H, W)
     std = c.std.expand(x.shape[0])  # (B,)
     if x_next is None:
         if noise is None:
