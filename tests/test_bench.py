@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+import torch
 
 from workbench.cli import bench
 
@@ -33,12 +36,30 @@ def test_bench_sampling_times_the_recorder_without_the_model_and_gives_the_model
 
     random_policy.denoise = counting
     try:
+        before = dict(vars(random_policy))
         r = bench.bench_sampling(random_policy, group=2, steps=3, repeats=1)
-        assert random_policy.denoise is counting  # given back
+        assert vars(random_policy) == before  # the bare loops ran on a copy
     finally:
         del random_policy.denoise
     assert len(calls) == 2 * 2 * 3  # the warm-up and one pair of both loops, 3 steps each; none in the bare loops
     assert {"recorder_ms_per_step", "recorder_share", "overhead", "pair_overheads"} <= set(r)
+
+
+def test_bench_sampling_leaves_no_attribute_on_the_policy_that_a_moved_copy_would_inherit(random_policy):
+    """An instance attribute `denoise` left behind (the bound method of the original) would make every
+    `with_transformer` copy denoise with the original weights: moved log-probs that never moved."""
+    before = set(vars(random_policy))
+    bench.bench_sampling(random_policy, group=2, steps=2, repeats=1)
+    assert set(vars(random_policy)) == before
+    moved = random_policy.with_transformer(copy.deepcopy(random_policy.transformer))
+    with torch.no_grad():
+        for p in moved.transformer.parameters():
+            p.add_(0.05)
+    x, sigma = torch.randn(1, *random_policy.latent_shape), torch.tensor([0.5])
+    cond = random_policy.encode(["a red circle"])
+    with torch.no_grad():
+        assert not torch.equal(moved.denoise(x, sigma, cond.embeds, cond.pooled),
+                               random_policy.denoise(x, sigma, cond.embeds, cond.pooled))
 
 
 

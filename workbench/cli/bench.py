@@ -14,6 +14,7 @@ current table.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import sys
 import time
@@ -123,20 +124,17 @@ def bench_sampling(policy, group: int = 16, steps: int = 16, repeats: int = 21) 
 
     config = SamplingConfig(group=group, steps=steps)
 
-    def recorded():
-        sample_group(policy, PROMPT, config)
+    def loops(sampler):
+        return (lambda: sample_group(sampler, PROMPT, config)), (lambda: plain_euler(sampler, group, steps))
 
-    def plain():
-        plain_euler(policy, group, steps)
-
-    recs, plains = _timed_pair(recorded, plain, repeats, f"sampling G={group} T={steps}, repeats")
+    recs, plains = _timed_pair(*loops(policy), repeats, f"sampling G={group} T={steps}, repeats")
     t_rec, t_plain = statistics.median(recs), statistics.median(plains)
     pairs = sorted(r / p - 1 for r, p in zip(recs, plains))  # the overhead of each alternating pair
-    real, policy.denoise = policy.denoise, _constant_velocity  # both loops again without the transformer
-    try:
-        bare_rec, bare_plain = _timed_pair(recorded, plain, 5 * repeats, "sampling without the model, repeats")
-    finally:
-        policy.denoise = real
+    # Both loops again without the transformer, on a shallow copy: the policy itself is never touched (an
+    # instance attribute left on it would follow it into every `with_transformer` copy, bound to the old weights).
+    bare = copy.copy(policy)
+    bare.denoise = _constant_velocity
+    bare_rec, bare_plain = _timed_pair(*loops(bare), 5 * repeats, "sampling without the model, repeats")
     own = statistics.median(bare_rec) - statistics.median(bare_plain)  # seconds the recorder adds per group
     return {"group": group, "steps": steps, "repeats": repeats, "recorded_traj_per_s": group / t_rec,
             "plain_traj_per_s": group / t_plain, "overhead": statistics.median(pairs),
