@@ -3,14 +3,14 @@
 scripts/cpu_by_process.py says which processes used the CPU (chromium, the xdist workers, notebook kernels...);
 this says what the Python ones did with it. py-spy samples the stacks of the command's Python processes (not
 chromium's) `--rate` times a second while they run on a CPU; each sample is 1/rate CPU-seconds of the test, fixture
-or import on its stack. Sampling slows the run (~10 %) and is approximate: rank and compare, do not add to the
-cores' seconds.
+or import on its stack. Sampling slows the run (a whole `make test` by about half here) and is approximate: rank
+and compare, do not add to the cores' seconds.
 
     .venv/bin/pip install py-spy                                # not a dependency of the workbench
     python3 scripts/cpu_by_test.py -- bash scripts/test.sh      # runs the suite under py-spy, prints the tables
     python3 scripts/cpu_by_test.py --raw FILE.txt               # the tables of an earlier run's samples
 
-Used for docs/perf-data/epyc/README.md ("Where the suite's CPU goes by test").
+Used for docs/perf-data/epyc/README.md ("Where the suite's CPU goes, by test").
 """
 
 from __future__ import annotations
@@ -131,8 +131,7 @@ def main() -> int:
         if not command:
             parser.error("give the command to run after --, or --raw FILE")
         venv = Path(__file__).resolve().parent.parent / ".venv" / "bin"
-        spy = next(filter(None, (shutil.which("py-spy", path=str(where)) for where in
-                                 (None, Path(sys.executable).parent, venv))), None)
+        spy = shutil.which("py-spy") or shutil.which("py-spy", path=f"{Path(sys.executable).parent}:{venv}")
         if spy is None:
             parser.error("py-spy is not installed: .venv/bin/pip install py-spy")
         Path(args.keep).parent.mkdir(parents=True, exist_ok=True)
