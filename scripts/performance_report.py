@@ -78,8 +78,11 @@ def presses_note(app: dict) -> str:
     if not presses(app):
         return "not measured"
     firsts = ", ".join(f"{run['credit_s']:.1f}" for run in runs)
+    opened = [run["attribution_open_s"] for run in runs if "attribution_open_s" in run]
+    tab = (f"; the Attribution tab's first render before it, timed apart: "
+           f"{', '.join(f'{s:.1f}' for s in opened)} s" if opened else "")
     return (f"median of {len(presses(app))} presses in {len(runs)} run(s) (first press of each run {firsts} s, "
-            f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s)")
+            f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s{tab})")
 
 
 def processor(run: dict) -> str:

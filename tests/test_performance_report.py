@@ -78,6 +78,9 @@ def test_rounds_are_pooled_and_every_press_of_credit_counts(tmp_path):
     assert report.round_medians(app, "credit") == " (rounds: 5.2 / 5.1)"
     assert app["map_click_ms"] == [90.0, 110.0] and report.round_medians(app, "map_click_ms") == " (rounds: 100)"
     assert "first press of each run 6.5, 5.8 s" in report.presses_note(app)
+    assert "first render" not in report.presses_note(app)  # runs from before bench_app timed the tab apart
+    opened = report.pooled([str(p) for p in paths[:1]]) | {"attribution_open_s": 2.04}
+    assert report.presses_note(opened).endswith("the Attribution tab's first render before it, timed apart: 2.0 s)")
     assert report.pooled([str(paths[0])]) == runs[0]  # one run stays as it is
     lines = {line.split(" | ")[0].lstrip("| "): line for line in report.render(
         {"cores": 2, "torch": "2.13.0", "app": app}).splitlines() if line.startswith("| ")}
