@@ -204,7 +204,8 @@ def test_a_shared_link_opens_the_same_view_with_the_same_numbers(page, url, brow
     link = link_box.input_value()
     for part in ("G=3", "T=6", "seed=0", "continuations=2", "estimator=mc", "tab=attribution", "chunks="):
         assert part in link, (part, link)
-    assert page.url == link  # the address bar holds the view too
+    # the address bar holds the view too: COPY_JS sets it in a step after the link box is filled, so wait for it
+    expect(page).to_have_url(link, timeout=LONG)
     other = browser.new_page()
     try:
         other.goto(link)
