@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Time the README's test command on a fresh clone of this repository's HEAD, install included (issue 24's
 # target: 5 minutes on a 2-core machine). Prints the time and pytest's summary; writes them to OUT.json if given.
-#   bash scripts/bench_tests.sh [OUT.json]      (TESTS_LOG=FILE keeps make test's output there)
+#   bash scripts/bench_tests.sh [OUT.json]      (TESTS_LOG=FILE keeps make test's output there; a failed run keeps
+#   its log and failure screenshots in test-artifacts/bench-tests-COMMIT/)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
@@ -24,7 +25,13 @@ setup_s=null; [ -f "$tmp/setup-done" ] && setup_s=$(( $(cat "$tmp/setup-done") -
 summary=$(grep -E "(passed|failed).* in [0-9.]+s" "$tmp/log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
 echo "make test on a fresh clone: ${seconds} s (set-up ${setup_s} s), exit ${rc}: ${summary}" \
   "(${cpu:-processor unknown})"
-[ "$rc" = 0 ] || tail -30 "$tmp/log"
+if [ "$rc" != 0 ]; then  # a failed run keeps its whole log and the failures' screenshots (the clone is removed)
+  tail -30 "$tmp/log"
+  kept="$root/test-artifacts/bench-tests-$commit"
+  mkdir -p "$kept" && cp "$tmp/log" "$kept/make-test.log"
+  [ -d "$tmp/clone/test-artifacts/failures" ] && cp -r "$tmp/clone/test-artifacts/failures" "$kept/"
+  echo "the run's log and failure screenshots: $kept"
+fi
 if [ -n "${1:-}" ]; then
   printf '{"make_test_s": %s, "setup_s": %s, "exit": %s, "summary": "%s", "cores": %s, "commit": "%s", "cpu": "%s"}\n' \
     "$seconds" "$setup_s" "$rc" "$summary" "$(nproc)" "$commit" "$cpu" > "$1"
