@@ -257,7 +257,7 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -
     page.get_by_role("tab", name="Attribution").click()
     # The tab's first render (its four figures mounted) apart from the credit: until it is over Playwright's click
     # waits for the button to stop moving, which put 0.4-1.9 s of it into some first presses' credit times (a
-    # press 0.1 s after the tab opened took 1.3 s to reach the server when the tab had no figure yet; ad hoc).
+    # press 0.1 s after the tab opened reached the server 1.2 s later, when the tab had no figure yet; ad hoc).
     t = time.time()
     expect(page.locator("#credit-plot .js-plotly-plot")).to_be_visible(timeout=120_000)
     page.locator("#credit-btn").click(trial=True)  # Playwright's checks before a click, without the click

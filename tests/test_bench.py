@@ -62,7 +62,6 @@ def test_bench_sampling_leaves_no_attribute_on_the_policy_that_a_moved_copy_woul
                                random_policy.denoise(x, sigma, cond.embeds, cond.pooled))
 
 
-
 def test_the_recorders_own_work_is_the_difference_of_the_bare_loops_per_step_and_over_the_plain_loop(
         random_policy, monkeypatch):
     timings = iter([([1.0, 1.2, 1.1], [1.0, 1.0, 1.0]),  # with the model: recorded, plain (s)
