@@ -224,6 +224,12 @@ CELL = """([plot, name, x, y]) => {
 }"""  # the page position of cell (x, y) of the heatmap `name`
 
 
+MAPS_DRAWN = """plot => {
+    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
+    return Boolean(gd && gd._fullData && gd._fullData.some(t => String(t.name).startsWith("moved|")));
+}"""  # the objectives' maps are drawn
+
+
 def map_click_ms(page, clicks: int) -> list[float]:
     """Milliseconds from a click on a cell of an objective's map (the button's release) to the first frame in which
     the status, the formula and the maps' outline show that cell (Objectives tab, maps computed)."""
@@ -288,6 +294,9 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -
     page.click("#objectives-btn")
     expect(page.locator("#objectives-status")).to_contain_text("after 3 updates", timeout=600_000)
     out["objectives_s"] = time.time() - t
+    # The status can show a frame or more before plotly has drawn the maps (one run's first cell lookup found no
+    # plot): the clicks start once the maps' traces are there.
+    page.wait_for_function(MAPS_DRAWN, arg="objectives-plot", timeout=120_000)
     out["map_click_ms"] = map_click_ms(page, edits)
     record_memory(out, pid, "objectives")
     if lesson:

@@ -85,6 +85,34 @@ def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url): 
     assert page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []
 
 
+CLIP_PATHS = "() => [...document.querySelectorAll('.js-plotly-plot [clip-path]')].map(e => e.getAttribute('clip-path'))"
+
+
+def test_plots_clip_within_the_page_as_the_address_changes(page, url):  # noqa: F811 - the fixture
+    """Gradio's <base href="./"> made plotly write its clip paths as url('<the page's address>#clip…'). After the
+    share link changed the address, chromium fetched the whole page from the server for the curve's redrawn lines
+    on chunk edits (9 fetches in 14 edits) and did not clip them; REDRAW_JS takes the base's href away."""
+    page.goto(url)
+    generate(page, group=2, steps=8)
+    page.get_by_role("tab", name="Chunks").click()
+    status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
+    expect(status).to_contain_text("over T=8 steps", timeout=LONG)
+    page.wait_for_function("() => location.search.includes('tab=chunks')", timeout=LONG)
+    pages = []  # the page's own address asked for again: not an API call, an asset or the favicon
+    page.on("request", lambda r: pages.append(r.url) if r.url.split("?")[0].rstrip("/") == url.rstrip("/") else None)
+    for sizes in ("4,4", "2,6", "8", "1,7"):
+        spec.fill(sizes)
+        spec.press("Enter")
+        expect(status).to_contain_text(f"typed: chunks {sizes}", timeout=LONG)
+        page.wait_for_function(f"() => location.search.includes('chunks={sizes.replace(',', '%2C')}&')",
+                               timeout=LONG)  # the address changed
+    page.wait_for_timeout(500)
+    assert pages == []
+    clips = page.evaluate(CLIP_PATHS)
+    assert clips and all(re.fullmatch(r"url\(#[\w-]+\)", c) for c in clips), clips[:3]
+    assert page.evaluate("() => document.querySelector('base').getAttribute('href')") is None
+
+
 def test_an_edit_made_while_the_chunks_tab_opens_is_kept(page, served, monkeypatch):  # noqa: F811 - the fixture
     address, wb = served
     measure = wb._measure_curve

@@ -43,6 +43,23 @@ PATCH = "wbPatch"  # the layout.meta key of a change to another figure
 
 REDRAW_JS = """
 () => {
+  // Gradio's page has <base href="./">, so plotly writes its clip paths as url('<the page's address>#clip…'), with
+  // the address of each element's first draw. The share link then changes the address (ui/share.py): chromium takes
+  // a clip path plotly then draws on an element it first drew before the change for a reference into another
+  // document: it fetched the whole page (~410 kB, ~35 ms of the server's CPU) on most chunk edits (the curve's new
+  // lines), and such a clip path clips nothing. Without the base's href plotly writes url(#clip…), and the page's
+  // relative addresses resolve as before ("./" is the page's own folder).
+  const base = document.querySelector("base[href]");
+  if (base && new URL(base.getAttribute("href"), location.href).href === new URL("./", location.href).href) {
+    base.removeAttribute("href");
+  }
+  const local = (gd) => {  // an element plotly first drew under the base: its clip paths made page-local
+    if (gd._context) gd._context._baseUrl = "";
+    for (const e of gd.querySelectorAll("[clip-path]")) {
+      e.setAttribute("clip-path", e.getAttribute("clip-path").replace(/url\\((['"]?)[^#'"]*#/, "url($1#"));
+    }
+  };
+  document.querySelectorAll(".js-plotly-plot").forEach(local);
   const later = (gd, work) => new Promise((resolve, reject) => queueMicrotask(() => {
     if (!gd || !gd.isConnected) { window.wbRedraw.dropped++; resolve(gd); return; }
     try { Promise.resolve(work()).then(resolve, reject); } catch (err) { reject(err); }
