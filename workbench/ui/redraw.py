@@ -12,6 +12,14 @@ draw of an element whose size did not change is dropped. Any new figure on an el
 `window.wbRedraw` counts drawn and dropped calls (read by the browser tests and scripts/bench_app.py), and the
 changes applied by `Plotly.relayout` where a shape could not be moved in place (`relaid`).
 
+REDRAW_JS also takes the href of Gradio's `<base href="./">` away when the page loads. With it, plotly wrote its clip
+paths as `url('<the page's address>#clip…')`, the address of each element's first draw; once the share link had changed
+the address (ui/share.py), chromium took a clip path plotly drew later on such an element (the curve's new lines after a
+chunk edit) for a reference into another document: it fetched the whole page from the server (9 times in 14 edits,
+~410 kB and ~35 ms of the server's CPU each) and did not clip. Without the href plotly writes `url(#clip…)`; the page's
+relative addresses resolve as before, "./" being the page's own folder (docs/perf-data/epyc/README.md, "Where a chunk
+edit's time goes in the page").
+
 A figure can also carry a change to another one (`relayout_after`): a chunk edit changes only the title and the
 boundary lines of the temporal-dynamics curve, so the edit returns the chunk map alone with that change in its
 `layout.meta`, and the page applies it to the curve with `Plotly.relayout` right after drawing the map. Measured in
@@ -43,23 +51,12 @@ PATCH = "wbPatch"  # the layout.meta key of a change to another figure
 
 REDRAW_JS = """
 () => {
-  // Gradio's page has <base href="./">, so plotly writes its clip paths as url('<the page's address>#clip…'), with
-  // the address of each element's first draw. The share link then changes the address (ui/share.py): chromium takes
-  // a clip path plotly then draws on an element it first drew before the change for a reference into another
-  // document: it fetched the whole page (~410 kB, ~35 ms of the server's CPU) on most chunk edits (the curve's new
-  // lines), and such a clip path clips nothing. Without the base's href plotly writes url(#clip…), and the page's
-  // relative addresses resolve as before ("./" is the page's own folder).
+  // plotly's clip paths stay within the page when the share link changes its address (the module's docstring); this
+  // runs before the page draws its first figure, a shared link's too
   const base = document.querySelector("base[href]");
   if (base && new URL(base.getAttribute("href"), location.href).href === new URL("./", location.href).href) {
     base.removeAttribute("href");
   }
-  const local = (gd) => {  // an element plotly first drew under the base: its clip paths made page-local
-    if (gd._context) gd._context._baseUrl = "";
-    for (const e of gd.querySelectorAll("[clip-path]")) {
-      e.setAttribute("clip-path", e.getAttribute("clip-path").replace(/url\\((['"]?)[^#'"]*#/, "url($1#"));
-    }
-  };
-  document.querySelectorAll(".js-plotly-plot").forEach(local);
   const later = (gd, work) => new Promise((resolve, reject) => queueMicrotask(() => {
     if (!gd || !gd.isConnected) { window.wbRedraw.dropped++; resolve(gd); return; }
     try { Promise.resolve(work()).then(resolve, reject); } catch (err) { reject(err); }
