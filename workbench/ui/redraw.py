@@ -118,7 +118,7 @@ SHAPE_JS = """
   const full = gd._fullLayout.shapes?.[k], path = gd.querySelector(`.shapelayer path[data-index="${k}"]`);
   const s = c.shape, xa = s && gd._fullLayout[s.xref?.replace("x", "xaxis")];
   const ya = s && gd._fullLayout[s.yref?.replace("y", "yaxis")];
-  const group = path?.parentNode, clip = group?.getAttribute("clip-path");  // url('<page>#clip<uid>x12y12')
+  const group = path?.parentNode, clip = group?.getAttribute("clip-path");  // url(#clip<uid>x12y12)
   const subplot = full && clip?.match(new RegExp(`${full.xref}${full.yref}(['"]?[)])$`));
   if (subplot && path && s?.type === "rect" && full.type === "rect" && xa?.type === "linear" && ya?.type === "linear") {
     const x = (v) => xa._offset + xa.l2p(v), y = (v) => ya._offset + ya.l2p(v);
