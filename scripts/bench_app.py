@@ -1,13 +1,14 @@
 """Benchmark the browser workbench: start-up, chunk-edit and curve-click latency in the browser, the Objectives
 tab, memory. Prints figures.
 
-    .venv/bin/python scripts/bench_app.py [--model PATH] [--edits 7] [--lesson] [--json FILE]
+    .venv/bin/python scripts/bench_app.py [--model PATH] [--edits 7] [--read 0] [--lesson] [--json FILE]
 
 1. Start `python app.py` and time it to HTTP 200 with the page title, and to the Generate button
    visible in headless chromium (target 10 s).
-2. Generate a group (G=8, T=16), open the Attribution tab (timed to its first render), measure its credit (M=4)
-   three times, then type chunk specs in the Chunks tab and time each from Enter to the first frame in which the
-   status, the curve's title and the chunk map's boundary lines show the new chunks (target 150 ms, issue 24). The
+2. Generate a group (G=8, T=16; with --read S once the page has stayed idle S seconds, as while a person reads),
+   open the Attribution tab (timed to its first render), measure its credit (M=4) three times, then type chunk
+   specs in the Chunks tab and time each from Enter to the first frame in which the status, the curve's title and
+   the chunk map's boundary lines show the new chunks (target 150 ms, issue 24). The
    page times itself (`WATCH`).
 3. Click the temporal-dynamics curve to toggle boundaries and time each from the click to the same
    (target 150 ms).
@@ -247,7 +248,7 @@ def map_click_ms(page, clicks: int) -> list[float]:
     return times
 
 
-def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -> dict:
+def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, read: float = 0.0) -> dict:
     """Drive the page in chromium; returns the timings and the app's memory after each stage (MB)."""
     from playwright.sync_api import expect
 
@@ -256,6 +257,9 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool) -
     page.goto(url)
     expect(page.locator("#generate-btn")).to_be_visible(timeout=120_000)
     out["interactive_s"] = time.time() - started
+    if read:  # a person reads the welcome before the first Generate: the page is idle meanwhile
+        out["read_s"] = read
+        page.wait_for_timeout(1000 * read)
     t = time.time()
     page.click("#generate-btn")
     expect(page.locator("#generate-status")).to_contain_text("sampled G=8", timeout=300_000)
@@ -327,6 +331,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads of the app (OMP_NUM_THREADS; default: the app's own, every core but one)")
     p.add_argument("--lesson", action="store_true", help="also run the crosses lesson from the Fine-tune tab")
+    p.add_argument("--read", type=float, default=0.0,
+                   help="seconds the page stays idle before the first Generate, as while a person reads (default 0)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args()
     model = model_folder(args.model)
@@ -348,7 +354,7 @@ def main() -> None:
         try:
             wait_http(url, app)
             http_s = time.time() - started
-            timings = browse(page, url, started, args.edits, app.pid, args.lesson)
+            timings = browse(page, url, started, args.edits, app.pid, args.lesson, args.read)
         finally:
             app.terminate()
             app.wait(timeout=30)
@@ -357,8 +363,9 @@ def main() -> None:
     print(f"start-up      HTTP 200 with the page: {http_s:.1f} s; Generate button visible in chromium: "
           f"{timings['interactive_s']:.1f} s (target 10 s)")
     again = ", ".join(f"{s:.1f}" for s in timings["credit_again_s"])
-    print(f"generate      G=8, T=16: {timings['generate_s']:.1f} s; credit M=4: {timings['credit_s']:.1f} s, pressed "
-          f"again {again} s (median of the {1 + len(timings['credit_again_s'])}: "
+    read = f" after {timings['read_s']:g} s idle" if timings.get("read_s") else ""
+    print(f"generate      G=8, T=16{read}: {timings['generate_s']:.1f} s; credit M=4: {timings['credit_s']:.1f} s, "
+          f"pressed again {again} s (median of the {1 + len(timings['credit_again_s'])}: "
           f"{statistics.median([timings['credit_s'], *timings['credit_again_s']]):.1f} s; the measurement itself, "
           f"as the status says: {', '.join(f'{s:.1f}' for s in timings['credit_measure_s'])} s)")
     print(f"attribution   the tab's first render, before the first press: {timings['attribution_open_s']:.1f} s")

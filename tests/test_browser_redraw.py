@@ -113,6 +113,15 @@ def test_plots_clip_within_the_page_as_the_address_changes(page, url):  # noqa: 
     assert page.evaluate("() => document.querySelector('base').getAttribute('href')") is None
 
 
+def test_plotly_is_evaluated_while_the_page_is_idle(page, url):  # noqa: F811 - the fixture
+    """Gradio imports its plotly chunk at the page's first figure (~1 s of the page's main thread inside the first
+    Generate); the page imports it once idle, before any figure, and it is the plotly REDRAW_JS patches."""
+    page.goto(url)
+    expect(page.locator("#generate-btn")).to_be_visible(timeout=LONG)
+    page.wait_for_function("() => window.Plotly?.wbOnce === true", timeout=LONG)
+    assert page.evaluate("() => document.querySelectorAll('.js-plotly-plot').length") == 0  # no figure drew it
+
+
 def test_an_edit_made_while_the_chunks_tab_opens_is_kept(page, served, monkeypatch):  # noqa: F811 - the fixture
     address, wb = served
     measure = wb._measure_curve

@@ -34,7 +34,7 @@ from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
-from workbench.ui.redraw import REDRAW_JS, SHAPE_JS
+from workbench.ui.redraw import REDRAW_JS, SHAPE_JS, preload_plotly_js
 from workbench.ui.state import Session
 from workbench.ui.welcome import (
     CHUNKS_INTRO,
@@ -448,6 +448,8 @@ def build_app(wb: Workbench) -> gr.Blocks:
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change
+        if preload_plotly_js() is not None:  # plotly evaluated before the first figure needs it
+            demo.load(None, None, None, js=preload_plotly_js())
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
                   api_visibility="private", show_progress="hidden")
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it

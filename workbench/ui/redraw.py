@@ -20,6 +20,12 @@ chunk edit) for a reference into another document: it fetched the whole page fro
 relative addresses resolve as before, "./" being the page's own folder (docs/perf-data/epyc/README.md, "Where a chunk
 edit's time goes in the page").
 
+`preload_plotly_js()` (bound with `demo.load(js=...)` too) imports Gradio's plotly chunk (4.6 MB) once the page is
+idle. Gradio imports it at the page's first figure, and evaluating it held the page's main thread ~1.1 s on the EPYC
+(the trace of a first Generate: 0.86 s of the 1.9 s from the click to its status); a Generate pressed after the page
+had been idle took 0.7-1.1 s instead (ad hoc, `scripts/bench_app.py --read` measures it). The module is the same one
+Gradio then imports, evaluated once.
+
 A figure can also carry a change to another one (`relayout_after`): a chunk edit changes only the title and the
 boundary lines of the temporal-dynamics curve, so the edit returns the chunk map alone with that change in its
 `layout.meta`, and the page applies it to the curve with `Plotly.relayout` right after drawing the map. Measured in
@@ -43,7 +49,9 @@ status, formula and outline 367 / 361 ms -> 137 / 135 ms (medians of 7 clicks).
 
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 
 import plotly.graph_objects as go
 
@@ -142,3 +150,26 @@ def shape_change(elem: str, name: str, shape: dict | None) -> str:
     """The change `SHAPE_JS` applies: the shape named `name` of the plot with elem_id `elem` becomes `shape` (added
     where the plot has none, removed where `shape` is None)."""
     return json.dumps({"elem": elem, "name": name, "shape": shape})
+
+
+PRELOAD_JS = """
+() => {
+  const idle = window.requestIdleCallback ?? ((work) => setTimeout(work, 1000));
+  idle(() => import(new URL("assets/CHUNK", document.baseURI).href).catch(() => {}), {timeout: 5000});
+}
+"""
+
+
+@functools.cache
+def plotly_chunk() -> str | None:
+    """The file name of Gradio's plotly chunk among its frontend's assets, or None where there is not exactly one."""
+    import gradio
+
+    found = sorted((Path(gradio.__file__).parent / "templates" / "frontend" / "assets").glob("PlotlyPlot-*.js"))
+    return found[0].name if len(found) == 1 else None
+
+
+def preload_plotly_js() -> str | None:
+    """The page script that imports plotly's chunk once the page is idle (the module's docstring); None without one."""
+    chunk = plotly_chunk()
+    return None if chunk is None else PRELOAD_JS.replace("CHUNK", chunk)
