@@ -22,9 +22,9 @@ edit's time goes in the page").
 
 `preload_plotly_js()` (bound with `demo.load(js=...)` too) imports Gradio's plotly chunk (4.6 MB) once the page is
 idle. Gradio imports it at the page's first figure, and evaluating it held the page's main thread ~1.1 s on the EPYC
-(the trace of a first Generate: 0.86 s of the 1.9 s from the click to its status); a Generate pressed after the page
-had been idle took 0.7-1.1 s instead (ad hoc, `scripts/bench_app.py --read` measures it). The module is the same one
-Gradio then imports, evaluated once.
+(the trace of a first Generate: 0.86 s of the 1.9 s from the click to its status). A first Generate pressed after the
+page had stayed idle 3 s took 1.12-1.18 s against 2.12-2.77 s before (`scripts/bench_app.py --read 3`, three runs of
+each commit alternated; docs/perf-data/epyc/README.md). The module is the same one Gradio then imports, evaluated once.
 
 A figure can also carry a change to another one (`relayout_after`): a chunk edit changes only the title and the
 boundary lines of the temporal-dynamics curve, so the edit returns the chunk map alone with that change in its
