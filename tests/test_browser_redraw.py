@@ -61,13 +61,19 @@ def test_a_chunk_edit_draws_the_changed_figure_once(page, url):  # noqa: F811 - 
     assert page.evaluate(LINES_X, "curve-plot") == []
 
 
-def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url):  # noqa: F811 - the fixture
-    page.goto(url)
+def chunks_tab_in_the_address(page, address: str):
+    """A G=2, T=8 group, the Chunks tab open and named in the address bar -> (status, spec box)."""
+    page.goto(address)
     generate(page, group=2, steps=8)
     page.get_by_role("tab", name="Chunks").click()
     status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
     expect(status).to_contain_text("over T=8 steps", timeout=LONG)
     page.wait_for_function("() => location.search.includes('tab=chunks')", timeout=LONG)
+    return status, spec
+
+
+def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url):  # noqa: F811 - the fixture
+    status, spec = chunks_tab_in_the_address(page, url)
     spec.fill("4,4")
     spec.press("Enter")
     expect(status).to_contain_text("typed: chunks 4,4", timeout=LONG)
@@ -92,12 +98,7 @@ def test_plots_clip_within_the_page_as_the_address_changes(page, url):  # noqa: 
     """Gradio's <base href="./"> made plotly write its clip paths as url('<the page's address>#clip…'). After the
     share link changed the address, chromium fetched the whole page from the server for the curve's redrawn lines
     on chunk edits (9 fetches in 14 edits) and did not clip them; REDRAW_JS takes the base's href away."""
-    page.goto(url)
-    generate(page, group=2, steps=8)
-    page.get_by_role("tab", name="Chunks").click()
-    status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
-    expect(status).to_contain_text("over T=8 steps", timeout=LONG)
-    page.wait_for_function("() => location.search.includes('tab=chunks')", timeout=LONG)
+    status, spec = chunks_tab_in_the_address(page, url)
     pages = []  # the page's own address asked for again: not an API call, an asset or the favicon
     page.on("request", lambda r: pages.append(r.url) if r.url.split("?")[0].rstrip("/") == url.rstrip("/") else None)
     for sizes in ("4,4", "2,6", "8", "1,7"):
