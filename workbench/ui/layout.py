@@ -448,8 +448,9 @@ def build_app(wb: Workbench) -> gr.Blocks:
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change
-        if preload_plotly_js() is not None:  # plotly evaluated before the first figure needs it
-            demo.load(None, None, None, js=preload_plotly_js())
+        preload = preload_plotly_js()
+        if preload is not None:  # plotly evaluated before the first figure needs it
+            demo.load(None, None, None, js=preload)
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
                   api_visibility="private", show_progress="hidden")
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it

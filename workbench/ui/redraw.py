@@ -49,7 +49,6 @@ status, formula and outline 367 / 361 ms -> 137 / 135 ms (medians of 7 clicks).
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -160,12 +159,11 @@ PRELOAD_JS = """
 """
 
 
-@functools.cache
 def plotly_chunk() -> str | None:
     """The file name of Gradio's plotly chunk among its frontend's assets, or None where there is not exactly one."""
     import gradio
 
-    found = sorted((Path(gradio.__file__).parent / "templates" / "frontend" / "assets").glob("PlotlyPlot-*.js"))
+    found = list((Path(gradio.__file__).parent / "templates" / "frontend" / "assets").glob("PlotlyPlot-*.js"))
     return found[0].name if len(found) == 1 else None
 
 
