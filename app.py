@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from workbench.core.heap import reuse_freed_memory
-    from workbench.ui.layout import LAUNCH  # after the arguments: --help builds nothing
+    from workbench.ui.layout import LAUNCH, queued  # after the arguments: --help builds nothing
 
     # The collector is not deferred through the app's start-up as through the CLI's (core/heap.py): the page came
     # up ~1.5 s sooner, but the first credit press of a session took ~1.5 s longer (3 rounds of 3 plus a check,
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)
     atexit.register(wb.jobs.shutdown)
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-    demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
-                                                   prevent_thread_lock=True, **LAUNCH)
+    queued(demo, default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
+                                                     prevent_thread_lock=True, **LAUNCH)
     wb.warm_up()  # after the server is up: importing diffusers and loading the model would delay the page
     demo.block_thread()
     return 0

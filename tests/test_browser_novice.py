@@ -36,7 +36,7 @@ from workbench.ui.run_handlers import label_strip
 def served(tmp_path_factory):
     """(address, runs folder) of the app on a random-init tiny model (no training here)."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import LAUNCH, build_app
+    from workbench.ui.layout import LAUNCH, build_app, queued
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
@@ -46,7 +46,7 @@ def served(tmp_path_factory):
     for attempt in range(3):  # gradio's start-up check gives the first page 3 s, which a loaded CPU can miss
         port = free_port()
         try:
-            demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+            queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                                 **LAUNCH)
             break
         except ValueError as err:

@@ -243,6 +243,21 @@ OBJECTIVES_INTRO = (
 LATEX = [{"left": "$$", "right": "$$", "display": True}]
 LAUNCH = {"run_history": False}  # of `demo.launch`: Gradio's run history kept every call's outputs (two figures per
 # chunk edit) in the browser's localStorage, parsed and written again on each call: half the page's CPU of an edit
+# How often Gradio's queue looks for work while it has none (its own: every 1 ms for a new event, every 10 ms for
+# progress to send). An idle app spent ~5 % of a core on those wake-ups (0.052 CPU-s per second, app.py on the
+# embedded model, nothing open); the interactive events skip the queue (`queue=False`), the queued ones take seconds.
+QUEUE_POLL_S = 0.01  # a queued event starts at most this much later
+PROGRESS_POLL_S = 0.05  # progress bars get at most 20 updates a second
+
+
+def queued(demo: gr.Blocks, **options) -> gr.Blocks:
+    """`demo.queue(**options)` with the queue's idle polling at QUEUE_POLL_S / PROGRESS_POLL_S (Gradio 6 keeps
+    them on the queue object as `sleep_when_free` and `progress_update_sleep_when_free`; tests/test_app_client.py
+    fails if they go)."""
+    demo.queue(**options)
+    demo._queue.sleep_when_free = QUEUE_POLL_S
+    demo._queue.progress_update_sleep_when_free = PROGRESS_POLL_S
+    return demo
 
 
 def _objectives_tab(wb, session, tab) -> None:
