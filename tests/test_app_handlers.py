@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import gradio as gr
 import plotly.graph_objects as go
 import pytest
 import torch
@@ -361,14 +362,14 @@ def test_start_busy_poll_stop(tmp_path, model_dir):
     other = start(wb)  # a second session
     assert msg(other) == f"⚠ busy: run {run_id} is using the cpu; stop it or wait for it to end"
     assert wait_for(lambda: len(RunStore(wb.jobs.root / run_id).metrics()) >= 2)
-    fig, _, _, *_, timer, text = rh.poll_run(wb, session)
+    fig, _, _, *_, timer, _, text = rh.poll_run(wb, session)
     assert "running" in text and timer.active and {t.name for t in fig.data} >= {"reward/mean", "chunk/ratio_mean_1"}
     saved = read_json(wb.jobs.root / run_id / "config.json")  # the process received the app's TrainConfig
     expected = rh.form_config(wb, "chunk_grpo", "adherence", "2,2", 3e-5, 200, 2, 4, 0, "flow_grpo", "")
     assert TrainConfig.from_dict(saved) == expected
     assert "stop requested" in msg(rh.stop_run(wb, session))
     assert wait_for(lambda: not wb.jobs._jobs[run_id].alive)
-    fig, _, _, *_, timer, text = rh.poll_run(wb, session)
+    fig, _, _, *_, timer, _, text = rh.poll_run(wb, session)
     assert "stopped" in text and not timer.active
     assert start(wb)[-1].startswith("✓")  # the device is free again
     wb.jobs.shutdown()
@@ -378,7 +379,7 @@ def test_crash_is_reported_and_frees_the_device(tmp_path, model_dir):
     wb = fake_workbench(tmp_path, model_dir, mode="crash")
     session = start(wb)[2]
     assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive)
-    *_, timer, text = rh.poll_run(wb, session)
+    *_, timer, _, text = rh.poll_run(wb, session)
     assert "failed" in text and "exit code 1" in text and "out of memory (fake)" in text and not timer.active
     assert wb.jobs.busy() is None
 
@@ -387,7 +388,7 @@ def test_stop_before_the_trainer_starts_ends_the_process(tmp_path, model_dir):
     wb = fake_workbench(tmp_path, model_dir, mode="slow_start")
     session = start(wb)[2]
     assert "was ended" in msg(rh.stop_run(wb, session))
-    *_, timer, text = rh.poll_run(wb, session)
+    *_, timer, _, text = rh.poll_run(wb, session)
     assert "stopped" in text and not timer.active
     assert "has not started a run" in msg(rh.stop_run(wb, Session()))
 
@@ -415,7 +416,7 @@ def test_real_training_run_two_iterations(tmp_path, model_dir):
     wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"), train_command=command)
     session = start(wb, iterations=2)[2]
     assert wait_for(lambda: not wb.jobs._jobs[session.run_id].alive, timeout=120)
-    fig, sample, *_, timer, text = rh.poll_run(wb, session)
+    fig, sample, *_, timer, _, text = rh.poll_run(wb, session)
     assert "finished, iteration 2/2" in text, text
     assert isinstance(sample, Image.Image), "the Newest samples panel gets the run's newest rollout grid"
     assert [len(t.x) for t in fig.data if t.name == "reward/mean"] == [2]
@@ -450,12 +451,46 @@ def test_poll_shows_before_now_and_the_held_out_accuracies(tmp_path, model_dir):
     for it, (plain, cfg) in [(0, (0.0, 0.02)), (10, (0.2, 0.4))]:
         store.append_metrics({"iteration": it, "eval/cross_accuracy": plain, "eval_cfg/cross_accuracy": cfg})
         store.save_samples(it, Image.new("RGB", (8, 4), (it * 20, 0, 0)), prefix="eval")
-    live, sample, before, now, heldout, bar, timer, text = rh.poll_run(wb, Session(run_id="lesson"))
-    assert "iteration 0" in before.label and "iteration 10" in now.label and "bottom row" in before.label
-    assert before.value is not None and now.value is not None
+    live, sample, before, now, heldout, bar, timer, keys, text = rh.poll_run(wb, Session(run_id="lesson"))
+    assert "iteration 0" in before["label"] and "iteration 10" in now["label"] and "bottom row" in before["label"]
+    assert before["value"] is not None and now["value"] is not None
     assert {t.name: list(t.y) for t in heldout.data} == {"eval/cross_accuracy (no CFG)": [0.0, 0.2],
                                                         "eval_cfg/cross_accuracy (model's CFG)": [0.02, 0.4]}
     assert "eval\\_cfg/cross\\_accuracy 0.40 (iteration 10)" in text and timer.active
+
+
+def test_a_watched_run_sends_each_picture_once(tmp_path, model_dir):
+    """The timer's poll with the keys of what the page shows: nothing new, no picture sent again (the progress bar
+    and the line still are); a new row and a new held-out grid send the curves, the held-out figure and Now only."""
+    from PIL import Image
+
+    wb = fake_workbench(tmp_path, model_dir)
+    store = RunStore.create(wb.jobs.root, "lesson")
+    write_json(store.path / CONFIG, {"objective": "chunk_grpo", "iterations": 20})
+    store.write_status("running", 1)
+    store.append_metrics({"iteration": 0, "eval/cross_accuracy": 0.0})
+    store.append_metrics({"iteration": 1, "reward/mean": 0.5})
+    store.save_samples(0, Image.new("RGB", (8, 4)), prefix="eval")
+    store.save_samples(1, Image.new("RGB", (8, 4)))
+    session = Session(run_id="lesson")
+    first = rh.poll_run(wb, session)
+    assert all(out != gr.skip() for out in first[:6])
+    again = rh.poll_run(wb, session, first[7])
+    assert all(out == gr.skip() for out in again[:5]) and again[7] == first[7] and "iteration 1/20" in again[5]
+    store.append_metrics({"iteration": 2, "reward/mean": 0.6, "eval/cross_accuracy": 0.25})
+    store.save_samples(2, Image.new("RGB", (8, 4), (255, 0, 0)), prefix="eval")
+    store.write_status("running", 2)
+    live, sample, before, now, heldout, *_ = rh.poll_run(wb, session, again[7])
+    assert [t.name for t in live.data if t.name == "reward/mean"] and {t.name for t in heldout.data}
+    assert sample == gr.skip() and before == gr.skip() and "iteration 2" in now["label"]
+    keys = rh.poll_run(wb, session, again[7])[7]
+    store.truncate_metrics(1)  # a resume from iteration 1 writes row 2 again: as many rows, other numbers
+    store.append_metrics({"iteration": 2, "reward/mean": 0.7, "eval/cross_accuracy": 0.25})
+    resumed = rh.poll_run(wb, session, keys)
+    assert resumed[0] != gr.skip() and resumed[3] == gr.skip()
+    store.write_status("finished", 2)  # the curves' title says the state
+    live, *_, timer, keys, text = rh.poll_run(wb, session, resumed[7])
+    assert live != gr.skip() and "(finished)" in live.layout.title.text and not timer.active
 
 
 # --------------------------------------------------------------------------- runs

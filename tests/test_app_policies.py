@@ -107,14 +107,14 @@ def test_a_finished_run_comes_back_in_a_new_session(wb, model_dir):
         store.save_samples(it, Image.new("RGB", (8, 4), (it * 10, 0, 0)), prefix="eval")
     fresh = Workbench(model=str(model_dir), device="cpu", runs_root=str(wb.jobs.root))  # a restarted app
     curves, before, now, heldout, bar, line, status = rh.runs_show(fresh, "lesson")
-    assert "iteration 0" in before.label and "iteration 20" in now.label and before.value is not None
+    assert "iteration 0" in before["label"] and "iteration 20" in now["label"] and before["value"] is not None
     assert "finished" in line and "iteration 20/20" in bar and status.startswith("✓")
     table = rh.refresh_runs(fresh)[0]
     row = dict(zip(rh.RUN_COLUMNS, table.values.tolist()[0]))
     assert (row["state"], row["held-out accuracy (no CFG)"], row["held-out accuracy (CFG)"]) == ("finished", 0.5, 0.25)
-    *panel, timer, text = rh.poll_run(fresh, Session())  # nothing running: the newest run on disk
+    *panel, timer, keys, text = rh.poll_run(fresh, Session())  # nothing running: the newest run on disk
     assert "lesson" in text and "newest run on disk" in text and not timer.active
-    *panel, timer, text, session, status = rh.show_run(fresh, "lesson", Session())
+    *panel, timer, keys, text, session, status = rh.show_run(fresh, "lesson", Session())
     assert session.run_id == "lesson" and "finished" in text
     assert "not found" in msg(rh.show_run(fresh, "nope", Session()))
 

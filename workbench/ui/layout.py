@@ -376,8 +376,9 @@ def _finetune_tab(wb, session, tab) -> None:
     start.click(partial(rh.start_run, wb), [*form, lesson, session], [live, sample, session, timer, status],
                 api_name="start_run", concurrency_id="train")
     stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")
-    panel = [live, sample, before, now, heldout, bar, timer, state]
-    poll = dict(fn=partial(rh.poll_run, wb), inputs=[session], outputs=panel, api_visibility="private",
+    shown_keys = gr.State(())  # what the panel's pictures are drawn from (run_handlers.panel_keys): sent once each
+    panel = [live, sample, before, now, heldout, bar, timer, shown_keys, state]
+    poll = dict(fn=partial(rh.poll_run, wb), inputs=[session, shown_keys], outputs=panel, api_visibility="private",
                 show_progress="hidden")
     timer.tick(**poll)
     tab.select(**poll)  # a session that opens the tab sees (and can stop) the run using the device
