@@ -18,7 +18,8 @@ tab, memory. Prints figures.
 5. Resident memory of the app process after each stage (target 700 MB after Generate + credit), and its split into
    what the app allocated and the pages of files it maps (`memory_mb`).
 6. With --lesson: start the crosses lesson from the Fine-tune tab, watch it to the end, and read the app's
-   memory again (target 1 GB; about 7 minutes on 2 quiet cores).
+   memory again (target 1 GB; about 7 minutes on 2 quiet cores) and the CPU-seconds that the app, its trainer and
+   chromium spent meanwhile (`lesson_cpu_s`).
 
 Without the embedded weights (workbench/weights/embedded/) a random-init model of the same size is
 used, so the timings still hold. Needs /usr/bin/chromium and playwright.
@@ -304,13 +305,14 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, r
     out["map_click_ms"] = map_click_ms(page, edits)
     record_memory(out, pid, "objectives")
     if lesson:
-        out["lesson_s"] = run_lesson(page)
+        out["lesson_s"], out["lesson_cpu_s"] = run_lesson(page, pid)
         record_memory(out, pid, "lesson")
     return out
 
 
-def run_lesson(page) -> float:
-    """Start the crosses lesson from the Fine-tune tab and wait until the tab says it finished; seconds."""
+def run_lesson(page, pid: int) -> tuple[float, dict]:
+    """Start the crosses lesson from the Fine-tune tab and wait until the tab says it finished with the tab open;
+    (seconds, CPU-seconds spent meanwhile by the app, its trainer and chromium: `CpuWatch`)."""
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Fine-tune").click()
@@ -319,9 +321,70 @@ def run_lesson(page) -> float:
     menu.press("Enter")
     expect(page.locator("#lesson-text")).to_contain_text("cross", timeout=60_000)
     t = time.time()
-    page.click("#start-btn")
-    expect(page.locator("#run-state")).to_contain_text("finished", timeout=1_800_000)
-    return time.time() - t
+    with CpuWatch(pid) as cpu:
+        page.click("#start-btn")
+        expect(page.locator("#run-state")).to_contain_text("finished", timeout=1_800_000)
+    return time.time() - t, cpu.seconds
+
+
+def cpu_seconds(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU-seconds) of a live process, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuWatch:
+    """CPU-seconds spent while the block runs by the app itself, the processes it starts (the trainer) and
+    chromium's processes, read from /proc every 0.5 s (Linux; a process's last half second may be missed)."""
+
+    def __init__(self, app_pid: int):
+        self.app, self.first, self.last, self.kind = app_pid, {}, {}, {}
+        self.stop = None
+
+    def _sample(self) -> None:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or (read := cpu_seconds(int(entry))) is None:
+                continue
+            pid, (ppid, seconds) = int(entry), read
+            if pid not in self.kind:
+                try:
+                    line = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                self.kind[pid] = ("app" if pid == self.app else "trainer" if ppid == self.app
+                                  else "chromium" if b"chrom" in line else None)
+            if self.kind[pid]:
+                self.first.setdefault(pid, seconds if self.stop is None else 0.0)  # alive at the start: from then
+                self.last[pid] = seconds
+
+    def __enter__(self):
+        import threading
+
+        self.stop = None
+        self._sample()  # the processes alive now count from here, those started later from zero
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.5):
+            self._sample()
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._sample()
+
+    @property
+    def seconds(self) -> dict:
+        out = {"app": 0.0, "trainer": 0.0, "chromium": 0.0}
+        for pid, last in self.last.items():
+            out[self.kind[pid]] += last - self.first[pid]
+        return out
 
 
 def main() -> None:
@@ -388,6 +451,9 @@ def main() -> None:
     if "lesson" in rss:
         print(f"lesson        crosses lesson from the Fine-tune tab: {timings['lesson_s']:.0f} s; app RSS after it "
               f"{rss['lesson']:.0f} MB (target 1024 MB)")
+        cpu, span = timings["lesson_cpu_s"], timings["lesson_s"]
+        print("              CPU while it ran, watched from the tab: " + ", ".join(
+            f"{name} {seconds:.0f} s ({seconds / span:.2f} per second)" for name, seconds in cpu.items()))
     if args.json:
         Path(args.json).write_text(json.dumps({"startup_http_s": http_s, **timings}, indent=1))
 

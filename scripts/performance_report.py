@@ -338,6 +338,29 @@ def speed_line(f: dict) -> list[str]:
             f"the same code every time) made {plain:.1f} trajectories/s; every timed figure below scales with it."]
 
 
+def watching_lines(f: dict) -> list[str]:
+    """The crosses lesson started and watched from the Fine-tune tab (`scripts/bench_app.py --lesson`): its minutes
+    and the CPU that the app, the trainer and chromium spent meanwhile, beside an earlier commit's when given."""
+    now = f.get("app", {})
+    runs = [(commit, app) for commit, app in ((now.get("lesson_commit") or "this commit", now),
+                                              *((now.get("lesson_commit") or "this commit", more)
+                                                for more in f.get("lesson_also", ())),
+                                              *((f.get("lesson_baseline_commit"), base)
+                                                for base in f.get("lesson_baseline", ())))
+            if "lesson_cpu_s" in app]
+    if not runs:
+        return []
+    lines = ["The two cores as a learner uses them: the crosses lesson started from the Fine-tune tab and watched "
+             "there to its end (`scripts/bench_app.py --lesson`; CPU-seconds per second of the lesson, read from "
+             "/proc every 0.5 s):", "",
+             "| Commit | Lesson | App | Trainer | Chromium |", "|---|---|---|---|---|"]
+    for commit, app in runs:
+        cpu, span = app["lesson_cpu_s"], app["lesson_s"]
+        lines.append(f"| {commit} | {span:.0f} s | " + " | ".join(f"{cpu[k] / span:.2f}" for k in
+                                                                 ("app", "trainer", "chromium")) + " |")
+    return [*lines, ""]
+
+
 def render(f: dict) -> str:
     per = f.get("threads", {}).get("seconds_per_iteration", {})
     lines = [
@@ -369,6 +392,7 @@ def render(f: dict) -> str:
         "sleep rather than spin while they wait (`OMP_WAIT_POLICY=PASSIVE`). `cores` is the old default: one "
         "spinning thread per core.",
         "",
+        *watching_lines(f),
         "## Credit",
         "",
         *credit_lines(f.get("credit", {}), f.get("credit_default_heap")),
@@ -398,6 +422,11 @@ def main() -> None:
                    "commit (several: runs of the same hour as --app's, pooled)")
     p.add_argument("--baseline-commit", default="?", help="that commit")
     p.add_argument("--lesson-commit", default=None, help="the commit the lesson's memory was measured on, if older")
+    p.add_argument("--lesson-also", nargs="+", default=(), help="the JSON of further `scripts/bench_app.py "
+                   "--lesson` runs of the lesson's commit: their CPU in rows of their own")
+    p.add_argument("--lesson-baseline", nargs="+", default=(), help="the JSON of `scripts/bench_app.py --lesson` "
+                   "on an earlier commit (this commit's bench_app.py): its lessons' CPU beside this one's")
+    p.add_argument("--lesson-baseline-commit", default="?", help="that commit")
     p.add_argument("--app", nargs="+", default=None, help="the JSON of a separate `scripts/bench_app.py` run to "
                    "report instead of bench all's (its figures are kept beside; several: rounds, pooled)")
     p.add_argument("--heap-default", default=None, help="the JSON of `WORKBENCH_HEAP=default workbench bench credit "
@@ -418,6 +447,12 @@ def main() -> None:
         app.setdefault("rss_mb", {})["lesson"] = lesson["rss_mb"]["lesson"]
         app["lesson_s"] = lesson["lesson_s"]
         app["lesson_commit"] = args.lesson_commit
+        if "lesson_cpu_s" in lesson:
+            app["lesson_cpu_s"] = lesson["lesson_cpu_s"]
+    figures["lesson_also"] = [json.loads(Path(path).read_text()) for path in args.lesson_also]
+    if args.lesson_baseline:
+        figures["lesson_baseline"] = [json.loads(Path(path).read_text()) for path in args.lesson_baseline]
+        figures["lesson_baseline_commit"] = args.lesson_baseline_commit
     if args.app_one_thread:
         figures["app_one_thread"] = pooled(args.app_one_thread)
     if args.baseline_one_thread:

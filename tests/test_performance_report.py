@@ -212,3 +212,33 @@ def test_baseline_sampling_without_the_baseline_stops_with_a_message(tmp_path, m
     with pytest.raises(SystemExit, match="--baseline-sampling goes in the table of --baseline"):
         report.main()
     assert not out.exists()
+
+
+def test_the_lesson_watched_from_the_app_gives_each_process_its_cpu_share():
+    report = load()
+    assert report.watching_lines({"app": {"lesson_s": 400.0}}) == []  # a lesson run from before the CPU was read
+    lines = report.watching_lines({
+        "app": {"lesson_s": 400.0, "lesson_cpu_s": {"app": 20.0, "trainer": 640.0, "chromium": 60.0}},
+        "lesson_also": [{"lesson_s": 380.0, "lesson_cpu_s": {"app": 19.0, "trainer": 570.0, "chromium": 57.0}}],
+        "lesson_baseline": [{"lesson_s": 500.0, "lesson_cpu_s": {"app": 170.0, "trainer": 600.0, "chromium": 120.0}}],
+        "lesson_baseline_commit": "d68c350"})
+    assert lines[-4:] == ["| this commit | 400 s | 0.05 | 1.60 | 0.15 |",
+                          "| this commit | 380 s | 0.05 | 1.50 | 0.15 |",
+                          "| d68c350 | 500 s | 0.34 | 1.20 | 0.24 |", ""]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="CPU time is read from /proc")
+def test_bench_app_counts_the_cpu_of_the_app_and_of_what_it_starts():
+    import subprocess
+    import sys
+    import time
+
+    bench = load(SCRIPT.parent / "bench_app.py")
+    with bench.CpuWatch(os.getpid()) as cpu:  # this process stands for the app
+        child = subprocess.Popen([sys.executable, "-c", "import time\nwhile time.process_time() < 1: pass"])
+        start = time.process_time()
+        while time.process_time() - start < 0.5:
+            pass
+        child.wait()
+    # the child's last half second can fall after the last reading
+    assert cpu.seconds["app"] >= 0.45 and 0.45 <= cpu.seconds["trainer"] <= 1.2, cpu.seconds
