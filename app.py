@@ -10,6 +10,7 @@ import argparse
 import atexit
 import logging
 import os
+import signal
 import sys
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -46,6 +47,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def exit_on_terminate() -> None:
+    """SIGTERM (`kill`, a service manager, a benchmark's `terminate()`) exits as Ctrl-C does, through the atexit
+    handlers: the app's fine-tunes are asked to stop. Python's default for SIGTERM ends the process without them, and a
+    training process started from the app (a session of its own) went on alone on the cores the next program needed."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from workbench.core.heap import reuse_freed_memory
@@ -58,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)
     atexit.register(wb.jobs.shutdown)
+    exit_on_terminate()
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     queued(demo, default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
                                                      prevent_thread_lock=True, **LAUNCH)

@@ -96,6 +96,20 @@ def test_importing_app_builds_and_launches_nothing():
     assert not any(isinstance(value, gr.Blocks) for value in vars(app).values())
 
 
+def test_a_terminated_app_asks_its_runs_to_stop():
+    """SIGTERM runs the atexit handlers, where the app asks its fine-tunes to stop (`JobManager.shutdown`)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = ("import atexit, os, signal, time\nimport app\napp.exit_on_terminate()\n"
+             "atexit.register(lambda: print('shutdown', flush=True))\nos.kill(os.getpid(), signal.SIGTERM)\n"
+             "time.sleep(30)\n")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout == "shutdown\n" and done.returncode == 128 + 15, (done.returncode, done.stderr[-500:])
+
+
 def test_objectives_and_boundary_endpoints(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/objectives", "/objectives_cell", "/chunks_toggle", "/learn_example"} <= names
