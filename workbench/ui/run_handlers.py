@@ -260,7 +260,8 @@ def run_panel(view: RunView, shown: tuple = ()) -> tuple:
     whose key (`panel_keys`) is in `shown`, the keys of what the page shows, is left as it is (gr.skip()).
 
     A watched run is polled every second: drawing and encoding its two figures and three grids again each time took
-    ~0.3 CPU-s per second in the app and ~0.2 in chromium, beside a training process that had two cores to share."""
+    the app 0.31-0.33 CPU-s per second of a lesson, 0.06 since, beside a training process sharing the two cores
+    (docs/perf-data/epyc/README.md, "The app idle and a lesson watched")."""
     keys = panel_keys(view)
     drawn = [shown[i] != key if i < len(shown) else True for i, key in enumerate(keys)]
     figure = plots.training_figure(view.metrics, f"Run {view.run_id} ({view.state})") if drawn[0] else gr.skip()
