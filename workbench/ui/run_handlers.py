@@ -227,9 +227,10 @@ def label_strip(height: int) -> int:
 
 
 def before_now(view: RunView) -> tuple:
-    """(Before, Now) image updates: the first evaluation grid (eval_0000) and the newest one, with their iterations."""
+    """(Before, Now) image updates: the first evaluation grid (eval_0000) and the newest one, with their iterations;
+    both empty before the first evaluation."""
     if not view.eval_samples:
-        return gr.skip(), gr.skip()
+        return gr.update(value=None, label="Before"), gr.update(value=None, label="Now")
     first, last = view.eval_samples[0], view.eval_samples[-1]
     rows = "top row no CFG, bottom row the model's CFG" if view.eval_cfg else "no CFG"
     # updates, not gr.Image(...): a component built with a value encodes it at once (a WebP of the 1042-pixel grid,
@@ -266,10 +267,7 @@ def run_panel(view: RunView, shown: tuple = ()) -> tuple:
     drawn = [shown[i] != key if i < len(shown) else True for i, key in enumerate(keys)]
     figure = plots.training_figure(view.metrics, f"Run {view.run_id} ({view.state})") if drawn[0] else gr.skip()
     sample = (Image.open(view.sample).copy() if view.sample is not None else None) if drawn[1] else gr.skip()
-    if not view.eval_samples:
-        before, now = gr.update(value=None, label="Before"), gr.update(value=None, label="Now")
-    else:
-        before, now = before_now(view) if drawn[2] or drawn[3] else (None, None)
+    before, now = before_now(view) if drawn[2] or drawn[3] else (None, None)
     before, now = before if drawn[2] else gr.skip(), now if drawn[3] else gr.skip()
     held_out = (plots.heldout_figure(view.metrics, f"Held-out evaluation of run {view.run_id}") if drawn[4]
                 else gr.skip())
