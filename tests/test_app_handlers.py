@@ -493,6 +493,30 @@ def test_a_watched_run_sends_each_picture_once(tmp_path, model_dir):
     assert live != gr.skip() and "(finished)" in live.layout.title.text and not timer.active
 
 
+def test_a_poll_that_a_start_can_overtake_leaves_the_timer_on(tmp_path, model_dir, monkeypatch):
+    """A poll stops the timer once the run it shows has ended, but not when it answers the tab's opening or when a
+    run started while it read: its answer can land after Start's, which turned the timer on (tests/test_browser.py
+    replays the tab's case in the page, where the tab then stayed at "No run yet")."""
+    wb = fake_workbench(tmp_path, model_dir)
+
+    def timer(session, **opened):
+        *_, timer, _, text = rh.poll_run(wb, session, **opened)
+        assert text.startswith(("No run yet", "**Run done**")), text  # an answer, not an error
+        return timer
+
+    assert not timer(Session()).active  # no run anywhere: nothing to follow
+    assert timer(Session(), opened=True) == gr.skip()
+    RunStore.create(wb.jobs.root, "done").write_status("finished", 2)
+    session = Session(run_id="done")
+    assert not timer(session).active
+    assert timer(session, opened=True) == gr.skip()
+    answers = iter([None, "started-meanwhile"])
+    monkeypatch.setattr(wb.jobs, "busy", lambda: next(answers))
+    assert timer(session) == gr.skip()
+    monkeypatch.setattr(wb.jobs, "busy", lambda: "another-sessions-run")  # busy all along: the timer stops
+    assert not timer(session).active
+
+
 # --------------------------------------------------------------------------- runs
 def make_run(root: Path, name: str, rewards: list[float], checkpoint: bool = False) -> Path:
     path = RunStore.create(root, name).path

@@ -160,8 +160,39 @@ def test_sessions_do_not_share_groups(page, url, browser):
         other.close()
 
 
-def test_fine_tune_start_and_stop(page, url):
+def answer_late_until_a_run_starts(monkeypatch, wb):
+    """The Fine-tune tab's opening poll reads that no run exists, then answers only after Start's answer is in (the
+    order in which a learner who pressed Start at once saw the tab stay at "No run yet" for minutes while the run
+    trained: the late answer turned the timer that Start had turned on off again). Returns an Event set once the
+    late answer has gone."""
+    import threading
+    import time
+
+    from workbench.ui import run_handlers
+
+    read, answered = run_handlers._run_names, threading.Event()
+
+    def late(workbench):
+        names = read(workbench)
+        if names or answered.is_set():
+            return names
+        end = time.monotonic() + 60
+        while wb.jobs.busy() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        # Start's answer, sent once the run is registered, lands first; this one before the timer's first tick (1 s):
+        # an answer of the tick in flight turned the timer on again and hid the fault when this waited 1 s
+        time.sleep(0.3)
+        threading.Timer(0.1, answered.set).start()  # after this answer has left
+        return names
+
+    monkeypatch.setattr(run_handlers, "_run_names", late)
+    return answered
+
+
+def test_fine_tune_start_and_stop(page, served, monkeypatch):
+    url, wb = served
     page.goto(url)
+    answered = answer_late_until_a_run_starts(monkeypatch, wb)
     page.get_by_role("tab", name="Fine-tune").click()
     set_number(page, "train-iterations", 500)  # far more than the test waits for: only Stop can end the run
     set_number(page, "train-group", 2)
@@ -170,6 +201,8 @@ def test_fine_tune_start_and_stop(page, url):
     page.click("#start-btn")
     expect(page.locator("#train-status")).to_contain_text("started run", timeout=LONG)
     state = page.locator("#run-state")
+    assert answered.wait(60)
+    page.wait_for_timeout(1000)  # the late answer has landed: its "No run yet" gives way to the run at the next tick
     expect(state).to_contain_text("running", timeout=LONG)
     snap(page, "browser_finetune_running")
     page.click("#stop-btn")

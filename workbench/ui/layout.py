@@ -381,7 +381,8 @@ def _finetune_tab(wb, session, tab) -> None:
     poll = dict(fn=partial(rh.poll_run, wb), inputs=[session, shown_keys], outputs=panel, api_visibility="private",
                 show_progress="hidden")
     timer.tick(**poll)
-    tab.select(**poll)  # a session that opens the tab sees (and can stop) the run using the device
+    tab.select(**{**poll, "fn": partial(rh.poll_run, wb, opened=True)})  # a session that opens the tab sees (and
+    # can stop) the run using the device
     tab.select(partial(rh.run_choices, wb), [session], [shown], api_visibility="private", show_progress="hidden")
     shown.input(partial(rh.show_run, wb), [shown, session], [*panel, session, status], api_name="show_run")
 
