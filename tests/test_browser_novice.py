@@ -36,7 +36,7 @@ from workbench.ui.run_handlers import label_strip
 def served(tmp_path_factory):
     """(address, runs folder) of the app on a random-init tiny model (no training here)."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import LAUNCH, build_app, queued
+    from workbench.ui.layout import build_app, launch_options, queued
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
@@ -47,7 +47,7 @@ def served(tmp_path_factory):
         port = free_port()
         try:
             queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                                **LAUNCH)
+                                **launch_options())
             break
         except ValueError as err:
             demo.close()

@@ -87,7 +87,7 @@ def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url): 
     assert "chunks=4%2C4&" in page.evaluate("location.search")
     assert "tab=chunks" in page.evaluate("location.search")
     assert link.input_value().endswith(page.evaluate("location.search"))
-    # LAUNCH turns Gradio's run history off: no call's inputs or figures are kept in the browser
+    # launch_options() turns Gradio's run history off: no call's inputs or figures are kept in the browser
     assert page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('gradio:run-history'))") == []
 
 
@@ -121,6 +121,48 @@ def test_plotly_is_evaluated_while_the_page_is_idle(page, url):  # noqa: F811 - 
     expect(page.locator("#generate-btn")).to_be_visible(timeout=LONG)
     page.wait_for_function("() => window.Plotly?.wbOnce === true", timeout=LONG)
     assert page.evaluate("() => document.querySelectorAll('.js-plotly-plot').length") == 0  # no figure drew it
+
+
+# Counts the animation frames the page asks chromium for from Gradio's status tracker (its module in the caller's
+# stack), installed before the page's scripts: ui/frames.py's script then wraps it, so a frame it parks is not counted.
+COUNT_TRACKER_FRAMES = """(() => {
+    const ask = window.requestAnimationFrame.bind(window);
+    window.wbTrackerFrames = 0;
+    window.requestAnimationFrame = (callback) => {
+        if ((new Error().stack || "").includes("/statustracker-")) window.wbTrackerFrames++;
+        return ask(callback);
+    };
+})();"""
+TRACKER_SECONDS = "() => document.querySelector('#curve-plot [data-testid=status-tracker] .progress-text')?.innerText"
+
+
+def test_an_idle_page_draws_no_frames_and_a_pending_one_counts_its_seconds(page, served, monkeypatch):  # noqa: F811
+    """Gradio's page-loading status tracker leaves a loop asking for a frame 60 times a second for as long as the
+    page is open (ui/frames.py): once the page is idle, none of its frames reach chromium. A tracker that shows a
+    pending event still counts its seconds frame by frame."""
+    address, wb = served
+    page.add_init_script(COUNT_TRACKER_FRAMES)
+    page.goto(address)
+    expect(page.locator("#generate-btn")).to_be_visible(timeout=LONG)
+    page.wait_for_timeout(1000)
+    before = page.evaluate("() => window.wbTrackerFrames")
+    page.wait_for_timeout(2000)
+    assert page.evaluate("() => window.wbTrackerFrames") - before < 10  # the leaked loop asked for ~120 here
+    measure = wb._measure_curve
+
+    def slow(*args):  # the curve of a T this app has not computed yet, made to take its time
+        time.sleep(3)
+        return measure(*args)
+    monkeypatch.setattr(wb, "_measure_curve", slow)
+    generate(page, group=2, steps=10)
+    page.get_by_role("tab", name="Chunks").click()
+    expect(page.locator("#curve-plot [data-testid=status-tracker] .progress-text")).to_be_visible(timeout=LONG)
+    first = page.evaluate(TRACKER_SECONDS)
+    page.wait_for_timeout(700)
+    later = page.evaluate(TRACKER_SECONDS)
+    seconds = [float(re.search(r"([0-9.]+)(/[0-9.]+)?s", text).group(1)) for text in (first, later)]  # "0.8/0.1s"
+    assert seconds[1] - seconds[0] > 0.4, (first, later)  # the tracker's own count, drawn frame by frame
+    expect(page.locator("#chunks-status")).to_contain_text("over T=10 steps", timeout=LONG)
 
 
 def test_an_edit_made_while_the_chunks_tab_opens_is_kept(page, served, monkeypatch):  # noqa: F811 - the fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import partial
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from workbench.core.fields import field_docs
 from workbench.core.glossary import gloss
@@ -30,6 +31,7 @@ from workbench.ui import run_handlers as rh
 from workbench.ui import share
 from workbench.ui import step_handlers as sh
 from workbench.ui.clicks import CLICK_JS, forward_js
+from workbench.ui.frames import HeadScript
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
@@ -241,13 +243,20 @@ OBJECTIVES_INTRO = (
     "**Click a cell** (trajectory i, step t; or set them below) to see that objective's formula with the cell's "
     "numbers.")
 LATEX = [{"left": "$$", "right": "$$", "display": True}]
-LAUNCH = {"run_history": False}  # of `demo.launch`: Gradio's run history kept every call's outputs (two figures per
-# chunk edit) in the browser's localStorage, parsed and written again on each call: half the page's CPU of an edit
 # How often Gradio's queue looks for work while it has none (its own: every 1 ms for a new event, every 10 ms for
 # progress to send). An idle app spent ~5 % of a core on those wake-ups (0.052 CPU-s per second, app.py on the
 # embedded model, nothing open); the interactive events skip the queue (`queue=False`), the queued ones take seconds.
 QUEUE_POLL_S = 0.01  # a queued event starts at most this much later
 PROGRESS_POLL_S = 0.05  # progress bars get at most 20 updates a second
+
+
+def launch_options() -> dict:
+    """Keyword arguments of `demo.launch`, fresh each time (Gradio adds to `app_kwargs`):
+    - no run history: Gradio kept every call's outputs (two figures per chunk edit) in the browser's localStorage,
+      parsed and written again on each call, half the page's CPU of an edit;
+    - `frames.HeadScript`: the page's head starts with the script that parks Gradio's leaked frame loops, so an
+      idle page draws no frames."""
+    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)]}}
 
 
 def queued(demo: gr.Blocks, **options) -> gr.Blocks:
