@@ -35,6 +35,7 @@ def test_every_html_page_starts_its_head_with_the_script():
         page = c.get("/")
         assert page.text == PAGE.replace("<head>", "<head><script>ran()</script>")
         assert int(page.headers["content-length"]) == len(page.content)  # the body grew: its length follows
+        assert c.head("/").headers["content-length"] == c.get("/").headers["content-length"]  # HEAD says GET's
         streamed = c.get("/stream")
         assert streamed.text == "<html><head><script>ran()</script><title>t</title></head><body></body></html>"
 

@@ -55,9 +55,12 @@ class HeadScript:
             body.append(message.get("body", b""))
             if message.get("more_body"):
                 return None
-            page = _with_tag(b"".join(body), self.tag)
-            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
-            await send({**start, "headers": [*headers, (b"content-length", str(len(page)).encode())]})
+            sent = b"".join(body)
+            page = _with_tag(sent, self.tag)
+            if page != sent:  # else (no head, a HEAD request's empty body) the headers stay as they were
+                headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+                start = {**start, "headers": [*headers, (b"content-length", str(len(page)).encode())]}
+            await send(start)
             return await send({"type": "http.response.body", "body": page})
 
         return await self.app(scope, receive, rewrite)
