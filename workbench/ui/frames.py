@@ -1,12 +1,15 @@
 """An idle page draws no frames: a script served first in the page's head that parks Gradio's leaked timer loops.
 
 Measured in chromium (issue 24): an idle page of the app (nothing pending, nothing moving) still drew 60 frames a
-second, ~0.075 CPU-seconds per second of chromium on the EPYC (renderer, compositor and GPU process) for as long as
-the page stayed open, and any Gradio 6 page did the same (a page of one textbox and one button). The loop is Gradio's
+second, for as long as it stayed open, and any Gradio 6 page did the same (a page of one textbox and one button).
+Chromium spent 0.067-0.068 CPU-seconds per second on the idle page, 0.009-0.014 with this module's script
+(`scripts/bench_idle.py --page`, the EPYC), and 0.22 against 0.17-0.18 while a lesson was watched
+(docs/perf-data/epyc/README.md). The loop is Gradio's
 status tracker (js/statustracker/static/index.svelte): while its status is "pending" it asks for an animation frame
 on every frame, to count the seconds it shows, and stops when the status changes. Its Svelte 4 version also stopped
-when the tracker was removed (`onDestroy`); the Svelte 5 one does not, so a tracker removed while pending (the page's
-own loading tracker, on every page load) keeps asking for frames for ever.
+when the tracker was removed (`onDestroy`); the Svelte 5 one does not, so a tracker removed while pending keeps
+asking for frames for ever: here from the page's load on (the page's loading tracker, inferred: no tracker in the page
+was pending).
 
 `FRAMES_JS` wraps `requestAnimationFrame` before any of Gradio's modules takes it: a frame asked for from the
 tracker's module while no tracker in the page shows a pending status is given a second later, by a timer, instead.
