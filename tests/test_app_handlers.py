@@ -510,11 +510,16 @@ def test_a_poll_that_a_start_can_overtake_leaves_the_timer_on(tmp_path, model_di
     session = Session(run_id="done")
     assert not timer(session).active
     assert timer(session, opened=True) == gr.skip()
-    answers = iter([None, "started-meanwhile"])
-    monkeypatch.setattr(wb.jobs, "busy", lambda: next(answers))
-    assert timer(session) == gr.skip()
-    monkeypatch.setattr(wb.jobs, "busy", lambda: "another-sessions-run")  # busy all along: the timer stops
-    assert not timer(session).active
+    view = wb.jobs.view
+
+    def overtaken(run_id):  # a Start pressed while the poll reads
+        start(wb, iterations=200)
+        monkeypatch.setattr(wb.jobs, "view", view)
+        return view(run_id)
+    monkeypatch.setattr(wb.jobs, "view", overtaken)
+    assert timer(session) == gr.skip() and wb.jobs.busy() is not None
+    assert not timer(session).active  # a run started before the poll read (another session's): the timer stops
+    wb.jobs.shutdown()
 
 
 # --------------------------------------------------------------------------- runs

@@ -89,6 +89,11 @@ class JobManager:
         """Whether a training process this app started is alive (it shares this machine's cores)."""
         return any(job.alive for job in list(self._jobs.values()))
 
+    @property
+    def started(self) -> int:
+        """How many runs this app has started: a poll that reads it before and after knows a Start overtook it."""
+        return len(self._jobs)
+
     def busy(self) -> str | None:
         """The id of the run using this device: a live process of ours, or a running run on disk (any session,
         any process: the command line's too)."""

@@ -281,29 +281,29 @@ def poll_run(wb: Workbench, session: Session, shown: tuple = (), opened: bool = 
     what the page shows (`panel_keys`): those pictures are not sent again. A session that started or chose no run
     follows the run using the device, so every session sees it (and can stop it), else shows the newest run on
     disk. `opened`: the poll of the tab's opening, which never stops the timer (`_timer`)."""
-    busy = wb.jobs.busy()
+    started = wb.jobs.started
     run_id, why = session.run_id, ""
     if run_id is None:
-        run_id, why = busy, " (started elsewhere; Stop stops it)"
+        run_id, why = wb.jobs.busy(), " (started elsewhere; Stop stops it)"
     if run_id is None:
         names = _run_names(wb)
         if not names:
-            return (*[gr.skip()] * 6, _timer(wb, False, busy, opened), gr.skip(),
+            return (*[gr.skip()] * 6, _timer(wb, False, started, opened), gr.skip(),
                     "No run yet: choose a lesson or settings and press **Start**.")
         run_id, why = names[0], " (the newest run on disk; choose another under **Show run**)"
     view = wb.jobs.view(run_id)
-    return (*run_panel(view, shown), _timer(wb, not view.done, busy, opened), panel_keys(view),
+    return (*run_panel(view, shown), _timer(wb, not view.done, started, opened), panel_keys(view),
             describe(view) + why)
 
 
-def _timer(wb: Workbench, active: bool, busy: str | None, opened: bool):
+def _timer(wb: Workbench, active: bool, started: int, opened: bool):
     """The poll's timer update: on while the run shown runs. A poll leaves it alone rather than stop it when it
-    answers the tab's opening, or when a run started while it read (`busy` is the run using the device before):
+    answers the tab's opening, or when the app started a run while it read (`started`: `wb.jobs.started` before):
     its answer can land after that of a Start pressed meanwhile, and stopping the timer that Start turned on left
     the tab at "No run yet" while the run trained (seen once, under load; tests/test_browser.py replays it)."""
     if active:
         return gr.Timer(active=True)
-    if opened or wb.jobs.busy() not in (None, busy):
+    if opened or wb.jobs.started != started:
         return gr.skip()
     return gr.Timer(active=False)
 
