@@ -7,8 +7,8 @@ round and their median.
 An idle app should cost nothing: on two cores whatever it spends is taken from a fine-tune or the browser. Gradio's
 queue looks for work every 1 ms while it has none, which cost ~5 % of a core (`workbench/ui/layout.py` `queued`).
 With --page the app's page is open in headless chromium meanwhile (Generate tab, nothing pressed), and chromium's
-CPU is measured too: Gradio's status tracker left the page drawing 60 frames a second for ever, ~0.075 CPU-s per
-second of chromium (`workbench/ui/frames.py`).
+CPU is measured too: Gradio's status tracker left the page drawing 60 frames a second for ever, chromium 0.067-0.068
+CPU-s per second, 0.009-0.014 once `workbench/ui/frames.py` parked those frames.
 Run it from another checkout to compare commits (`cd /tmp/old && python /work/main/scripts/bench_idle.py` runs that
 checkout's app.py: the app is the one beside the working directory's scripts/ folder, `--root`).
 """
