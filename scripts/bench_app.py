@@ -6,7 +6,8 @@ tab, memory. Prints figures.
 1. Start `python app.py` and time it to HTTP 200 with the page title, and to the Generate button
    visible in headless chromium (target 10 s).
 2. Generate a group (G=8, T=16; with --read S once the page has stayed idle S seconds, as while a person reads),
-   open the Attribution tab (timed to its first render), measure its credit (M=4) three times, then type chunk
+   open the Attribution tab (timed to its first render), measure its credit (M=4) three times (with the CPU the app
+   and chromium spend meanwhile in the last two, `credit_cpu_per_s`), then type chunk
    specs in the Chunks tab and time each from Enter to the first frame in which the status, the curve's title and
    the chunk map's boundary lines show the new chunks (target 150 ms, issue 24). The
    page times itself (`WATCH`).
@@ -281,14 +282,17 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, r
     record_memory(out, pid, "generate_credit")
     out["credit_again_s"] = []  # the same measurement pressed again: one run on this machine class varies by ~20 %
     busy = page.locator("#credit-plot [data-testid=status-tracker]:not(.hide)")
-    for _ in range(CREDIT_AGAIN):
-        t = time.time()
-        page.click("#credit-btn")
-        expect(busy).to_have_count(1, timeout=60_000)
-        expect(busy).to_have_count(0, timeout=600_000)
-        expect(page.locator("#credit-status")).to_contain_text("measured credit", timeout=60_000)
-        out["credit_again_s"].append(time.time() - t)
-        out["credit_measure_s"].append(measured_seconds(page))
+    with CpuWatch(pid) as cpu:  # what the app and chromium spend while a press computes (threads, app_threads)
+        for _ in range(CREDIT_AGAIN):
+            t = time.time()
+            page.click("#credit-btn")
+            expect(busy).to_have_count(1, timeout=60_000)
+            expect(busy).to_have_count(0, timeout=600_000)
+            expect(page.locator("#credit-status")).to_contain_text("measured credit", timeout=60_000)
+            out["credit_again_s"].append(time.time() - t)
+            out["credit_measure_s"].append(measured_seconds(page))
+    span = sum(out["credit_again_s"])
+    out["credit_cpu_per_s"] = {name: seconds / span for name, seconds in cpu.seconds.items() if name != "trainer"}
     page.get_by_role("tab", name="Chunks").click()
     expect(page.locator("#chunks-status")).to_contain_text("over T=16 steps", timeout=300_000)
     out["edit_ms"] = chunk_edit_ms(page, (SPECS * edits)[:edits])
@@ -431,6 +435,9 @@ def main() -> None:
           f"pressed again {again} s (median of the {1 + len(timings['credit_again_s'])}: "
           f"{statistics.median([timings['credit_s'], *timings['credit_again_s']]):.1f} s; the measurement itself, "
           f"as the status says: {', '.join(f'{s:.1f}' for s in timings['credit_measure_s'])} s)")
+    cpu = timings["credit_cpu_per_s"]
+    print(f"              CPU-seconds per second while pressed again: app {cpu['app']:.2f}, chromium "
+          f"{cpu['chromium']:.2f}")
     print(f"attribution   the tab's first render, before the first press: {timings['attribution_open_s']:.1f} s")
     print(f"chunk edit    Enter -> status and both plots updated: median {statistics.median(edits):.0f} ms, "
           f"max {max(edits):.0f} ms over {len(edits)} edits (target 150 ms)")

@@ -81,8 +81,12 @@ def presses_note(app: dict) -> str:
     opened = [run["attribution_open_s"] for run in runs if "attribution_open_s" in run]
     tab = (f"; the Attribution tab's first render before it, timed apart: "
            f"{', '.join(f'{s:.1f}' for s in opened)} s" if opened else "")
+    cpu = [run["credit_cpu_per_s"] for run in runs if "credit_cpu_per_s" in run]
+    app_cpu, chromium = ("/".join(f"{c[name]:.2f}" for c in cpu) for name in ("app", "chromium"))
+    spent = (f"; CPU-seconds per second while the later presses computed: the app {app_cpu}, chromium {chromium}"
+             if cpu else "")
     return (f"median of {len(presses(app))} presses in {len(runs)} run(s) (first press of each run {firsts} s, "
-            f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s{tab})")
+            f"the rest {min(presses(app)):.1f}-{max(presses(app)):.1f} s{tab}{spent})")
 
 
 def processor(run: dict) -> str:

@@ -81,6 +81,9 @@ def test_rounds_are_pooled_and_every_press_of_credit_counts(tmp_path):
     assert "first render" not in report.presses_note(app)  # runs from before bench_app timed the tab apart
     opened = report.pooled([str(p) for p in paths[:1]]) | {"attribution_open_s": 2.04}
     assert report.presses_note(opened).endswith("the Attribution tab's first render before it, timed apart: 2.0 s)")
+    spent = report.pooled([str(p) for p in paths[:1]]) | {"credit_cpu_per_s": {"app": 0.964, "chromium": 0.215}}
+    assert report.presses_note(spent).endswith("while the later presses computed: the app 0.96, chromium 0.21)")
+    assert "CPU-seconds" not in report.presses_note(app)  # runs from before bench_app read it
     assert report.pooled([str(paths[0])]) == runs[0]  # one run stays as it is
     lines = {line.split(" | ")[0].lstrip("| "): line for line in report.render(
         {"cores": 2, "torch": "2.13.0", "app": app}).splitlines() if line.startswith("| ")}
