@@ -282,7 +282,7 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, r
     record_memory(out, pid, "generate_credit")
     out["credit_again_s"] = []  # the same measurement pressed again: one run on this machine class varies by ~20 %
     busy = page.locator("#credit-plot [data-testid=status-tracker]:not(.hide)")
-    with CpuWatch(pid) as cpu:  # what the app and chromium spend while a press computes (threads, app_threads)
+    with CpuWatch(pid) as cpu:  # the app and chromium while a press computes (the cores they share: app_threads)
         for _ in range(CREDIT_AGAIN):
             t = time.time()
             page.click("#credit-btn")
