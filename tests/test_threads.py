@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -100,6 +101,87 @@ def test_the_app_yields_cores_to_its_fine_tune(tmp_path, monkeypatch):
 def test_the_app_leaves_one_core_to_its_browser():
     assert [th.app_threads(cores) for cores in (1, 2, 4, 16)] == [1, 1, 3, 15]
     assert th.app_threads() == max(1, th.cpu_count() - 1)
+    assert [th.app_threads(cores, batched=True) for cores in (1, 2, 4, 16)] == [1, 2, 4, 16]  # the credit's passes
+
+
+def in_threads(*steps) -> list:
+    """Run each callable in a fresh thread, as Gradio runs a handler (and each step of a generator handler)."""
+    out = []
+    for step in steps:
+        t = threading.Thread(target=lambda step=step: out.append(step()))
+        t.start()
+        t.join()
+    return out
+
+
+@pytest.fixture
+def four_cores(tmp_path, monkeypatch):
+    """A Workbench on a machine of 4 cores, so that every count differs (3 for handlers, 4 batched, 1 training)."""
+    from workbench.ui.workbench import Workbench
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(th, "cpu_count", lambda: 4)
+    return Workbench(device="cpu", runs_root=str(tmp_path))
+
+
+def test_the_credit_computes_on_every_core_and_the_thread_returns_to_its_share(four_cores, monkeypatch):
+    import workbench.rl.credit as credit_module
+    from workbench.ui import handlers as h
+    from workbench.ui.state import Session
+
+    wb, seen = four_cores, []
+    wb.policy = lambda key=None: wb.share_cores() and None  # as the real one: it sets the handlers' count
+
+    def measure(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        raise RuntimeError("measured")  # the handler's status says so; the count is restored all the same
+
+    monkeypatch.setattr(credit_module, "measure_credit", measure)
+    session = Session(group=SimpleNamespace(config=SimpleNamespace(seed=0)), reward_spec="adherence")
+
+    def press():
+        h.attribute(wb, 4, session)
+        return torch.get_num_threads()
+
+    after = in_threads(press)
+    wb.jobs.training = lambda: True  # a fine-tune of this app runs: the credit takes one core
+    after += in_threads(press)
+    assert seen == [4, 1] and after == [3, 1]
+
+
+def test_no_handler_lowers_the_count_while_a_batched_computation_runs(four_cores):
+    # part of torch's count is the process's (MKL's): another handler setting its own count lower would slow the
+    # batched computation in flight to about one thread (docs/perf-data/epyc/README.md)
+    wb, inside, done = four_cores, threading.Event(), threading.Event()
+
+    def credit():
+        with wb.batched_threads():
+            inside.set()
+            done.wait(10)
+        return torch.get_num_threads()
+
+    running = threading.Thread(target=credit)
+    running.start()
+    assert inside.wait(10)
+    during = in_threads(wb.share_cores, wb.share_cores)
+    done.set()
+    running.join()
+    assert during == [4, 4] and in_threads(wb.share_cores) == [3]
+
+
+def test_each_refinement_round_computes_on_every_core_in_its_own_thread(four_cores):
+    from workbench.ui import handlers as h
+
+    wb = four_cores
+
+    def rounds():
+        for k in range(3):
+            yield k, torch.get_num_threads()  # the count this round computed with, in the thread that asked
+
+    items = h._batched(wb, rounds())
+    steps = in_threads(*[lambda: (next(items), torch.get_num_threads())] * 3)
+    assert steps == [((k, 4), 3) for k in range(3)]
+    assert in_threads(lambda: next(items, "done")) == ["done"]
 
 
 def test_training_processes_get_passive_waiting(tmp_path, monkeypatch):

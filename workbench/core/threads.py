@@ -14,7 +14,8 @@ the scheduler has parked behind the other process. Two remedies, both here:
   starts). Measured with `bench threads` on 2 cores: sleeping at once (spin count 0) cost a quiet iteration
   27 % (2.32 s against 1.83 s spinning); the short spin keeps the quiet speed (1.77 s) and still shares.
 
-The app itself leaves one core to the browser that shows it (`app_threads`).
+The app itself leaves one core to the browser that shows it, except for the credit's batched passes
+(`app_threads`).
 
 `python -m workbench bench threads` measures both against a competing single-threaded load.
 """
@@ -37,13 +38,21 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def app_threads(cores: int | None = None) -> int:
+def app_threads(cores: int | None = None, batched: bool = False) -> int:
     """Torch threads of the app's handlers: every core but one, which the browser showing the app needs while
-    the app computes (it draws the progress; the app is a page on the same laptop). Measured with
-    scripts/bench_app.py on 2 cores (issue 24): on two threads a credit measurement took 5.1-6.8 s to its first
-    status, Generate 4.6-6.2 s and the Objectives tab 10.6-29.9 s; on one thread 4.1-4.5, 3.7-3.8 and 8.5-10.2 s.
-    An OpenMP team waits for its slowest thread, and the browser kept taking a second-core thread's turn."""
-    return max(1, (cores or cpu_count()) - 1)
+    the app computes (it draws the progress; the app is a page on the same laptop); every core for `batched`
+    work, the credit's continuations (a few large batched passes: `Workbench.batched_threads`).
+
+    Measured with scripts/bench_app.py on 2 cores (issue 24). Every core for everything (until commit 40e00e3)
+    slowed the views: on 2026-12-02 credit 5.1-6.8 s to its first status, Generate 4.6-6.2 s and the Objectives tab
+    10.6-29.9 s on two threads, against 4.1-4.5, 3.7-3.8 and 8.5-10.2 s on one; on the Xeon on 2026-12-03 the
+    Objectives tab 19.3 / 19.7 s against 15.6 / 13.2 s (docs/perf-data/xeon/README.md). An OpenMP team waits for
+    its slowest thread, and the browser takes a second-core thread's turns. The credit's passes gained from the
+    second core all the same: on the Xeon its presses took 5.6-6.1 s on two threads against 7.1-7.2 s on one, on
+    the EPYC (2026-12-05) 3.4-3.9 s against 3.9-4.4 s; hence `batched` (docs/perf-data/epyc/README.md, "The app's
+    threads measured again")."""
+    n = cores or cpu_count()
+    return n if batched else max(1, n - 1)
 
 
 def threads_for(cores: int, others_busy: float, maximum: int | None = None) -> int:

@@ -155,10 +155,11 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     estimator = estimator or "mc"
-    group = session.group
-    credit = measure_credit(wb.policy(session.source), group, build_reward(session.reward_spec), continuations=k,
-                            chunks=session.sizes, seed=group.config.seed, estimator=estimator, crn=bool(crn),
-                            progress=_tracker(progress, "continuations from state"), precision=precision or "auto")
+    group, policy = session.group, wb.policy(session.source)
+    with wb.batched_threads():
+        credit = measure_credit(policy, group, build_reward(session.reward_spec), continuations=k, chunks=session.sizes,
+                                seed=group.config.seed, estimator=estimator, crn=bool(crn),
+                                progress=_tracker(progress, "continuations from state"), precision=precision or "auto")
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
     what = f"M={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
@@ -166,6 +167,16 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
         what += f" in {credit.precision}"
     seconds = credit.cost.get("seconds", 0.0)
     return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with {what} ({seconds:.1f} s)")
+
+
+def _batched(wb: Workbench, rounds):
+    """The items of `rounds`, each computed under `wb.batched_threads()` in the thread that asks for it."""
+    while True:
+        with wb.batched_threads():
+            item = next(rounds, None)
+        if item is None:
+            return
+        yield item
 
 
 @guarded(4)
@@ -186,7 +197,7 @@ def refine_credit(wb: Workbench, budget: float, session: Session, z: float = Z, 
     reward_fn = build_reward(session.reward_spec)
     rounds = refine_rounds(credit, wb.policy(session.source), session.group, reward_fn, n, z, track)
     latest = session = replace(session, z=z)
-    for refined in rounds:
+    for refined in _batched(wb, rounds):
         latest = replace(session, credit=refined, reference=refined)
         spent = int((refined.counts - credit.counts).sum())
         yield credit_plot(latest), rates_markdown(latest), latest, f"… refining: {spent}/{n} continuations spent"

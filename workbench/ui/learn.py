@@ -209,9 +209,10 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
            step_grpo_text(ex, session.advantages), explain_plots.push_figure(ex, "step_grpo", "Step GRPO's push "
                                                                              "−w at ratio 1: one value per image"),
            waiting, skip, skip, skip, skip, session, "… measuring credit")
-    credit = measure_credit(wb.policy(session.source), session.group, build_reward("adherence"),
-                            continuations=LEARN["continuations"], chunks=session.sizes,
-                            progress=handlers._tracker(progress, "continuations from state"))
+    policy = wb.policy(session.source)
+    with wb.batched_threads():
+        credit = measure_credit(policy, session.group, build_reward("adherence"), continuations=LEARN["continuations"],
+                                chunks=session.sizes, progress=handlers._tracker(progress, "continuations from state"))
     session = replace(session, credit=credit, reference=credit)  # Monte-Carlo: what cheap estimators are set against
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
                          explain_plots.chunk_push_figure(ex, credit, Z),

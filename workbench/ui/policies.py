@@ -98,10 +98,11 @@ def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, rewa
 
     labels = tuple(wb.source(k).short for k in keys)
     policies = tuple(wb.policy(k) for k in keys)
-    return compare_credit(policies, labels, prompt, config, build_reward(reward_spec), continuations=continuations,
-                          chunks=sizes, seed=config.seed, estimator=estimator or "mc", crn=bool(crn),
-                          progress=None if progress is None else _tracker(progress, "continuation batches"),
-                          precision=precision or "auto")
+    with wb.batched_threads():  # the two groups' sampling and their credit's continuations
+        return compare_credit(policies, labels, prompt, config, build_reward(reward_spec),
+                              continuations=continuations, chunks=sizes, seed=config.seed, estimator=estimator or "mc",
+                              crn=bool(crn), precision=precision or "auto",
+                              progress=None if progress is None else _tracker(progress, "continuation batches"))
 
 
 def comparison_panel(comparison, z: float) -> tuple:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 
 from workbench.core.heap import settle
 from workbench.core.threads import app_threads
@@ -39,6 +40,7 @@ class Workbench:
         self._curves: dict[tuple[str, int, float], object] = {}
         self._resolved: dict[str | None, object] = {}  # path -> PolicySource of models and checkpoint folders
         self._lock, self._curve_lock = threading.Lock(), threading.Lock()
+        self._batched, self._batched_lock = 0, threading.Lock()  # batched computations in flight (`batched_threads`)
 
     def source(self, key: str | None = BASE):
         """The PolicySource a picker key names (checked on disk, nothing loaded); BASE or empty: the app's model."""
@@ -75,18 +77,40 @@ class Workbench:
             self._policies.move_to_end(source)
             return self._policies[source]
 
-    def share_cores(self) -> int:
-        """Set this thread's torch threads before it computes: one while a CPU fine-tune of this app runs (its
-        trainer takes the cores left free, `core.threads`), otherwise every core but one (`app_threads`), or
-        OMP_NUM_THREADS where the environment sets it. Returns the count."""
+    def share_cores(self, batched: bool = False) -> int:
+        """Set torch's threads before this thread computes: one while a CPU fine-tune of this app runs (its trainer
+        takes the cores left free, `core.threads`); otherwise every core but one, and every core for batched work
+        and while any batched computation runs (`app_threads`, `batched_threads`); or OMP_NUM_THREADS where the
+        environment sets it. Returns the count.
+
+        The count is set per thread (Gradio runs each handler in a worker thread), but part of it is the process's:
+        a second thread setting one thread slowed a credit measurement computing on two threads from 2.8-3.5 s to
+        3.9-4.2 s (MKL keeps one count for the process; docs/perf-data/epyc/README.md, "The app's threads measured
+        again"). So no handler lowers it while a batched computation runs."""
         import torch
 
         limit = os.environ.get("OMP_NUM_THREADS", "")
-        most = int(limit) if limit.isdigit() and int(limit) > 0 else app_threads()
+        every = batched or self._batched > 0
+        most = int(limit) if limit.isdigit() and int(limit) > 0 else app_threads(batched=every)
         threads = 1 if self.device == "cpu" and self.jobs.training() else most
         if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)  # per thread under OpenMP: Gradio runs each handler in a worker thread
+            torch.set_num_threads(threads)
         return threads
+
+    @contextmanager
+    def batched_threads(self):
+        """The block computes the credit's continuations (large batched passes) in this thread, on every core while
+        no fine-tune of this app runs; then the handlers' own count again. A generator handler enters it in each step
+        that computes (each step may run in another worker thread)."""
+        with self._batched_lock:
+            self._batched += 1
+        try:
+            self.share_cores(batched=True)
+            yield
+        finally:
+            with self._batched_lock:
+                self._batched -= 1
+            self.share_cores()
 
     def _load_options(self, source) -> dict:
         """dtype and resolution for an SD3 / FLUX folder (a run keeps its own dtype); none for the embedded model."""
