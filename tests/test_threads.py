@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -204,3 +205,50 @@ def test_training_processes_get_passive_waiting(tmp_path, monkeypatch):
     with pytest.raises(Stop):
         JobManager(tmp_path, "cpu").start(TrainConfig(iterations=1))
     assert captured["OMP_WAIT_POLICY"] == "PASSIVE" and captured["GOMP_SPINCOUNT"] == "10000"
+
+
+def test_the_look_ahead_computes_on_every_core_and_the_critic_on_the_handlers_share(four_cores, monkeypatch):
+    import workbench.train.step_compare as sc
+
+    wb, seen = four_cores, {}
+    t = 4
+    group = SimpleNamespace(config=SimpleNamespace(sde_mask=lambda: torch.ones(t, dtype=torch.bool)))
+
+    def critic(*args, **kwargs):
+        seen["critic"] = torch.get_num_threads()
+        return torch.zeros(3, t), "fitted"
+
+    def look_ahead(self, grp, rewards):
+        seen["look-ahead"] = torch.get_num_threads()
+        return torch.zeros(3, t + 1), 0
+
+    monkeypatch.setattr(sc, "critic_advantages", critic)
+    monkeypatch.setattr(sc.LookaheadCredit, "values", look_ahead)
+
+    def handler():
+        wb.share_cores()
+        out = sc.per_step_advantages(None, group, torch.zeros(3), ["ppo", "dense_grpo"], None,
+                                     batched=wb.batched_threads)
+        return sorted(out), torch.get_num_threads()
+
+    assert in_threads(handler) == [(["dense_grpo", "ppo"], 3)]
+    assert seen == {"critic": 3, "look-ahead": 4}
+
+
+def test_the_objectives_and_the_advantage_comparison_hand_the_look_ahead_the_batched_threads(four_cores,
+                                                                                           monkeypatch):
+    import workbench.train.step_compare as sc
+    from workbench.ui import objectives as ob
+    from workbench.ui import step_handlers as sh
+    from workbench.ui.state import Session
+
+    wb, given = four_cores, []
+    wb.policy = lambda key=None: None
+    monkeypatch.setattr(sc, "per_step_advantages", lambda *args, **kwargs: given.append(kwargs["batched"]) or {})
+    monkeypatch.setattr(sc, "compare_step_advantages", lambda *args, **kwargs: given.append(kwargs["batched"]) or 1 / 0)
+    monkeypatch.setattr(ob, "gfpo_scores", lambda group: None)
+    session = Session(group=SimpleNamespace(config=SimpleNamespace(seed=0)), reward_spec="adherence",
+                      reference=object())
+    ob._advantages(wb, session.group, replace(session, rewards=torch.tensor([0.0, 1.0])), ["step_grpo"])
+    sh.compare_advantages(wb, None, session)  # the stub's ZeroDivisionError: the handler's status reports it
+    assert given == [wb.batched_threads, wb.batched_threads]

@@ -12,6 +12,7 @@ look-ahead gains. Agreement is measured on the trained cells with A_i != 0: the 
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
@@ -68,15 +69,17 @@ def critic_advantages(policy: FlowPolicy, group: TrajectoryGroup, rewards: torch
 
 def compare_step_advantages(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, credit: Credit,
                             config: TrainConfig, critic_state: dict | None = None,
-                            lookahead: str | None = None) -> StepComparison:
-    """The per-step advantages of GRPO, ppo and dense_grpo on `group` beside `credit` (measured on it)."""
+                            lookahead: str | None = None, batched=nullcontext) -> StepComparison:
+    """The per-step advantages of GRPO, ppo and dense_grpo on `group` beside `credit` (measured on it). `batched()`:
+    the context the look-ahead's batched passes run in (the app's `Workbench.batched_threads`: every core)."""
     rewards = credit.rewards.float()  # (G,)
     g, t = group.group_size, group.num_steps
     trained = group.config.sde_mask()  # (T,)
     uniform = torch.where(trained[None], credit.advantages.float()[:, None].expand(g, t), torch.zeros(g, t))
     ppo, ppo_source = critic_advantages(policy, group, rewards, config, critic_state)
     look = LookaheadCredit(replace(config, lookahead=lookahead or config.lookahead), policy, reward_fn)
-    values, nfe = look.values(group, rewards)
+    with batched():
+        values, nfe = look.values(group, rewards)
     dense = torch.where(trained[None], lookahead_advantages(values), torch.zeros(g, t))
     names = [UNIFORM, "ppo", "dense_grpo"]
     maps = torch.stack([uniform, ppo, dense])  # (M, G, T)
@@ -90,10 +93,11 @@ def compare_step_advantages(policy: FlowPolicy, group: TrajectoryGroup, reward_f
 
 
 def per_step_advantages(policy: FlowPolicy, group: TrajectoryGroup, rewards: torch.Tensor, names: list[str],
-                        reward_fn, config: TrainConfig | None = None) -> dict[str, torch.Tensor]:
+                        reward_fn, config: TrainConfig | None = None, batched=nullcontext) -> dict[str, torch.Tensor]:
     """{objective: (G, T)} per-step advantages of the objectives among `names` whose registration names a
     `step_credit`: ppo's GAE over a critic fitted on this group, dense_grpo's look-ahead gains (0 off the trained
-    steps). The explainer uses these in place of the paired (G,) advantages."""
+    steps). The explainer uses these in place of the paired (G,) advantages. `batched()`: the context the
+    look-ahead's batched passes run in, as in `compare_step_advantages`."""
     from workbench.rl.objectives import OBJECTIVES
 
     config = config or TrainConfig()
@@ -104,6 +108,7 @@ def per_step_advantages(policy: FlowPolicy, group: TrajectoryGroup, rewards: tor
         if kind == "critic":
             out[name] = critic_advantages(policy, group, rewards.float(), config)[0]
         elif kind == "lookahead":
-            values, _ = LookaheadCredit(config, policy, reward_fn).values(group, rewards.float())
+            with batched():
+                values, _ = LookaheadCredit(config, policy, reward_fn).values(group, rewards.float())
             out[name] = torch.where(trained, lookahead_advantages(values), torch.zeros(()))
     return out

@@ -177,7 +177,7 @@ def _advantages(wb: Workbench, group: TrajectoryGroup, session: Session, names: 
 
     advantages = paired_advantages(session.rewards, names, metric=gfpo_scores(group))
     return advantages | per_step_advantages(wb.policy(session.source), group, session.rewards, names,
-                                            build_reward(session.reward_spec))
+                                            build_reward(session.reward_spec), batched=wb.batched_threads)
 
 
 def _ratio_one(group: TrajectoryGroup, rewards: torch.Tensor, sizes: list[int], clip: float) -> Explanation:

@@ -66,7 +66,8 @@ def compare_advantages(wb: Workbench, critic_from: str | None, session: Session,
     policy = wb.policy(session.source)
     try:
         cmp = compare_step_advantages(policy, session.group, build_reward(session.reward_spec), session.reference,
-                                      replace(config, seed=session.group.config.seed), critic)
+                                      replace(config, seed=session.group.config.seed), critic,
+                                      batched=wb.batched_threads)
     except (RuntimeError, KeyError) as err:  # a critic of another model: its shapes do not fit
         raise WorkbenchError(f"that run's critic does not fit this model ({str(err).splitlines()[0][:120]}); "
                              "pick a ppo run of the same model, or fit a critic on the group") from None
