@@ -49,7 +49,7 @@ def app_threads(cores: int | None = None, batched: bool = False) -> int:
     Objectives tab 19.3 / 19.7 s against 15.6 / 13.2 s (docs/perf-data/xeon/README.md). An OpenMP team waits for
     its slowest thread, and the browser takes a second-core thread's turns. The credit's passes gained from the
     second core all the same: on the Xeon its presses took 5.6-6.1 s on two threads against 7.1-7.2 s on one (the
-    whole app on two threads); on the EPYC (2026-12-05) 3.4-3.5 s after the first press against 3.9-4.4 s, with
+    whole app on two threads); on the EPYC (2026-12-05) 3.5 s against 3.9 s (medians of the later presses), with
     `batched` (docs/perf-data/epyc/README.md, "The app's threads measured again")."""
     n = cores or cpu_count()
     return n if batched else max(1, n - 1)
