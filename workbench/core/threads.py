@@ -14,8 +14,8 @@ the scheduler has parked behind the other process. Two remedies, both here:
   starts). Measured with `bench threads` on 2 cores: sleeping at once (spin count 0) cost a quiet iteration
   27 % (2.32 s against 1.83 s spinning); the short spin keeps the quiet speed (1.77 s) and still shares.
 
-The app itself leaves one core to the browser that shows it, except for the credit's batched passes
-(`app_threads`).
+The app itself leaves one core to the browser that shows it, except for the batched passes of the credit and of
+dense_grpo's look-ahead (`app_threads`).
 
 `python -m workbench bench threads` measures both against a competing single-threaded load.
 """
@@ -41,7 +41,7 @@ def cpu_count() -> int:
 def app_threads(cores: int | None = None, batched: bool = False) -> int:
     """Torch threads of the app's handlers: every core but one, which the browser showing the app needs while
     the app computes (it draws the progress; the app is a page on the same laptop); every core for `batched`
-    work, the credit's continuations (a few large batched passes: `Workbench.batched_threads`).
+    work: the credit's continuations and dense_grpo's look-ahead (large batched passes, `Workbench.batched_threads`).
 
     Measured with scripts/bench_app.py on 2 cores (issue 24). Every core for everything (until commit 40e00e3)
     slowed the views: on 2026-12-02 credit 5.1-6.8 s to its first status, Generate 4.6-6.2 s and the Objectives tab

@@ -99,9 +99,9 @@ class Workbench:
 
     @contextmanager
     def batched_threads(self):
-        """The block computes the credit's continuations (large batched passes) in this thread, on every core while
-        no fine-tune of this app runs; then the handlers' own count again. A generator handler enters it in each step
-        that computes (each step may run in another worker thread)."""
+        """The block computes large batched passes (the credit's continuations, dense_grpo's look-ahead) in this
+        thread, on every core while no fine-tune of this app runs; then the handlers' own count again. A generator
+        handler enters it in each step that computes (each step may run in another worker thread)."""
         with self._batched_lock:
             self._batched += 1
         try:
