@@ -24,7 +24,7 @@ RUN = RunSizes(group=8, sampling_steps=10, trained_steps=9, prompts=4, transitio
 
 def test_parts_follow_the_settings():
     model = architecture_sizes("sd3.5-medium", 512)
-    assert model.tokens == 32 * 32 + 333 and model.width == 1536 and model.blocks == 24
+    assert model.tokens == 32 * 32 + 77 + 128 and model.width == 1536 and model.blocks == 24  # 128 T5: Flow-GRPO
     base = estimate_memory(model, RUN)
     assert base.total == pytest.approx(sum(vars(base).values()))
     assert base.weights == 2 * 2_243_171_520 and base.trainable == 4 * 4 * 32 * model.lora_params_per_rank
@@ -68,13 +68,15 @@ def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):
 
 
 CASES = {  # the embedded model with TrainConfig's defaults (full fine-tuning, 4 minibatches of 128 transitions) and
-    # a random SD3 of 4 blocks 256 wide at 16 px: 64 image + 333 text tokens, outside the 589 the constants were fitted
-    # at, and half the CPU of 32 px (the folder is filled in; scripts/calibrate_memory.py --only "16 px" --repeat 5)
+    # a random SD3 of 4 blocks 256 wide at 16 px with 32 T5 tokens: 64 image + 109 text tokens, outside the 589 the
+    # constants were fitted at, and under half the CPU of 333 text tokens (the folder is filled in;
+    # scripts/calibrate_memory.py --only "16 px" --repeat 5)
     "embedded-full": dict(),
     "embedded-lora-checkpointing": dict(lora_rank=8, gradient_checkpointing=True),
-    "sd3-lora": dict(model="SD3", resolution=16, group=4, steps=4, chunks="4", lora_rank=8,
+    "sd3-lora": dict(model="SD3", resolution=16, max_sequence_length=32, group=4, steps=4, chunks="4", lora_rank=8,
                      gradient_checkpointing=False),
-    "sd3-lora-checkpointing": dict(model="SD3", resolution=16, group=4, steps=4, chunks="4", lora_rank=8),
+    "sd3-lora-checkpointing": dict(model="SD3", resolution=16, max_sequence_length=32, group=4, steps=4, chunks="4",
+                                   lora_rank=8),
 }
 SWITCHES = {  # the micro-batch and checkpointing switches on the embedded model, 2 prompts (2 minibatches of 128)
     "plain": dict(prompts_per_iteration=2),

@@ -62,7 +62,8 @@ def test_flux_sample_and_attribute_with_the_defaults(flux_dir, tmp_path, capsys)
 
 
 def test_flux_train_resume_and_refusal(flux_dir, tmp_path):
-    config = TrainConfig(model=str(flux_dir), iterations=1, kl_beta=0.01, resolution=SIDE, **SMALL)
+    config = TrainConfig(model=str(flux_dir), iterations=1, kl_beta=0.01, resolution=SIDE, max_sequence_length=16,
+                         **SMALL)
     assert config.reward is None and config.prompt_pool() == real_prompts()[0] and config.checkpointing
     summary = Trainer(config, tmp_path / "run").run()
     assert summary.state == "finished" and summary.last_reward_mean is not None
@@ -70,6 +71,7 @@ def test_flux_train_resume_and_refusal(flux_dir, tmp_path):
     assert "eval/jpeg_compressibility/mean" in metrics[0] and "reward/mean" in metrics[-1]
     again = Trainer.resume(tmp_path / "run", iterations=2)
     assert again.policy.image_size == SIDE  # the run's resolution, not the model's default, comes back with it
+    assert again.policy.max_sequence_length == 16  # and its T5 tokens (FLUX's default 512)
     assert again.run().iterations == 2
     bad = TrainConfig(model=str(flux_dir), iterations=1, reward="adherence", resolution=SIDE, **SMALL)
     with pytest.raises(WorkbenchError, match="reward 'adherence' scores 32x32 px images"):

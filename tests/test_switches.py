@@ -112,8 +112,13 @@ def test_offloaded_text_encoders_encode_each_prompt_once(tmp_path, monkeypatch):
     slice_vae(policy)
     torch.testing.assert_close(policy.decode(latents), whole, atol=1e-5, rtol=1e-5)
     config = TrainConfig(model=str(folder), resolution=16, lora_rank=2, offload_text_encoders=True, vae_tiling=True,
-                         iterations=1, eval_prompts=1, group=2, steps=2, chunks="2", prompts_per_iteration=1,
-                         report_to="none", device="cpu")
-    assert Trainer(config, None).run().state == "finished"
+                         max_sequence_length=8, iterations=1, eval_prompts=1, group=2, steps=2, chunks="2",
+                         prompts_per_iteration=1, report_to="none", device="cpu")
+    trainer = Trainer(config, None)
+    assert trainer.policy.max_sequence_length == 8  # the run's T5 tokens reach the policy (default 128, Flow-GRPO's)
+    assert trainer.policy.encode(["a cat"]).embeds.shape[1] == 77 + 8
+    assert trainer.run().state == "finished"
     with pytest.raises(Exception, match="apply to SD3 / FLUX models"):
         TrainConfig(offload_text_encoders=True)
+    with pytest.raises(Exception, match="the embedded model has no T5"):
+        TrainConfig(max_sequence_length=8)

@@ -29,6 +29,7 @@ from workbench.core.heap import end_start_up
 from workbench.core.precision import exact_gelu_in_bfloat16
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.schedule import shift_sigmas
+from workbench.models.architectures import FLUX_T5_TOKENS, SD3_T5_TOKENS
 from workbench.models.embedded import CONFIG_FILE, WEIGHTS_FILE, EmbeddedPolicy, check_finite_weights
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -137,14 +138,15 @@ class SD3Policy(FlowPolicy):
     """Stable Diffusion 3 / 3.5: MMDiT velocity on VAE latents, two CLIPs (+ optional T5), CFG supported.
 
     resolution: square image side in pixels (default transformer.config.sample_size * VAE factor).
-    max_sequence_length: T5 tokens (the pipeline's default 256; zeros stand in when there is no T5).
+    max_sequence_length: T5 tokens (zeros stand in when there is no T5). 128, as Flow-GRPO samples and trains SD3
+        (scripts/train_sd3.py); the diffusers pipeline's own default is 256 (docs/methods.md "Real models").
     """
 
     name = "sd3"
     text_device: torch.device | None = None  # where the text encoders run (`models.offload`); None = self.device
     decode_batch = 4  # images per VAE decode (1 = sliced, `models.offload.slice_vae`)
 
-    def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = 256):
+    def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = SD3_T5_TOKENS):
         _check_scheduler(pipe.scheduler.config, "SD3", allow_dynamic=False)
         self.pipe, self.transformer = pipe, pipe.transformer
         exact_gelu_in_bfloat16(self.transformer)  # as EmbeddedPolicy
@@ -191,7 +193,7 @@ class FluxPolicy(FlowPolicy):
     text_device: torch.device | None = None  # as SD3Policy
     decode_batch = 4
 
-    def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = 512,
+    def __init__(self, pipe, resolution: int | None = None, max_sequence_length: int = FLUX_T5_TOKENS,
                  guidance: float = 3.5):
         sched = pipe.scheduler.config
         _check_scheduler(sched, "FLUX", allow_dynamic=True)

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+# T5 tokens of an SD3 prompt: Flow-GRPO samples and trains SD3 with max_sequence_length=128 (scripts/train_sd3.py);
+# the diffusers pipeline's own default is 256 (docs/methods.md "Real models")
+SD3_T5_TOKENS = 128
+FLUX_T5_TOKENS = 512  # the FLUX pipeline's default
+
 
 @dataclass(frozen=True)
 class Architecture:
@@ -45,8 +50,8 @@ class Architecture:
 
     @property
     def text_tokens(self) -> int:
-        """Text tokens the transformer attends to: 77 CLIP + 256 T5 (SD3 pipeline) or 512 T5 (FLUX pipeline)."""
-        return 77 + 256 if self.transformer_class == "SD3Transformer2DModel" else 512
+        """Text tokens the transformer attends to: 77 CLIP + 128 T5 (SD3, as Flow-GRPO) or 512 T5 (FLUX pipeline)."""
+        return 77 + SD3_T5_TOKENS if self.transformer_class == "SD3Transformer2DModel" else FLUX_T5_TOKENS
 
 
 # about CLIP-L 123 M + OpenCLIP bigG 695 M + T5-XXL encoder 4.76 B parameters (their papers), 2 bytes each

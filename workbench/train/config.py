@@ -182,6 +182,9 @@ class TrainConfig:
     resolution: int | None = None
     """Square image side in pixels for SD3 / FLUX (a multiple of VAE factor x patch, 16); None = the model's own
     (SD3.5 and FLUX.1: 1024; Flow-GRPO trains SD3.5-M at 512)."""
+    max_sequence_length: int | None = None
+    """SD3 / FLUX: T5 tokens of each prompt; None = the model's default (SD3: 128, as Flow-GRPO trains it; FLUX:
+    512, the pipeline's). Fewer tokens cost less memory and time; a longer prompt is cut there."""
     gradient_checkpointing: bool | None = None
     """Recompute the transformer's activations in the backward pass instead of keeping them (less memory, about
     one more forward of time); None = on for LoRA runs of SD3 / FLUX, off otherwise."""
@@ -231,12 +234,15 @@ class TrainConfig:
             raise WorkbenchError(f"group must be >= 2 (advantages compare samples of one prompt), got {self.group}")
         if not 0 <= self.eval_prompts <= 200:
             raise WorkbenchError(f"eval_prompts must be in 0..200 (the held-out scenes), got {self.eval_prompts}")
-        for name in ("resolution", "micro_batch"):
+        for name in ("resolution", "micro_batch", "max_sequence_length"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise WorkbenchError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
         if (self.offload_text_encoders or self.vae_tiling) and not is_pipeline_folder(self.model):
             raise WorkbenchError("offload_text_encoders and vae_tiling apply to SD3 / FLUX models (--model with "
                                  "model_index.json); turn them off for the embedded model")
+        if self.max_sequence_length is not None and not is_pipeline_folder(self.model):
+            raise WorkbenchError(f"max_sequence_length {self.max_sequence_length}: the embedded model has no T5; "
+                                 "drop it or give an SD3 / FLUX folder")
         if self.lora_rank < 0:
             raise WorkbenchError(f"lora_rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}")
 

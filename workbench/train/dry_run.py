@@ -12,12 +12,14 @@ from pathlib import Path
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.models.architectures import FLUX_T5_TOKENS, SD3_T5_TOKENS
 from workbench.train.config import TrainConfig
 from workbench.train.memory import REWARD_MODEL_PARAMS, MemoryEstimate, ModelSizes, RunSizes, estimate_memory, verdict
 from workbench.train.prompt_sets import is_pipeline_folder
 from workbench.train.trainable import LORA_TARGETS
 
-TEXT_TOKENS = {"SD3Transformer2DModel": 77 + 256, "FluxTransformer2DModel": 512}  # the pipelines' defaults
+# the policies' defaults: 77 CLIP + T5 tokens (models/adapters.py)
+TEXT_TOKENS = {"SD3Transformer2DModel": 77 + SD3_T5_TOKENS, "FluxTransformer2DModel": FLUX_T5_TOKENS}
 
 
 def lora_params_per_rank(transformer: torch.nn.Module) -> int:
@@ -136,7 +138,8 @@ def estimate_run(config: TrainConfig, device: str | None = None) -> tuple[Memory
     device = device or config.device or default_device()
     run = run_sizes(config, device)
     if is_pipeline_folder(config.model):
-        model = folder_sizes(Path(config.model).expanduser(), config.resolution, run.weight_bytes)
+        model = folder_sizes(Path(config.model).expanduser(), config.resolution, run.weight_bytes,
+                             config.max_sequence_length)
     elif config.model is not None and not (Path(config.model) / "config.json").is_file():
         raise WorkbenchError(f"{config.model} is not a model folder; the estimate needs its configs")
     else:

@@ -34,7 +34,8 @@ def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
             raise WorkbenchError(f"resolution {config.resolution}: the embedded model makes 32 px images only; "
                                  "drop resolution or give an SD3 / FLUX folder")
         return load_model(config.model, device=device)
-    options = {} if config.resolution is None else {"resolution": config.resolution}
+    options = {name: getattr(config, name) for name in ("resolution", "max_sequence_length")
+               if getattr(config, name) is not None}
     return load_model(config.model, device=device, dtype=config.dtype,
                       offload_text_encoders=config.offload_text_encoders, **options)
 
