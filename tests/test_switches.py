@@ -5,6 +5,7 @@ dtype and resolution where a model loads; full fine-tuning in bfloat16 saves flo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import replace
@@ -86,6 +87,25 @@ def test_gpu_smoke_without_a_gpu_says_so_and_exits_0(tmp_path):
                            str(tmp_path / "smoke")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "no CUDA GPU is visible" in done.stdout
     assert not (tmp_path / "smoke").exists()
+
+
+def test_a_run_saved_before_the_t5_setting_keeps_the_pipelines_256_tokens(tmp_path):
+    """SD3 runs written before `max_sequence_length` existed sampled with the pipeline's 256 T5 tokens: resumed or
+    loaded they keep them; a new run's saved None is the policy's default (128, Flow-GRPO's)."""
+    from tiny_pipelines import save_tiny_flux, save_tiny_sd3
+
+    sd3, flux = save_tiny_sd3(tmp_path / "sd3"), save_tiny_flux(tmp_path / "flux")
+    run = tmp_path / "run"
+    run.mkdir()
+    for model, old_value in ((str(sd3), 256), (str(flux), None), (None, None)):
+        saved = TrainConfig(model=model).to_dict()
+        assert saved["max_sequence_length"] is None
+        (run / "config.json").write_text(json.dumps(saved))
+        assert RunStore(run).config()["max_sequence_length"] is None
+        del saved["max_sequence_length"]  # as a run saved before the setting
+        (run / "config.json").write_text(json.dumps(saved))
+        assert RunStore(run).config().get("max_sequence_length") == old_value, model
+        TrainConfig.from_dict(RunStore(run).config())  # and it reads back as a valid config
 
 
 def test_offloaded_text_encoders_encode_each_prompt_once(tmp_path, monkeypatch):

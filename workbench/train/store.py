@@ -46,6 +46,16 @@ STATES = ("running", "finished", "stopped", "failed")
 CONFIG, STATUS, METRICS, STOP = "config.json", "status.json", "metrics.jsonl", "STOP"
 DAMAGED_METRICS = "metrics.damaged.txt"  # lines of metrics.jsonl that were not rows, kept when a resume rewrites it
 CHECKPOINT_NAME = re.compile(r"^iter_\d{4,}$")
+SD3_PIPELINE_T5_TOKENS = 256  # the T5 tokens of SD3 prompts in runs saved before max_sequence_length existed
+
+
+def _sd3_folder(model) -> bool:
+    """Whether `model` names a diffusers SD3 folder (its model_index.json readable and naming the SD3 pipeline)."""
+    try:
+        index = json.loads((Path(model).expanduser() / "model_index.json").read_text())
+    except (OSError, TypeError, ValueError):
+        return False
+    return isinstance(index, dict) and index.get("_class_name") == "StableDiffusion3Pipeline"
 
 
 def _iteration_of(path: Path) -> int:
@@ -318,7 +328,13 @@ class RunStore:
 
     # ------------------------------------------------------------------------------------ reads
     def config(self) -> dict:
-        return read_json(self.path / CONFIG)
+        """The run's saved settings. A run saved before `max_sequence_length` existed (2026-12-05) encoded SD3
+        prompts with the diffusers pipeline's 256 T5 tokens, and keeps them when it resumes or loads (the default is
+        now Flow-GRPO's 128, docs/methods.md "Real models")."""
+        saved = read_json(self.path / CONFIG)
+        if isinstance(saved, dict) and "max_sequence_length" not in saved and _sd3_folder(saved.get("model")):
+            saved = {**saved, "max_sequence_length": SD3_PIPELINE_T5_TOKENS}
+        return saved
 
     def status(self) -> dict:
         return read_json(self.path / STATUS) if (self.path / STATUS).exists() else {}
