@@ -141,6 +141,8 @@ REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line
     (["train", "--shift", "1e308"], ["shift must be in"]),
     (["train", "--preset", "nope"], ["nope", "gcpo"]),
     (["train", "--chunks", "-1,17"], [">= 1"]),
+    (["train", "--max-sequence-length", "0"], ["max_sequence_length must be a positive integer"]),
+    (["train", "--max-sequence-length", "8"], ["max_sequence_length 8", "the embedded model has no T5"]),
 ]
 
 
