@@ -1,7 +1,8 @@
 """Benchmark the browser workbench: start-up, chunk-edit and curve-click latency in the browser, the Objectives
 tab, memory. Prints figures.
 
-    .venv/bin/python scripts/bench_app.py [--model PATH] [--edits 7] [--read 0] [--lesson] [--json FILE]
+    .venv/bin/python scripts/bench_app.py [--model PATH] [--edits 7] [--read 0] [--lesson] [--slow-page 1]
+                                          [--json FILE]
 
 1. Start `python app.py` and time it to HTTP 200 with the page title, and to the Generate button
    visible in headless chromium (target 10 s).
@@ -21,6 +22,12 @@ tab, memory. Prints figures.
 6. With --lesson: start the crosses lesson from the Fine-tune tab, watch it to the end, and read the app's
    memory again (target 1 GB; about 7 minutes on 2 quiet cores) and the CPU-seconds that the app, its trainer and
    chromium spent meanwhile (`lesson_cpu_s`).
+
+Each edit's and click's time is also split in three (`split_ms`): the page before its request (Gradio's dispatch),
+the request to its reply (the app's handler and the way there and back), the page after the reply (Gradio's update of
+the outputs and plotly's draws). `--slow-page F` runs the page's main thread F times slower (chromium's CPU throttling,
+as DevTools offers it), to see the page of a slower processor; the app and chromium's other threads keep their speed,
+so the middle part is this machine's.
 
 Without the embedded weights (workbench/weights/embedded/) a random-init model of the same size is
 used, so the timings still hold. Needs /usr/bin/chromium and playwright.
@@ -118,12 +125,28 @@ WATCH = """([kind, args]) => {
     const input = (event) => {
         if (kind === "keydown" && event.key !== "Enter") return;
         document.removeEventListener(kind, input, true);
-        const frame = () => done(args) ? window.wbLatency = performance.now() - event.timeStamp
+        window.wbInput = event.timeStamp;
+        const frame = () => done(args) ? window.wbLatency = (window.wbDone = performance.now()) - event.timeStamp
                                        : requestAnimationFrame(frame);
         requestAnimationFrame(frame);
     };
     document.addEventListener(kind, input, true);
 }"""  # a stopwatch in the page, from the input event to the first frame that shows DONE
+FETCHES = """() => {
+    if (window.wbFetches) return;
+    window.wbFetches = [];
+    const fetch = window.fetch.bind(window);
+    window.fetch = async (...args) => {
+        const sent = performance.now();
+        const reply = await fetch(...args);
+        window.wbFetches.push([sent, performance.now()]);
+        return reply;
+    };
+}"""  # every request the page sends, with the time the page had its reply's headers (a page init script)
+SPLIT = """() => {
+    const first = window.wbFetches.find(([sent]) => sent >= window.wbInput && sent <= window.wbDone);
+    return first ? [first[0] - window.wbInput, first[1] - first[0], window.wbDone - first[1]] : null;
+}"""  # the stopwatch's reading in three: the page before the request, the request, the page after its reply
 MAP_DONE = """([name, key, i, t]) => {
     const s = document.querySelector('#objectives-status'), f = document.querySelector('#cell-formula');
     const gd = document.querySelector('#objectives-plot .js-plotly-plot');
@@ -162,12 +185,22 @@ def stopwatch(page, kind: str, args: list, watch: str = WATCH) -> None:
     page.evaluate(watch, [kind, args])
 
 
-def latency_ms(page) -> float:
+def latency_ms(page, splits: list | None = None) -> float:
     """The armed stopwatch's reading once it stopped. The page times itself: it checks DONE on every animation frame
     and stamps the input with the event's own time, so neither Playwright's messages nor a polling loop of its
-    (which ran the check over CDP on every frame, loading the 2 cores the app shares) enter the figure."""
+    (which ran the check over CDP on every frame, loading the 2 cores the app shares) enter the figure. The reading's
+    three parts (`split_ms`) are appended to splits when given."""
     page.wait_for_function("() => window.wbLatency !== null", polling=50, timeout=60_000)
+    if splits is not None:
+        splits.append(split_ms(page))
     return page.evaluate("() => window.wbLatency")
+
+
+def split_ms(page) -> list[float] | None:
+    """The stopwatch's last reading in three (ms): from the input to the request the page sends, from that request to
+    its reply's headers (the server's work and the way there and back), and from the reply to the frame the stopwatch
+    stopped at (Gradio's update of the outputs and plotly's draws). None when the page sent no request meanwhile."""
+    return page.evaluate(SPLIT)
 
 
 def lines(sizes: list[int]) -> str:
@@ -177,7 +210,7 @@ def lines(sizes: list[int]) -> str:
     return ",".join(f"{b - 0.5:g}" for b in chunk_boundaries(sizes))
 
 
-def chunk_edit_ms(page, specs: list[str]) -> list[float]:
+def chunk_edit_ms(page, specs: list[str], splits: list | None = None) -> list[float]:
     """Milliseconds from Enter in the spec box to the first frame in which the status, the curve's title and the chunk
     map's lines show the new chunks (`latency_ms`)."""
     box = page.locator("#chunk-spec textarea")
@@ -187,7 +220,7 @@ def chunk_edit_ms(page, specs: list[str]) -> list[float]:
         sizes = [int(n) for n in spec.split(",")]
         stopwatch(page, "keydown", [f"typed: chunks {spec}", str(sizes), lines(sizes)])
         box.press("Enter")
-        times.append(latency_ms(page))
+        times.append(latency_ms(page, splits))
     return times
 
 
@@ -200,7 +233,7 @@ POINT = """([plot, name, x]) => {
 }"""  # the page position above step x of the curve, half-way up the plot
 
 
-def click_toggle_ms(page, clicks: int) -> list[float]:
+def click_toggle_ms(page, clicks: int, splits: list | None = None) -> list[float]:
     """Milliseconds from a click on the curve (the button's release) to the first frame in which the status, the curve's
     title and the chunk map's lines show the toggled boundary (`latency_ms`)."""
     sys.path.insert(0, str(ROOT))
@@ -223,7 +256,7 @@ def click_toggle_ms(page, clicks: int) -> list[float]:
                                     str(new), lines(new)])
         page.mouse.down()  # the click happens on release (plotly's plotly_click, the browser's click): the stopwatch
         page.mouse.up()  # starts at mouseup, as it did (from Python) since commit 31a4e98
-        times.append(latency_ms(page))
+        times.append(latency_ms(page, splits))
         sizes = new
         page.wait_for_timeout(200)  # let plotly settle, as a user would between clicks
     return times
@@ -245,7 +278,7 @@ MAPS_DRAWN = """plot => {
 }"""  # the objectives' maps are drawn
 
 
-def map_click_ms(page, clicks: int) -> list[float]:
+def map_click_ms(page, clicks: int, splits: list | None = None) -> list[float]:
     """Milliseconds from a click on a cell of an objective's map (the button's release) to the first frame in which
     the status, the formula and the maps' outline show that cell (Objectives tab, maps computed)."""
     times = []
@@ -257,7 +290,7 @@ def map_click_ms(page, clicks: int) -> list[float]:
         stopwatch(page, "mouseup", [name, "moved", i, t], WATCH_MAP)
         page.mouse.down()
         page.mouse.up()
-        times.append(latency_ms(page))
+        times.append(latency_ms(page, splits))
         page.wait_for_timeout(200)
     return times
 
@@ -306,8 +339,8 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, r
     out["credit_cpu_per_s"] = {name: seconds / span for name, seconds in cpu.seconds.items() if name != "trainer"}
     page.get_by_role("tab", name="Chunks").click()
     expect(page.locator("#chunks-status")).to_contain_text("over T=16 steps", timeout=300_000)
-    out["edit_ms"] = chunk_edit_ms(page, (SPECS * edits)[:edits])
-    out["click_ms"] = click_toggle_ms(page, edits)
+    out["edit_ms"] = chunk_edit_ms(page, (SPECS * edits)[:edits], out.setdefault("edit_split_ms", []))
+    out["click_ms"] = click_toggle_ms(page, edits, out.setdefault("click_split_ms", []))
     record_memory(out, pid, "chunks")
     page.get_by_role("tab", name="Objectives").click()
     t = time.time()
@@ -317,7 +350,7 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, r
     # The status can show a frame or more before plotly has drawn the maps (one run's first cell lookup found no
     # plot): the clicks start once the maps' traces are there.
     page.wait_for_function(MAPS_DRAWN, arg="objectives-plot", timeout=120_000)
-    out["map_click_ms"] = map_click_ms(page, edits)
+    out["map_click_ms"] = map_click_ms(page, edits, out.setdefault("map_click_split_ms", []))
     record_memory(out, pid, "objectives")
     if lesson:
         out["lesson_s"], out["lesson_cpu_s"] = run_lesson(page, pid)
@@ -402,6 +435,16 @@ class CpuWatch:
         return out
 
 
+def parts(splits: list | None) -> str:
+    """One line: the medians of the three parts of the readings (`split_ms`)."""
+    known = [split for split in splits or [] if split]
+    if not known:
+        return "              (no request seen: the readings were not split)"
+    before, server, after = (statistics.median(part) for part in zip(*known))
+    return (f"              of which (medians): the page before its request {before:.0f} ms, the request to its reply "
+            f"{server:.0f} ms, the page after the reply {after:.0f} ms")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="model folder (default: the embedded model)")
@@ -411,8 +454,13 @@ def main() -> None:
     p.add_argument("--lesson", action="store_true", help="also run the crosses lesson from the Fine-tune tab")
     p.add_argument("--read", type=float, default=0.0,
                    help="seconds the page stays idle before the first Generate, as while a person reads (default 0)")
+    p.add_argument("--slow-page", type=float, default=1.0, metavar="F",
+                   help="run the page's main thread F times slower (chromium's CPU throttling, as in DevTools): the "
+                        "page of a processor 1/F as fast; the app and chromium's other threads keep their speed")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args()
+    if args.slow_page < 1:
+        p.error(f"--slow-page must be >= 1 (1 = not slowed), got {args.slow_page:g}")
     model = model_folder(args.model)
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
@@ -427,6 +475,9 @@ def main() -> None:
     with sync_playwright() as pw:  # the browser starts first, so start-up time is the app's alone
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page()
+        page.add_init_script(f"({FETCHES})()")  # before the page's own scripts: every request it sends is timed
+        if args.slow_page != 1:
+            page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": args.slow_page})
         started = time.time()
         app = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -437,7 +488,11 @@ def main() -> None:
             app.terminate()
             app.wait(timeout=30)
             browser.close()
+    timings["slow_page"] = args.slow_page
     edits, rss = timings["edit_ms"], timings["rss_mb"]
+    if args.slow_page != 1:
+        print(f"slow page     the page's main thread throttled {args.slow_page:g}x (chromium's CPU throttling); "
+              "the app and chromium's other threads at full speed")
     print(f"start-up      HTTP 200 with the page: {http_s:.1f} s; Generate button visible in chromium: "
           f"{timings['interactive_s']:.1f} s (target 10 s)")
     again = ", ".join(f"{s:.1f}" for s in timings["credit_again_s"])
@@ -452,13 +507,16 @@ def main() -> None:
     print(f"attribution   the tab's first render, before the first press: {timings['attribution_open_s']:.1f} s")
     print(f"chunk edit    Enter -> status and both plots updated: median {statistics.median(edits):.0f} ms, "
           f"max {max(edits):.0f} ms over {len(edits)} edits (target 150 ms)")
+    print(parts(timings.get("edit_split_ms")))
     clicks = timings["click_ms"]
     print(f"curve click   click -> status and both plots updated: median {statistics.median(clicks):.0f} ms, "
           f"max {max(clicks):.0f} ms over {len(clicks)} clicks (target 150 ms)")
+    print(parts(timings.get("click_split_ms")))
     print(f"objectives    N=3 inner updates + maps of every objective (G=8, T=16): {timings['objectives_s']:.1f} s")
     cells = timings["map_click_ms"]
     print(f"map click     click on a map cell -> status, formula and outline updated: median "
           f"{statistics.median(cells):.0f} ms, max {max(cells):.0f} ms over {len(cells)} clicks (target 150 ms)")
+    print(parts(timings.get("map_click_split_ms")))
     print(f"memory        app RSS {rss['start']:.0f} MB after start-up, {rss['generate_credit']:.0f} MB after "
           f"generate + credit (target 700 MB), {rss['chunks']:.0f} MB after the chunk edits, "
           f"{rss['objectives']:.0f} MB after Objectives")

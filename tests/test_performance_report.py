@@ -160,6 +160,14 @@ def test_bench_app_splits_the_memory_it_reads():
     assert memory["anon"] + memory["file"] == approx(memory["rss"], abs=memory["rss"] * 0.05)  # + shared memory
 
 
+def test_bench_app_prints_the_medians_of_each_part_of_an_edit():
+    parts = load(SCRIPT.parent / "bench_app.py").parts
+    line = parts([[10.0, 30.0, 50.0], [14.0, 20.0, 70.0], None, [12.0, 25.0, 60.0]])  # None: no request seen
+    assert line.strip() == ("of which (medians): the page before its request 12 ms, the request to its reply 25 ms, "
+                            "the page after the reply 60 ms")
+    assert "not split" in parts([None]) and "not split" in parts(None)  # a run from before the split
+
+
 def test_the_sampling_row_says_which_runs_timed_the_recorder_first(tmp_path):
     report = load()
     first = {"overhead": 0.05, "pair_overheads": [0.04, 0.05, 0.06]}  # bench all's run, before the order alternated
