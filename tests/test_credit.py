@@ -287,3 +287,19 @@ def test_two_halves_of_the_continuations_are_two_measurements():
     uneven[0, 0, 4:] = float("nan")  # one state with M = 4 (refined elsewhere): halves would not pair
     assert replace(c, continuation_rewards=uneven).halves() is None
     assert replace(c, continuation_rewards=conts[..., :2]).halves() is None
+
+
+def test_the_halves_line_counts_their_determined_cells_and_warns_when_few():
+    """"35.7 % misattributed" beside halves that "find 66.7 % and 66.7 %" read as a contradiction: the halves' shares
+    rested on 3 and 6 cells. The line now gives the counts, and says when they are too few to compare."""
+    from workbench.viz.credit_view import FEW_CELLS, rates_text
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    conts = torch.full((4, 1, 4), 0.5)
+    conts[1:, 0] += torch.tensor([-3.0, 3.0, -3.0, 3.0])  # one trajectory's state is determined, the rest noise
+    line = rates_text(Credit("p", rewards, rewards - rewards.mean(), conts, [1, 1]), 2.0).splitlines()[-1]
+    a, b = Credit("p", rewards, rewards - rewards.mean(), conts, [1, 1]).halves()
+    counts = [half.step_rates(2.0).determined_cells for half in (a, b)]
+    assert line.startswith("**Spread over continuation noise:**") and max(counts) < FEW_CELLS
+    assert f"of {counts[0]} and " in line and f"of {counts[1]} determined steps" in line and "of 8 steps" in line
+    assert f"fewer than {FEW_CELLS} cells" in line

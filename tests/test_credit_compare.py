@@ -62,3 +62,25 @@ def test_progress_runs_over_both_measurements_and_k_defaults_to_4(random_policy)
     assert all(t == total for _, t in calls) and calls[-1][0] == total  # one total for both measurements
     half = [done for done, _ in calls if done <= total // 2]
     assert half and [done for done, _ in calls] == sorted(done for done, _ in calls)  # the first, then the second
+
+
+def test_the_table_counts_the_determined_cells_and_says_when_a_difference_has_no_error():
+    """A rate over one trajectory's determined cells has no error over trajectories: the table says so and gives the
+    count, where it printed "+87.5 points" alone (12.5 % of 8 cells against 100 % of 1, read as an effect)."""
+    from workbench.rl.credit import Credit
+    from workbench.rl.credit_compare import CreditComparison
+    from workbench.viz.credit_view import NO_ERROR, comparison_text
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+
+    def credit(noisy_from: int) -> Credit:  # trajectories from noisy_from on: continuations too noisy to determine
+        continuations = torch.full((4, 1, 4), 0.5)
+        continuations[noisy_from:, 0] += torch.tensor([-3.0, 3.0, -3.0, 3.0])
+        return Credit("p", rewards, rewards - rewards.mean(), continuations, [1, 1])
+
+    both = CreditComparison(("base", "run"), (None, None), (credit(4), credit(1)))
+    assert both.credits[1].rates().step.determined_cells == 1
+    rows = {line.split("|")[1].strip(): line for line in comparison_text(both, 2.0).splitlines() if "|" in line}
+    misattributed = rows["step: misattributed among determined"]
+    assert "| 0.0 % of 4 cells | 0.0 % of 1 cell |" in misattributed and NO_ERROR in misattributed
+    assert NO_ERROR not in rows["step: determined share"] and "±" in rows["step: determined share"]

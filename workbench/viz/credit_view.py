@@ -28,8 +28,8 @@ MARKS = {MISATTRIBUTED: ("x-thin", 11, "misattributed: against A(i), significant
          ALIGNED: ("circle", 6, "aligned: with A(i), significant at z")}
 UNDETERMINED_NAME = "undetermined: not significant at z"
 Z_LABEL = "z: sets the false-call rate P(|N(0,1)| > z) per cell (z = 2: 4.6 %)"
-FIXED_NOTE = ("fixed by construction: a chunk from x_T to the image has credit r - mean r, the raw advantage, "
-              "so it always agrees with A")
+FIXED_NOTE = ("fixed by construction: a chunk from the start noise to the image has credit r - mean r, the raw "
+              "advantage, so it always agrees with A")
 ATTRIBUTION_BOTTOM = 110  # px under the Attribution map for the axis titles and its legend (the page's default width
 # needs 106): pushed out by plotly, the margin meant a second draw of the map, as the colorbar's on the right did
 NAMES = {MISATTRIBUTED: "misattributed", ALIGNED: "aligned", UNDETERMINED: "undetermined"}
@@ -158,7 +158,7 @@ def _pct(value: float, se: float) -> str:
 
 def rates_line(label: str, r: Rates) -> str:
     """One Markdown line: the three rates and the plain sign rate, each with its error; rates fixed by
-    construction (every counted cell a chunk from x_T to the image) say so."""
+    construction (every counted cell a chunk from the start noise to the image) say so."""
     if r.by_construction:
         return (f"**{label}:** 0 % misattributed, {FIXED_NOTE}: the figure describes the definition, not the "
                 "policy")
@@ -174,6 +174,9 @@ def rule_text(credit: Credit, z: float) -> str:
     return (f" A cell is determined when its credit differs from 0 at a false-call rate of "
             f"{100 * false_call_rate(z):.1f} % (z={z:g}): a Student-t test with the cell's degrees of freedom "
             f"(M - 1 under common random numbers, Welch-Satterthwaite for independent continuations).{looks}")
+
+
+FEW_CELLS = 10  # determined cells below which the halves' line warns that their shares are noise-dominated
 
 
 def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str:
@@ -196,10 +199,14 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
     split = credit.halves()
     if split is not None:
         a, b = (half.step_rates(z) for half in split)
+        few = min(a.determined_cells, b.determined_cells) < FEW_CELLS
         lines.append(f"**Spread over continuation noise:** two disjoint halves of the continuations "
-                     f"(M={int(split[0].counts.max())} each) find {_pct(a.misattributed, float('nan'))} and "
-                     f"{_pct(b.misattributed, float('nan'))} of their determined steps misattributed "
-                     f"({_pct(a.determined, float('nan'))} and {_pct(b.determined, float('nan'))} determined).")
+                     f"(M={int(split[0].counts.max())} each) find {_pct(a.misattributed, float('nan'))} of "
+                     f"{a.determined_cells} and {_pct(b.misattributed, float('nan'))} of {b.determined_cells} "
+                     f"determined steps misattributed ({_pct(a.determined, float('nan'))} and "
+                     f"{_pct(b.determined, float('nan'))} of {a.cells} steps determined)."
+                     + (f" A share of fewer than {FEW_CELLS} cells moves by tens of points with the noise: the "
+                        "measurement above, with all continuations, usually determines more." if few else ""))
     if credit.deterministic and reference is not None and not reference.deterministic:
         lines.append(agreement_line(credit, reference, z))
     return "  \n".join(lines)
@@ -232,11 +239,15 @@ def comparison_figure(comparison: CreditComparison, z: float) -> go.Figure:
         fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=n + 1)
     shapes = _boundary_shapes(first.sizes) + _boundary_shapes(first.sizes, xref="x2")
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
-    fig.update_layout(title=f"Step credit under two policies: the same prompt, x_T and noise (G={g}, T={t}, "
-                            f"{_k_text(first)}, classified at z = {z:g}, one colour scale)", shapes=shapes,
+    fig.update_layout(title=f"Step credit under two policies: the same prompt, start noise and SDE noise (G={g}, "
+                            f"T={t}, {_k_text(first)}, classified at z = {z:g}, one colour scale)", shapes=shapes,
                       height=480, **layout_with(r=COLORBAR_MARGIN))
     fig.update_annotations(font_size=12)
     return fig
+
+
+NO_ERROR = (" (no error: one side's determined cells lie in fewer than two trajectories, so one group does not "
+            "establish this difference)")
 
 
 def comparison_text(comparison: CreditComparison, z: float) -> str:
@@ -245,18 +256,22 @@ def comparison_text(comparison: CreditComparison, z: float) -> str:
     lines = [f"| rate | {a} | {b} | difference ({b} minus {a}) |", "|---|---|---|---|"]
     names = {"misattributed": "misattributed among determined", "determined": "determined share",
              "mass_against": "credit mass against A"}
+    rates = [c.rates(z) for c in comparison.credits]
     for d in comparison.differences(z):
         diff = "not defined (no determined cell on one side)" if d.diff != d.diff else (
-            f"{100 * d.diff:+.1f} points" + ("" if d.se != d.se else f" ± {100 * d.se:.1f}"))
-        lines.append(f"| {d.unit}: {names[d.rate]} | {_pct(d.before, float('nan'))} | "
-                     f"{_pct(d.after, float('nan'))} | {diff} |")
+            f"{100 * d.diff:+.1f} points" + (NO_ERROR if d.se != d.se else f" ± {100 * d.se:.1f}"))
+        sides = [_pct(value, float("nan")) for value in (d.before, d.after)]
+        if d.rate == "misattributed":  # a share of the determined cells: how many there were
+            counts = [getattr(r, d.unit).determined_cells for r in rates]
+            sides = [f"{side} of {n} cell{'' if n == 1 else 's'}" for side, n in zip(sides, counts)]
+        lines.append(f"| {d.unit}: {names[d.rate]} | {sides[0]} | {sides[1]} | {diff} |")
     rewards = [float(c.rewards.mean()) for c in comparison.credits]
     lines.append(f"| mean reward of the group | {rewards[0]:.3f} | {rewards[1]:.3f} | "
                  f"{rewards[1] - rewards[0]:+.3f} |")
     first = comparison.credits[0]
     lines.append("")
-    lines.append(f"Both groups: prompt *{first.prompt}*, the same x_T and SDE noise, {_k_text(first)} continuations "
-                 f"with seed {first.seed}, chunks {','.join(map(str, first.sizes))}. ± is the standard error of the "
-                 "difference, sqrt(se1² + se2²) over trajectories: the groups share their noise, so it overstates "
-                 "the error. A difference within about two of them is not established by one group.")
+    lines.append(f"Both groups: prompt *{first.prompt}*, the same start noise and SDE noise, {_k_text(first)} "
+                 f"continuations with seed {first.seed}, chunks {','.join(map(str, first.sizes))}. ± is the standard "
+                 "error of the difference, sqrt(se1² + se2²) over trajectories: the groups share their noise, so it "
+                 "overstates the error. A difference within about two of them is not established by one group.")
     return "\n".join(lines)
