@@ -43,7 +43,8 @@ def test_the_picker_lists_and_loads_every_kind_of_source(wb, model_dir):
     keys = [key for _, key in wb.sources()]
     run = wb.jobs.root / "lesson"
     assert keys == [BASE, str(run), str(run / "checkpoints" / "iter_0020"), str(run / "checkpoints" / "iter_0010")]
-    header = f"Policy of every tab: **{model_dir}** on **cpu** in **float32**."
+    header = (f"Every tab uses **{model_dir}** (the *policy*, the model fine-tuning trains), computed on **cpu** in "
+              "**float32** numbers.")
     assert pol.header(wb, Session()) == header.replace("_", "\\_")
     session = generated(wb, Session())
     menu, header, session, gallery, heatmap, rates, *_, status = pol.pick_policy(wb, str(run), session)
@@ -76,6 +77,17 @@ def test_compare_with_the_same_policy_gives_identical_maps(wb):
     heat = [t for t in figure.data if t.type == "heatmap" and t.name == "step credit"]
     assert len(heat) == 2 and heat[0].z == heat[1].z and heat[0].zmax == heat[1].zmax  # one colour scale
     assert images.size[1] > images.size[0] / 3 * 0.5 and "difference" in text
+
+
+def test_a_new_group_empties_the_before_and_after_section(wb):
+    """A new group drops the session's comparison; the section kept the old figure, images and text (chunks and T
+    of the old group) until now, as the view skipped its outputs when there was no comparison."""
+    session = pol.compare(wb, pol.RUN_BASE, 2, generated(wb, Session()))[3]
+    figure, images, text, status = pol.comparison_view(wb, session)
+    assert "difference" in text and figure.data and images.__class__.__name__ != "Image"  # shown; images left as is
+    new = h.generate(wb, "a small blue ring in the center", 3, 2, 0.7, 1, "adherence", session)[-2]
+    figure, images, text, status = pol.comparison_view(wb, new)
+    assert text == pol.NO_COMPARISON and images is None and not figure.data and "compare" in str(figure.layout)
 
 
 def test_compare_a_checkpoint_with_its_base_on_the_same_noise(wb):

@@ -44,7 +44,7 @@ def app(tmp_path_factory):
 def test_load_a_checkpoint_and_compare_credit_before_and_after(page, app):
     url, run = app
     page.goto(url)
-    expect(page.locator("#model-header")).to_contain_text("Policy of every tab", timeout=LONG)
+    expect(page.locator("#model-header")).to_contain_text("Every tab uses", timeout=LONG)
     picker = page.locator("#model-picker input")
     picker.fill(str(run / "checkpoints" / "iter_0010"))
     picker.press("Enter")

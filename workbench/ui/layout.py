@@ -84,9 +84,13 @@ def _generate_tab(wb, session) -> dict:
         with gr.Column(scale=2):
             group = gr.Slider(2, 16, 8, step=1, label="Group size G (images per prompt)", elem_id="gen-group")
             steps = gr.Slider(2, 32, 16, step=1, label="Denoising steps T", elem_id="gen-steps")
-            noise = gr.Slider(0, 1.5, 0.7, step=0.05, label="Noise level a (eta for dance_grpo; 0 = ODE)")
+            noise = gr.Slider(0, 1.5, 0.7, step=0.05, label="Noise level a (eta for dance_grpo; 0 = ODE)",
+                              info="the randomness each step adds; at 0 every image of a group is the same (the "
+                                   "deterministic ODE), and GRPO has nothing to compare")
             with gr.Row():
-                sde = gr.Dropdown(list(SDE_KINDS), value=SamplingConfig.sde, label="SDE kind", elem_id="gen-sde")
+                sde = gr.Dropdown(list(SDE_KINDS), value=SamplingConfig.sde, label="SDE kind", elem_id="gen-sde",
+                                  info="how a step adds that noise: Flow-GRPO's, DanceGRPO's or coefficients-"
+                                       "preserving (cps) sampling")
                 window = gr.Textbox("", label="SDE window START,END (empty = all steps)", elem_id="gen-window")
             with gr.Row():
                 seed = gr.Number(0, precision=0, label="Seed")
@@ -95,7 +99,8 @@ def _generate_tab(wb, session) -> dict:
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
     status = gr.Markdown(elem_id="generate-status")
     gallery = gr.Gallery(label="Final images (reward, GRPO advantage, speckle)", columns=4, format="png",
-                         elem_id="gallery")
+                         height=640, elem_id="gallery")  # G = 8: both rows of four and their captions (450 px hid
+    # the second row's; a larger group scrolls)
     gr.Markdown(SPECKLE_NOTE)
     strip = gr.Image(label="x0 predictions: one row per trajectory, one column per step", type="pil",
                      format="png", elem_id="filmstrip")
@@ -117,7 +122,7 @@ ATTRIBUTION_INTRO = (
     "Monte-Carlo measurement of the same group.")
 
 
-def _per_step_section(wb, session) -> None:
+def _per_step_section(wb, session) -> list:
     """Attribution: ppo's and dense_grpo's per-step advantages beside the measured credit (`step_handlers`)."""
     gr.Markdown(gloss("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns "
                       "a critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** "
@@ -132,8 +137,9 @@ def _per_step_section(wb, session) -> None:
     plot = gr.Plot(empty_figure("Per-step advantages", "measure credit, then compare advantages"),
                    label="Per-step advantages", elem_id="step-compare-plot")
     status = gr.Markdown(elem_id="step-compare-status")
-    go_.click(partial(sh.compare_advantages, wb), [critic, session], [plot, table, status],
+    go_.click(partial(sh.compare_advantages, wb), [critic, session], [plot, table, session, status],
               api_name="compare_advantages", **HEAVY)
+    return [plot, table, status]  # the section's view (`step_advantages_view`)
 
 
 def _attribution_tab(wb, session, choices: list) -> dict:
@@ -145,7 +151,8 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                                 elem_id="credit-estimator")
         crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
                           elem_id="credit-crn")
-        z = gr.Number(Z, label=credit_view.Z_LABEL, minimum=0, elem_id="credit-z")
+        z = gr.Number(Z, label=credit_view.Z_LABEL, elem_id="credit-z")  # no minimum: the handlers' message
+        # names the field ("z (sets the false-call rate) must be >= 0"), where Gradio's toast did not, twice
         auto = resolve_precision("auto", wb.device)
         precision = gr.Dropdown(list(PRECISIONS), value="auto", label="Numerics", elem_id="credit-precision",
                                 info=f"of the continuations; auto: {auto} on this device")
@@ -159,7 +166,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
                       elem_id="credit-plot")
-    _per_step_section(wb, session)
+    per_step = _per_step_section(wb, session)
     gr.Markdown("### Before and after\nThe same prompt and noise under a second policy (default: the base model "
                 "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the M, "
                 "estimator and continuation seed above and drawn on one colour scale.")
@@ -175,18 +182,22 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     compare_images = gr.Image(label="Final images: top row the compared policy, bottom row this session's",
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
-    both = [compare_plot, compare_text, status]
+    both = [compare_plot, compare_images, compare_text, status]
     busy = dict(show_progress_on=[heatmap], **HEAVY)  # the progress text over the map, not over the rates' text
+    steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
+                      api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
     run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z, precision], outputs,
-              api_name="attribute", **busy)
-    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy)
+              api_name="attribute", **busy).then(**steps_view)
+    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy).then(
+        **steps_view)
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
                   show_progress_on=[compare_plot], **HEAVY)
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
-                compare_text=compare_text, both=both, continuations=continuations, estimator=estimator)
+                compare_text=compare_text, both=both, continuations=continuations, estimator=estimator,
+                steps_view=steps_view)
 
 
 def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
@@ -200,7 +211,9 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
                            scale=2)
         use = gr.Button("Apply chunker", elem_id="apply-chunker-btn", scale=1)
     with gr.Row():
-        step = gr.Slider(1, 15, 8, step=1, label="Step", scale=3)
+        step = gr.Slider(1, 15, 8, step=1, label="Step", scale=3,
+                         info="Split: a new chunk starts at this step (the line left of it). Merge: the chunk that "
+                              "starts here joins the one before.")
         split = gr.Button("Split here", elem_id="split-btn", scale=1)
         merge = gr.Button("Merge here", elem_id="merge-btn", scale=1)
     status = gr.Markdown(elem_id="chunks-status")
@@ -250,13 +263,19 @@ QUEUE_POLL_S = 0.01  # a queued event starts at most this much later
 PROGRESS_POLL_S = 0.05  # progress bars get at most 20 updates a second
 
 
+# The filmstrip's step labels (t=0 .. t=T-1) run along the top of its image, where Gradio draws the component's
+# label (left) and its buttons (right) over the image: they hid t=0..3 and t=15. The image starts below them.
+PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }"
+
+
 def launch_options() -> dict:
     """Keyword arguments of `demo.launch`, fresh each time (Gradio adds to `app_kwargs`):
     - no run history: Gradio kept every call's outputs (two figures per chunk edit) in the browser's localStorage,
       parsed and written again on each call, half the page's CPU of an edit;
     - `frames.HeadScript`: the page's head starts with the script that parks Gradio's leaked frame loops, so an
-      idle page draws no frames."""
-    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)]}}
+      idle page draws no frames;
+    - the page's few style rules (`PAGE_CSS`)."""
+    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)]}, "css": PAGE_CSS}
 
 
 def queued(demo: gr.Blocks, **options) -> gr.Blocks:
@@ -449,6 +468,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
                                    api_visibility="private", show_progress="hidden")
             attribution_tab.select(partial(pol.comparison_view, wb), [session], attribution["both"],
                                    api_visibility="private")
+            attribution_tab.select(**attribution["steps_view"])  # each section shows the group it belongs to
             gen["run"].click(partial(h.generate, wb), gen["inputs"],
                              [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
                              api_name="generate", **HEAVY)

@@ -38,7 +38,8 @@ def header(wb: Workbench, session: Session) -> str:
     from workbench.train.prompt_sets import is_pipeline_folder
 
     dtype = wb.dtype if is_pipeline_folder(wb.model_path) else "float32"
-    return f"Policy of every tab: **{escape(label)}** on **{wb.device}** in **{dtype}**."
+    return (f"Every tab uses **{escape(label)}** (the *policy*, the model fine-tuning trains), computed on "
+            f"**{wb.device}** in **{dtype}** numbers.")
 
 
 def refresh_choices(wb: Workbench):
@@ -76,17 +77,19 @@ def pick_policy(wb: Workbench, key: str | None, session: Session, progress=gr.Pr
 
 
 def comparison_outputs(session: Session) -> tuple:
-    """(comparison figure, its text) of the session's stored comparison, or skips when there is none."""
+    """(comparison figure, its images, its text) of the session's stored comparison, re-classified (the images are
+    left as they are), or the empty section when there is none: a new group or policy drops the comparison, whose
+    figure and text stayed on the page beside the new group (chunks and T of the old one)."""
     if session.comparison is None:
-        return gr.skip(), gr.skip()
-    return credit_view.comparison_figure(session.comparison, session.z), credit_view.comparison_text(
-        session.comparison, session.z)
+        return plots.empty_figure("Two policies", "generate a group, then compare"), None, NO_COMPARISON
+    return (credit_view.comparison_figure(session.comparison, session.z), gr.skip(),
+            credit_view.comparison_text(session.comparison, session.z))
 
 
-@guarded(3)
+@guarded(4)
 def comparison_view(wb: Workbench, session: Session):
-    """Attribution opened or z changed -> (comparison figure, text, status) re-classified under the session's
-    z and chunks (nothing is sampled)."""
+    """Attribution opened or z changed -> (comparison figure, images, text, status) re-classified under the
+    session's z and chunks (nothing is sampled)."""
     return (*comparison_outputs(session), gr.skip())
 
 
@@ -116,7 +119,7 @@ def compare(wb: Workbench, other: str | None, continuations: float, session: Ses
             crn: bool = True, z: float = Z, precision: str = "auto", progress=gr.Progress()):
     """Compare button -> (comparison figure, images of both groups, text, session, status).
 
-    The session's prompt is sampled with its group's SamplingConfig (same x_T, same SDE noise) under the
+    The session's prompt is sampled with its group's SamplingConfig (same start noise, same SDE noise) under the
     chosen policy (default: the base model of the session's) and under the session's own, and both groups'
     credit is measured with the same estimator, M, numerics and continuation seed (`rl.credit_compare`)."""
     if session.group is None:

@@ -35,6 +35,8 @@ class Session:
     run_id: str | None = None  # the fine-tuning run this session started
     source: str = BASE  # the policy every tab uses: a picker key (BASE, a run or checkpoint folder, a model folder)
     comparison: CreditComparison | None = None  # the group's credit under this policy and a second one
+    # (the continuation rewards of the credit it was set against, the StepComparison of "Compare advantages")
+    steps_compared: tuple | None = None
 
     @property
     def steps(self) -> int:
@@ -46,12 +48,20 @@ class Session:
         """A new group replaces the old one and its credit; the schedule is kept when it still fits T."""
         sizes = self.sizes if sum(self.sizes) == group.num_steps else CHUNKERS.get("temporal")(group.num_steps)
         return replace(self, group=group, reward_spec=reward_spec, rewards=rewards, advantages=advantages,
-                       credit=None, reference=None, comparison=None, sizes=sizes)
+                       credit=None, reference=None, comparison=None, steps_compared=None, sizes=sizes)
 
     def with_source(self, source: str) -> Session:
         """Another policy: the group and everything measured on it belonged to the old one and are dropped."""
         return replace(self, source=source, group=None, rewards=None, advantages=None, credit=None, reference=None,
-                       comparison=None)
+                       comparison=None, steps_compared=None)
+
+    def step_comparison(self):
+        """The per-step advantages compared against the group's current Monte-Carlo credit, or None: a new group, a
+        new measurement or a refinement leaves the last comparison behind (it was set against other numbers)."""
+        if self.steps_compared is None or self.reference is None:
+            return None
+        against, comparison = self.steps_compared
+        return comparison if against is self.reference.continuation_rewards else None  # a re-chunk keeps them
 
     def with_sizes(self, sizes: list[int]) -> Session:
         """The session under a new (already valid) schedule; the stored credit is re-chunked, not re-sampled."""

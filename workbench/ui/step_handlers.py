@@ -48,9 +48,27 @@ def _table(cmp) -> str:
                                "marks a cell whose sign is against a determined credit.")
 
 
+def empty_view() -> tuple:
+    """(figure, text) of the section before any comparison."""
+    from workbench.viz.plots import empty_figure
+
+    return empty_figure("Per-step advantages", "measure credit, then compare advantages"), NO_COMPARISON
+
+
 @guarded(3)
+def step_advantages_view(wb: Workbench, session: Session):
+    """Attribution opened, credit measured or refined -> (figure, agreement table, status): the session's comparison
+    of the group's current credit, or the empty section (the last one showed another group's or measurement's
+    numbers beside this one's, a new group with T = 2 beside a plot of 16 steps)."""
+    from workbench.viz.step_advantages import step_advantage_figure
+
+    cmp = session.step_comparison()
+    return (*(empty_view() if cmp is None else (step_advantage_figure(cmp), _table(cmp))), gr.skip())
+
+
+@guarded(4)
 def compare_advantages(wb: Workbench, critic_from: str | None, session: Session, progress=gr.Progress()):
-    """Compare advantages button -> (figure, agreement table, status)."""
+    """Compare advantages button -> (figure, agreement table, session, status)."""
     from dataclasses import replace
 
     from workbench.rewards import build_reward
@@ -72,4 +90,5 @@ def compare_advantages(wb: Workbench, critic_from: str | None, session: Session,
         raise WorkbenchError(f"that run's critic does not fit this model ({str(err).splitlines()[0][:120]}); "
                              "pick a ppo run of the same model, or fit a critic on the group") from None
     where = cmp.notes["ppo"]
-    return step_advantage_figure(cmp), _table(cmp), ok(f"compared per-step advantages (ppo: {where})")
+    session = replace(session, steps_compared=(session.reference.continuation_rewards, cmp))
+    return step_advantage_figure(cmp), _table(cmp), session, ok(f"compared per-step advantages (ppo: {where})")

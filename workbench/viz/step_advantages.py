@@ -1,7 +1,8 @@
 """Per-step advantages of one group beside its Monte-Carlo credit (`train/step_compare.StepComparison`).
 
-One heatmap per map (trajectory x step), each on its own symmetric colour scale (advantages are in std units,
-the credit in reward units): the credit d(i,t), then GRPO's uniform A(i), ppo's and dense_grpo's A(i,t).
+One heatmap per map (trajectory x step), each on its own symmetric colour scale, given in its title (advantages
+are in std units, the credit in reward units): the credit d(i,t), then GRPO's uniform A(i), ppo's and
+dense_grpo's A(i,t).
 On an advantage map an x marks a cell whose sign disagrees with a determined credit cell.
 """
 
@@ -25,13 +26,19 @@ def _scale(x: torch.Tensor) -> float:
 
 def step_advantage_figure(cmp, title: str = "Per-step advantages against the measured credit") -> go.Figure:
     """Credit (G, T) and the M advantage maps of a `StepComparison`, with their agreement in the titles."""
-    maps = [("credit d(i,t) (reward units)", cmp.credit.float())] + [
-        (f"{n}<br>sign {cmp.agreement[n]['sign_agreement_determined']:.0%} of determined, "
+    def counted(z: torch.Tensor) -> torch.Tensor:  # (G, T) only the counted cells
+        return torch.where(cmp.valid, z.float(), torch.full_like(z.float(), float("nan")))
+
+    # each map's own colour scale, in its title: with no colour bars (five would crowd the row) the titles are
+    # where a reader finds the magnitudes
+    maps = [(f"credit d(i,t), full colour ±{_scale(counted(cmp.credit)):.3g} (reward)", cmp.credit.float())] + [
+        (f"{n}, full colour ±{_scale(counted(cmp.advantages[m])):.3g} (std)<br>sign "
+         f"{cmp.agreement[n]['sign_agreement_determined']:.0%} of determined, "
          f"r = {cmp.agreement[n]['correlation']:+.2f}", cmp.advantages[m].float()) for m, n in enumerate(cmp.names)]
     fig = make_subplots(rows=1, cols=len(maps), subplot_titles=[t for t, _ in maps], horizontal_spacing=0.04)
     g, t = cmp.credit.shape
     for col, (_, z) in enumerate(maps, start=1):
-        shown = torch.where(cmp.valid, z, torch.full_like(z, float("nan")))  # (G, T) only the counted cells
+        shown = counted(z)
         scale = _scale(shown)
         fig.add_trace(go.Heatmap(z=shown.tolist(), colorscale="RdBu", zmid=0, zmin=-scale, zmax=scale,
                                  showscale=False, hovertemplate="traj %{y}, step %{x}: %{z:.3g}<extra></extra>"),
