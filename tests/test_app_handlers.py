@@ -163,7 +163,7 @@ def test_generate_returns_images_captions_and_figures(wb):
     ((PROMPT.replace("circle", "hexagon"), 3, 4, 0.7, 0, "adherence"), "unknown word 'hexagon'"),
     (("", 3, 4, 0.7, 0, "adherence"), "prompt is empty"),
     ((PROMPT, 1, 4, 0.7, 0, "adherence"), "at least 2"),
-    ((PROMPT, 3, None, 0.7, 0, "adherence"), "steps must be a whole number"),
+    ((PROMPT, 3, None, 0.7, 0, "adherence"), "steps is empty: type a whole number >= 1"),
     ((PROMPT, 3, 4, -1, 0, "adherence"), "noise_level must be in 0..10"),
     ((PROMPT, 3, 4, 0.7, 0, "nope"), "unknown reward 'nope'"),
 ])
@@ -282,7 +282,20 @@ def test_split_and_merge(wb, sampled):  # the edits themselves: tests/test_chunk
     two = h.chunks_split(wb, 1, one)[-2]
     assert two.sizes == [1, 3] and two.credit.sizes == [1, 3]
     assert h.chunks_merge(wb, 1, two)[-2].sizes == [4]
-    assert "no chunk boundary at step 2" in msg(h.chunks_merge(wb, 2, two))
+    assert "no chunk starts at step 2" in msg(h.chunks_merge(wb, 2, two))
+
+
+def test_the_step_slider_of_a_two_step_group_is_a_valid_slider(wb):
+    """At T = 2 a chunk can start at step 1 only. The tab asked Gradio for a slider 1..1, which it refuses: the
+    handler failed ("Slider minimum must be less than maximum", in the server log) and the slider kept 1..15."""
+    with pytest.raises(ValueError):
+        gr.Slider(minimum=1, maximum=1)  # what the tab asked for
+    session = h.generate(wb, PROMPT, 2, 2, 0.7, 0, "adherence", Session())[-2]
+    slider, status = h.chunks_view(wb, session)
+    assert is_skip(status) and (slider.minimum, slider.maximum, slider.value) == (0, 1, 1) and not slider.interactive
+    assert session.sizes == [1, 1] and h.chunks_merge(wb, slider.value, session)[-2].sizes == [2]  # its one step
+    wide = h.step_slider(16)
+    assert (wide.minimum, wide.maximum, wide.value) == (1, 15, 8) and wide.interactive
 
 
 def test_chunks_without_a_group_use_the_default_steps(wb):
@@ -537,7 +550,10 @@ def make_run(root: Path, name: str, rewards: list[float], checkpoint: bool = Fal
 def test_runs_table_compare_and_download(tmp_path, model_dir):
     wb = fake_workbench(tmp_path, model_dir)
     table = rh.refresh_runs(wb)[0]
-    assert table.empty and list(table.columns) == rh.RUN_COLUMNS and "0 run(s)" in msg(rh.refresh_runs(wb))
+    empty = msg(rh.refresh_runs(wb))  # it said "0 run(s) in ...", and Compare "press Refresh if the list is empty"
+    assert table.empty and list(table.columns) == rh.RUN_COLUMNS and "no run yet in" in empty and "Fine-tune" in empty
+    assert "start one in the Fine-tune tab" in msg(rh.compare(wb, [], "reward/mean"))
+    assert all(is_skip(v) for v in rh.runs_show(wb, None))  # it ran after Refresh and emptied its status
     make_run(wb.jobs.root, "a", [0.1, 0.2])
     make_run(wb.jobs.root, "b", [0.3, 0.4, 0.5], checkpoint=True)
     table, chosen, pick, metric, status = rh.refresh_runs(wb)

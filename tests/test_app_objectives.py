@@ -66,7 +66,7 @@ def test_objectives_need_a_group_and_valid_settings(wb, sampled):
     assert "no group yet" in msg(ob.objectives_compute(wb, 1, 1e-3, 1e-4, "chunk_grpo", None, Session()))
     for args, why in (((-1, 1e-3, 1e-4, "chunk_grpo"), "inner updates N must be a whole number >= 0"),
                       ((1, 0, 1e-4, "chunk_grpo"), "learning rate must be > 0"),
-                      ((1, 1e-3, 1.5, "chunk_grpo"), "clip_low must be in [0, 1)"),
+                      ((1, 1e-3, 1.5, "chunk_grpo"), "clip range ε must be in [0, 1), got 1.5"),
                       ((1, 1e-3, 1e-4, "trpo"), "unknown objective 'trpo'")):
         out = ob.objectives_compute(wb, *args, None, sampled)
         assert why in msg(out) and all(is_skip(v) for v in out[:-1])

@@ -143,7 +143,7 @@ def test_chunk_edits_valid_and_invalid(page, url):
     page.click("#split-btn")  # the slider sits at T/2 = 4, where a chunk already starts: a message, no change
     expect(status).to_contain_text("a chunk already starts at step 4", timeout=LONG)
     page.click("#merge-btn")
-    expect(status).to_contain_text("merged at step 4: chunks 8", timeout=LONG)
+    expect(status).to_contain_text("merged the chunk starting at step 4 into the one before: chunks 8", timeout=LONG)
     expect(page.locator("#chunks-rates")).to_contain_text("Chunk misattribution")
 
 

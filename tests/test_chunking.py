@@ -263,7 +263,7 @@ def test_split_and_merge():
     assert split_at([2, 3, 4, 7], 3) == [2, 1, 2, 4, 7] and merge_at([2, 3, 4, 7], 5) == [2, 7, 7]
     with pytest.raises(WorkbenchError, match="already starts"):
         split_at([2, 2], 2)
-    with pytest.raises(WorkbenchError, match="no chunk boundary at step 1"):
+    with pytest.raises(WorkbenchError, match="no chunk starts at step 1, so nothing merges there"):
         merge_at([2, 2], 1)
     with pytest.raises(WorkbenchError, match="steps 1..3"):
         split_at([2, 2], 4)

@@ -483,8 +483,8 @@ def test_a_string_or_null_sent_to_a_numeric_control_names_it(app, endpoint, labe
 
 
 @pytest.mark.parametrize("label, payload, needle", [
-    ("Learning rate", None, "learning rate must be a number"),
-    ("Iterations", None, "iterations must be a whole number"),
+    ("Learning rate", None, "learning rate is empty: type a number"),
+    ("Iterations", None, "iterations is empty: type a whole number >= 1"),
     ("Iterations", 10**12, "greater than maximum"),
     ("Learning rate", -1.0, "lr and max_grad_norm must be > 0"),
 ])

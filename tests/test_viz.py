@@ -59,3 +59,14 @@ def test_the_chunk_map_is_the_figure_plotly_validates(random_policy):
     assert [shape["x0"] for shape in built["layout"]["shapes"]] == [0.5]  # the boundary after step 0
     with pytest.raises(ValueError, match="colourscale|colorscale|Invalid"):
         go.Figure({**built, "data": [{**built["data"][0], "colorscale": "NoSuchScale"}]})
+
+
+def test_the_rewards_are_points_on_an_axis_fitted_to_them_not_bars_from_zero():
+    """Learn's first figure drew the rewards as bars from 0: 0.94-0.99 looked equal beside advantages of -2..+1.5."""
+    from workbench.viz.explain_plots import advantage_figure
+
+    rewards = torch.tensor([0.939, 0.991, 0.97, 0.95])
+    fig = advantage_figure(rewards, (rewards - rewards.mean()) / rewards.std())
+    points, bars = fig.data
+    assert points.type == "scatter" and points.mode == "markers" and list(points.y) == pytest.approx(rewards.tolist())
+    assert bars.type == "bar" and fig.layout.yaxis.range is None  # plotly fits the axis to the points (not from 0)

@@ -35,8 +35,13 @@ TERMS = (
          "One number per image of a group: A = (reward - group mean) / group std. GRPO gives every denoising "
          "step of an image its advantage, however much the step itself contributed.", "Advantages"),
     Term("trajectory", ("trajectory", "trajectories"),
-         "The path of one image from pure noise to the final picture: the T intermediate states x_0 ... x_T "
-         "the sampler visits. A group holds G trajectories of one prompt."),
+         "The path of one image from pure noise to the final picture: the states x_0 (the start noise), x_1, "
+         "..., x_T (the image) that the sampler visits, numbered by denoising step. A group holds G trajectories of "
+         "one prompt; its trajectories share their start noise unless told otherwise."),
+    Term("x0 prediction", ("x0 prediction", "x0 predictions", "x0"),
+         "The model's guess, at any step, of the final clean image: where the current state would end if the "
+         "rest of the way were one straight jump. The name comes from diffusion papers, whose x0 is the clean "
+         "image; this workbench numbers the states by step, so its x_0 is the start noise and x_T the image."),
     Term("denoising step", ("denoising step", "denoising steps", "step t"),
          "One move of the sampler from state x_t to x_t+1, a little less noisy. T steps make an image; the "
          "steps that inject noise (the SDE window) are the ones GRPO trains."),

@@ -322,19 +322,20 @@ def split_at(sizes: list[int], step: int) -> list[int]:
         raise WorkbenchError(f"a chunk can start at steps 1..{total - 1}, not at step {step}; move the slider")
     cuts = chunk_boundaries(sizes)
     if step in cuts:
-        raise WorkbenchError(f"a chunk already starts at step {step} (boundaries: {cuts}); choose another step")
+        raise WorkbenchError(f"a chunk already starts at step {step} (chunks start at steps {cuts}); choose another "
+                             "step")
     cuts = sorted([*cuts, step])
     edges = [0, *cuts, total]
     return [b - a for a, b in zip(edges, edges[1:])]
 
 
 def merge_at(sizes: list[int], step: int) -> list[int]:
-    """Remove the boundary at `step`, merging the chunks on either side of it."""
+    """Remove the boundary at `step` (where a chunk starts), merging the chunks on either side of it."""
     sizes = check_sizes(sizes)
     cuts = chunk_boundaries(sizes)
     if step not in cuts:
-        where = f"boundaries are at steps {cuts}" if cuts else "there is only one chunk"
-        raise WorkbenchError(f"no chunk boundary at step {step} to merge; {where}")
+        where = f"chunks start at steps {cuts}" if cuts else "there is only one chunk"
+        raise WorkbenchError(f"no chunk starts at step {step}, so nothing merges there; {where}")
     edges = [0, *[c for c in cuts if c != step], sum(sizes)]
     return [b - a for a, b in zip(edges, edges[1:])]
 

@@ -39,7 +39,7 @@ class TrainConfig:
     chunks: str = "2,3,4,7"
     """Chunk sizes over the TRAINED steps, summing to their count (GCPO [2,3,4,7] of 16); used by chunk_grpo."""
     reward: str | None = None
-    """Reward spec for `build_reward`, e.g. 'adherence:1,sharpness:0.5'; None = the model's default: adherence for
+    """Reward names and weights, e.g. 'adherence:1,sharpness:0.5'; none given = the model's default: adherence for
     the embedded model's toy world, jpeg_compressibility for SD3 / FLUX (`rewards.default_reward`)."""
     clip_path: str | None = None
     """Local CLIP folder (CLIPModel and CLIPTokenizer `save_pretrained`) for the reward 'clip_score'."""
@@ -72,7 +72,8 @@ class TrainConfig:
     group: int = 8
     """G, trajectories per prompt (GCPO 12, Flow-GRPO 24)."""
     steps: int = 16
-    """T, transitions that carry a log-prob; sampling adds one untrained last step unless train_last_step."""
+    """T, transitions that carry a log-prob; sampling adds one last step that is not trained (train_last_step
+    trains it too)."""
     noise_level: float = 0.7
     """SDE noise level a (Flow-GRPO 0.7; eta for dance_grpo, angle fraction for cps)."""
     sde: str = "flow_grpo"
@@ -89,7 +90,8 @@ class TrainConfig:
     shared_noise: bool = True
     """One x_T per group (DanceGRPO, GCPO --init_same_noise)."""
     window: tuple[int, int] | None = None
-    """SDE (and training) only on steps [start, end) of the T, ODE elsewhere (Flow-GRPO-Fast); None = all T."""
+    """SDE (and training) only on steps [start, end) of the T, ODE elsewhere (Flow-GRPO-Fast); none given = all
+    T."""
     mixgrpo: bool = False
     """MixGRPO (arXiv 2507.21802): a 4-step SDE window that slides one step every 25 iterations."""
     train_last_step: bool = False

@@ -31,8 +31,15 @@ def escape(text: str) -> str:
     return text
 
 
+def blank(value) -> bool:
+    """A field left empty: gradio sends None for an empty number box, "" for an empty text box."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def whole_number(value, name: str, minimum: int) -> int:
     """A form value (gradio numbers arrive as float or None) as an int >= minimum, else a WorkbenchError."""
+    if blank(value):
+        raise WorkbenchError(f"{name} is empty: type a whole number >= {minimum}")
     try:
         number = float(value) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError, OverflowError):
@@ -46,6 +53,8 @@ def whole_number(value, name: str, minimum: int) -> int:
 
 def number(value, name: str) -> float:
     """A form value as a finite float, else a WorkbenchError naming the field."""
+    if blank(value):
+        raise WorkbenchError(f"{name} is empty: type a number")
     try:
         result = float(value)
     except (TypeError, ValueError):

@@ -267,7 +267,15 @@ def chunks_view(wb: Workbench, session: Session):
     the session's."""
     t = session.steps
     wb.curve(t, _noise(session), session.source)
-    return gr.Slider(minimum=1, maximum=max(t - 1, 1), value=max(t // 2, 1), step=1, interactive=t > 1), gr.skip()
+    return step_slider(t), gr.skip()
+
+
+def step_slider(t: int) -> gr.Slider:
+    """The Chunks tab's step slider for T steps: the steps a chunk can start at, 1..T-1. Gradio refuses a slider
+    whose minimum is not below its maximum, so at T = 2 (one such step) it shows 0..1 at 1, fixed."""
+    if t <= 2:
+        return gr.Slider(minimum=0, maximum=1, value=1, step=1, interactive=False)
+    return gr.Slider(minimum=1, maximum=t - 1, value=t // 2, step=1, interactive=True)
 
 
 @guarded(5)
@@ -305,15 +313,16 @@ def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Sessio
 @guarded(5)
 def chunks_split(wb: Workbench, step: float, session: Session):
     """Split button: a new chunk starts at the slider's step."""
-    at = whole_number(step, "step", 0)
-    return _edit(wb, session, lambda t: split_at(session.sizes, at), f"split at step {at}")
+    at = whole_number(step, "step", 1)  # chunks start at steps 1..T - 1
+    return _edit(wb, session, lambda t: split_at(session.sizes, at), f"a new chunk starts at step {at}")
 
 
 @guarded(5)
 def chunks_merge(wb: Workbench, step: float, session: Session):
     """Merge button: the boundary at the slider's step goes away."""
-    at = whole_number(step, "step", 0)
-    return _edit(wb, session, lambda t: merge_at(session.sizes, at), f"merged at step {at}")
+    at = whole_number(step, "step", 1)  # chunks start at steps 1..T - 1
+    return _edit(wb, session, lambda t: merge_at(session.sizes, at),
+                 f"merged the chunk starting at step {at} into the one before")
 
 
 @guarded(5)

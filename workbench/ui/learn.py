@@ -168,7 +168,7 @@ def schedule_table(credit: Credit) -> str:
 
 
 SCHEDULE_CAVEAT = (
-    "*Read the rows with care.* One chunk of all steps runs from the shared start x_T to the image, so its "
+    "*Read the rows with care.* One chunk of all steps runs from the shared start noise to the image, so its "
     "credit is r - mean r, the raw advantage itself: it agrees with A by construction, and its 0 % says nothing "
     "about the policy. The other rows are not compared at equal power either, and this walk cannot make them "
     "so: they regroup the same continuations, and a bigger chunk adds up more credit against about the same "

@@ -143,6 +143,15 @@ def _render(view: ObjectivesView, session: Session, note: str) -> tuple:
             view, ok(note))
 
 
+def clip_range(value) -> float:
+    """The Clip range ε box as a float in [0, 1), else a message naming the box (the objective's own check names
+    its field, clip_low)."""
+    clip = number(value, "clip range ε")
+    if not 0 <= clip < 1:
+        raise WorkbenchError(f"clip range ε must be in [0, 1), got {clip:g}; Flow-GRPO uses 1e-4")
+    return clip
+
+
 @guarded(5)
 def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, inner: str,
                        view: ObjectivesView | None, session: Session, progress=gr.Progress()):
@@ -153,7 +162,7 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     lr = number(lr, "learning rate")
     if lr <= 0:
         raise WorkbenchError(f"the learning rate must be > 0, got {lr:g}")
-    settings = ObjectiveSettings(clip_low=number(clip, "clip range"), chunks=list(session.sizes))
+    settings = ObjectiveSettings(clip_low=clip_range(clip), chunks=list(session.sizes))
     group, names = session.group, objective_names()
     if inner not in names:
         raise WorkbenchError(f"unknown objective '{inner}'; valid objectives: {', '.join(names)}")
@@ -197,7 +206,7 @@ def objectives_compare(wb: Workbench, clip: float, session: Session):
     comparison = session.comparison
     if comparison is None:
         raise WorkbenchError("no comparison yet: press Compare in the Attribution tab first")
-    clip = number(clip, "clip range")
+    clip = clip_range(clip)
     rows = [(f"policy{n}", f"under {label}", _ratio_one(group, credit.rewards, session.sizes, clip))
             for n, (label, group, credit) in enumerate(zip(comparison.labels, comparison.groups, comparison.credits))]
     figure = objective_maps_figure(rows, [c.step_credit for c in comparison.credits])

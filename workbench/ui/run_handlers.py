@@ -325,8 +325,8 @@ def show_run(wb: Workbench, name: str | None, session: Session):
 def runs_show(wb: Workbench, name: str | None):
     """Run chosen in the Runs tab -> (curves, Before grid, Now grid, held-out figure, progress bar, run line,
     status), read from its folder: any run, finished or not, in any session."""
-    if not name:
-        return (*[gr.skip()] * 6, "")
+    if not name:  # nothing picked (no run on disk yet): Refresh's message, which runs first, stays
+        return (*[gr.skip()] * 6, gr.skip())
     if name not in _run_names(wb):
         raise WorkbenchError(f"run {name} not found in {wb.jobs.root}; press Refresh")
     view = wb.jobs.view(name)
@@ -346,6 +346,9 @@ def run_choices(wb: Workbench, session: Session):
 
 def _run_names(wb: Workbench) -> list[str]:
     return [r.name for r in list_runs(wb.jobs.root)]
+
+
+NO_RUN_YET = "start one in the Fine-tune tab (its crosses lesson takes a few minutes)"
 
 
 @guarded(5)
@@ -370,15 +373,17 @@ def refresh_runs(wb: Workbench):
     compare_choice = gr.Dropdown(choices=names, value=names[:3], multiselect=True)
     download_choice = gr.Dropdown(choices=names, value=names[0] if names else None)
     table = pd.DataFrame(rows, columns=RUN_COLUMNS)
-    return (table, compare_choice, download_choice, gr.Dropdown(choices=metrics, value=metric),
-            ok(f"{len(rows)} run(s) in {escape(str(wb.jobs.root))}"))
+    where = escape(str(wb.jobs.root))
+    found = f"{len(rows)} run(s) in {where}" if rows else f"no run yet in {where}: {NO_RUN_YET}"
+    return table, compare_choice, download_choice, gr.Dropdown(choices=metrics, value=metric), ok(found)
 
 
 @guarded(2)
 def compare(wb: Workbench, names: list[str] | None, metric: str):
     """Compare -> (overlay figure of one metric over the chosen runs, status)."""
     if not names:
-        raise WorkbenchError("choose at least one run to compare (press Refresh if the list is empty)")
+        raise WorkbenchError("choose at least one run to compare (press Refresh if the list is empty; with no run "
+                             f"yet, {NO_RUN_YET})")
     known = set(_run_names(wb))
     missing = [n for n in names if n not in known]
     if missing:
@@ -392,7 +397,8 @@ def compare(wb: Workbench, names: list[str] | None, metric: str):
 def download(wb: Workbench, name: str | None):
     """Download -> (files: metrics CSV and the newest checkpoint as a zip, status)."""
     if not name:
-        raise WorkbenchError("choose a run to download (press Refresh if the list is empty)")
+        raise WorkbenchError(f"choose a run to download (press Refresh if the list is empty; with no run yet, "
+                             f"{NO_RUN_YET})")
     if name not in _run_names(wb):
         raise WorkbenchError(f"run {name} not found in {wb.jobs.root}; press Refresh")
     run = RunStore.open(wb.jobs.root / name).info()
