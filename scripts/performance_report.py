@@ -129,13 +129,16 @@ def median_part(tests: dict) -> str:
             + ", ".join(f"{run['make_test_s']} s" for run in runs) + "); the first: ")
 
 
+SPLITS = ("edit_split_ms", "click_split_ms", "map_click_split_ms")  # bench_app's readings in three parts
+
+
 def pooled(paths: list[str]) -> dict:
     """Several bench_app runs (rounds) as one: their edits, clicks and presses together, the memory of the first."""
     runs = [json.loads(Path(path).read_text()) for path in paths]
     if len(runs) == 1:
         return runs[0]
     out = {**runs[0], "rounds": runs}
-    for key in ("edit_ms", "click_ms", "map_click_ms"):
+    for key in ("edit_ms", "click_ms", "map_click_ms", *SPLITS):
         out[key] = [v for run in runs for v in run.get(key, [])]
     out["generate_s"] = median([run["generate_s"] for run in runs if "generate_s" in run])
     return out
@@ -281,6 +284,37 @@ def baseline_lines(f: dict) -> list[str]:
     return [*lines, *sampling_against(f.get("sampling", {}), f.get("baseline_sampling")), ""]
 
 
+def split_cell(app: dict, key: str) -> str:
+    """'152 ms (24 / 21 / 106)': the median of a kind of reading and the medians of its three parts (the page before
+    its request, the request, the page after its reply; `scripts/bench_app.py` `split_ms`)."""
+    value = median(app.get(f"{key}_ms"))
+    if value is None:
+        return "–"
+    parts = [split for split in app.get(f"{key}_split_ms", []) if split]
+    return f"{value:.0f} ms" + (" (" + " / ".join(f"{median(list(part)):.0f}" for part in zip(*parts)) + ")"
+                                if parts else "")
+
+
+def slow_page_lines(f: dict) -> list[str]:
+    """The page's edits and clicks with its main thread slowed (`scripts/bench_app.py --slow-page F`), beside the same
+    runs at full speed; empty without such runs."""
+    groups = f.get("slow_page_runs")
+    if not groups:
+        return []
+    lines = ["## The page of a slower processor, emulated", "",
+             "`scripts/bench_app.py --slow-page F` runs the page's main thread F times slower (chromium's CPU "
+             "throttling, as DevTools offers it); the app and chromium's other threads keep this machine's speed. "
+             "Each cell: the median of the readings of the row's runs pooled, and in brackets the medians of their "
+             "three parts: the page before its request, the request to its reply, the page after the reply (ms). "
+             "Target 150 ms (issue 24). A slowed page's credit presses are not a slower processor's: the throttling "
+             "takes CPU from the app.", "",
+             "| Runs | Page slowed | Chunk edit | Curve click | Objectives map click |", "|---|---|---|---|---|"]
+    for label, app in groups:
+        lines.append(f"| {label} ({len(app.get('rounds', [app]))} runs) | {app.get('slow_page', 1):g}x | "
+                     + " | ".join(split_cell(app, key) for key in ("edit", "click", "map_click")) + " |")
+    return [*lines, ""]
+
+
 def sampling_against(now: dict, then: dict | None) -> list[str]:
     """Rows of the sampling figures beside the baseline commit's (`--baseline-sampling`: its runs of `workbench
     bench sampling`, this commit's benchmark, alternated with this commit's runs); empty without them."""
@@ -383,6 +417,7 @@ def render(f: dict) -> str:
         "",
         *app_note(f),
         *baseline_lines(f),
+        *slow_page_lines(f),
         "## Sharing two cores with a fine-tune",
         "",
         "Seconds per training iteration (median, `workbench bench threads`):",
@@ -439,6 +474,9 @@ def main() -> None:
                    "--json` runs: their pairs are pooled with bench all's")
     p.add_argument("--baseline-sampling", nargs="+", default=None, help="the JSON of `workbench bench sampling "
                    "--json` runs on the baseline commit (this commit's bench), pooled beside this commit's")
+    p.add_argument("--slow-page", nargs="+", action="append", default=[], metavar="LABEL JSON",
+                   help="a row of the slowed page's table: its label, then the JSON of `scripts/bench_app.py "
+                        "[--slow-page F]` runs pooled (repeat the option for each row)")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     figures = json.loads(Path(args.figures).read_text())
@@ -476,6 +514,10 @@ def main() -> None:
         figures["baseline_sampling"] = pooled_sampling(json.loads(Path(first).read_text())["sampling"], rest)
     if args.heap_default:
         figures["credit_default_heap"] = json.loads(Path(args.heap_default).read_text())["credit"]
+    for label, *paths in args.slow_page:
+        if not paths:
+            raise SystemExit(f"--slow-page {label!r}: give the label, then the JSON of its runs")
+        figures.setdefault("slow_page_runs", []).append((label, pooled(paths)))
     Path(args.out).write_text(render(figures))
     print(f"wrote {args.out}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -166,6 +167,22 @@ def test_bench_app_prints_the_medians_of_each_part_of_an_edit():
     assert line.strip() == ("of which (medians): the page before its request 12 ms, the request to its reply 25 ms, "
                             "the page after the reply 60 ms")
     assert "not split" in parts([None]) and "not split" in parts(None)  # a run from before the split
+
+
+def test_the_slowed_page_table_pools_runs_and_gives_each_reading_in_three_parts(tmp_path):
+    report = load()
+    runs = []
+    for n, (edits, splits) in enumerate((([140.0, 150.0], [[20.0, 20.0, 100.0], [24.0, 22.0, 104.0]]),
+                                         ([160.0], [[28.0, 21.0, 111.0]]))):
+        path = tmp_path / f"slow-{n}.json"
+        path.write_text(json.dumps({"slow_page": 2.0, "edit_ms": edits, "edit_split_ms": splits,
+                                    "click_ms": [170.0], "click_split_ms": [None]}))  # a click with no request seen
+        runs.append(str(path))
+    slowed = report.pooled(runs)
+    assert slowed["edit_split_ms"] == [[20.0, 20.0, 100.0], [24.0, 22.0, 104.0], [28.0, 21.0, 111.0]]
+    lines = report.slow_page_lines({"slow_page_runs": [("commit abc", slowed)]})
+    assert "| commit abc (2 runs) | 2x | 150 ms (24 / 21 / 104) | 170 ms | – |" in lines
+    assert report.slow_page_lines({}) == []  # no slowed runs: no section
 
 
 def test_the_sampling_row_says_which_runs_timed_the_recorder_first(tmp_path):
