@@ -497,6 +497,19 @@ def test_empty_or_out_of_range_fine_tune_controls_are_messages(app, label, paylo
     assert needle in status.replace("\\", "") and wb.jobs.busy() is None
 
 
+@pytest.mark.parametrize("api_name", ["attribution_z", "attribute"])
+def test_a_negative_z_is_a_message_naming_the_field(app, api_name):
+    """The z box had a minimum of 0, so Gradio refused -1 with "Value -1 is less than minimum value 0." (a toast,
+    twice, naming no field); the handlers' own check names it."""
+    demo, _ = app
+    status = call_endpoint(demo, api_name, **{"z: sets the false-call rate": -1})[-1]
+    assert "z (sets the false-call rate) must be >= 0, got -1" in status or "no group yet" in status
+    generated = SessionState(demo)
+    call_endpoint(demo, "generate", generated, **{"Group size G": 2, "Denoising steps T": 2})
+    status = call_endpoint(demo, api_name, generated, **{"z: sets the false-call rate": -1})[-1]
+    assert "z (sets the false-call rate) must be >= 0, got -1" in status, status
+
+
 @pytest.mark.parametrize("inputs, needle", [
     ((PROMPT, 3, 4, 0.7, -1, "adherence"), "seed must be a whole number >= 0"),
     ((PROMPT, 3, 4, 0.7, 2.0**70, "adherence"), "seed must be an integer in 0..2^63 - 1"),
