@@ -98,9 +98,9 @@ def _generate_tab(wb, session) -> dict:
                                     info=f"empty: {DEFAULT_REWARD_NOTE}; rewards: " + ", ".join(reward_names()))
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
     status = gr.Markdown(elem_id="generate-status")
+    # 640 px: both rows of four of G = 8 with their captions (450 px hid the second row's); a larger group scrolls
     gallery = gr.Gallery(label="Final images (reward, GRPO advantage, speckle)", columns=4, format="png",
-                         height=640, elem_id="gallery")  # G = 8: both rows of four and their captions (450 px hid
-    # the second row's; a larger group scrolls)
+                         height=640, elem_id="gallery")
     gr.Markdown(SPECKLE_NOTE)
     strip = gr.Image(label="x0 predictions: one row per trajectory, one column per step", type="pil",
                      format="png", elem_id="filmstrip")
@@ -133,9 +133,9 @@ def _per_step_section(wb, session) -> list:
                              label="ppo's critic", info="fitted on this group, or the critic a ppo run saved",
                              elem_id="step-critic", scale=3)
         go_ = gr.Button("Compare advantages", elem_id="step-compare-btn", scale=1)
-    table = gr.Markdown(sh.NO_COMPARISON, elem_id="step-compare-text")
-    plot = gr.Plot(empty_figure("Per-step advantages", "measure credit, then compare advantages"),
-                   label="Per-step advantages", elem_id="step-compare-plot")
+    empty, text = sh.empty_view()
+    table = gr.Markdown(text, elem_id="step-compare-text")
+    plot = gr.Plot(empty, label="Per-step advantages", elem_id="step-compare-plot")
     status = gr.Markdown(elem_id="step-compare-status")
     go_.click(partial(sh.compare_advantages, wb), [critic, session], [plot, table, session, status],
               api_name="compare_advantages", **HEAVY)
@@ -176,9 +176,9 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                             info="a run, one of its checkpoints, the base model, or a model folder path",
                             elem_id="compare-policy", scale=3)
         compare = gr.Button("Compare", elem_id="compare-credit-btn", scale=1)
-    compare_plot = gr.Plot(empty_figure("Two policies", "generate a group, then compare"), label="Before and after",
-                           elem_id="compare-credit-plot")
-    compare_text = gr.Markdown(pol.NO_COMPARISON, elem_id="compare-credit-text")
+    empty, text = pol.empty_comparison()
+    compare_plot = gr.Plot(empty, label="Before and after", elem_id="compare-credit-plot")
+    compare_text = gr.Markdown(text, elem_id="compare-credit-text")
     compare_images = gr.Image(label="Final images: top row the compared policy, bottom row this session's",
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]

@@ -73,7 +73,12 @@ def pick_policy(wb: Workbench, key: str | None, session: Session, progress=gr.Pr
         note += "; the group made under the previous policy was dropped: generate one under this policy"
     cleared = plots.empty_figure("Step credit", "generate a group, then measure credit")
     return (menu, header(wb, session), session, [], cleared, rates_markdown(session),
-            plots.empty_figure("Two policies", "generate a group, then compare"), NO_COMPARISON, ok(note))
+            *empty_comparison(), ok(note))
+
+
+def empty_comparison() -> tuple:
+    """(figure, text) of the Before and after section with no comparison."""
+    return plots.empty_figure("Two policies", "generate a group, then compare"), NO_COMPARISON
 
 
 def comparison_outputs(session: Session) -> tuple:
@@ -81,7 +86,8 @@ def comparison_outputs(session: Session) -> tuple:
     left as they are), or the empty section when there is none: a new group or policy drops the comparison, whose
     figure and text stayed on the page beside the new group (chunks and T of the old one)."""
     if session.comparison is None:
-        return plots.empty_figure("Two policies", "generate a group, then compare"), None, NO_COMPARISON
+        figure, text = empty_comparison()
+        return figure, None, text
     return (credit_view.comparison_figure(session.comparison, session.z), gr.skip(),
             credit_view.comparison_text(session.comparison, session.z))
 
