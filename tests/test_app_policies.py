@@ -7,6 +7,7 @@ from PIL import Image
 
 from tests.test_sources import make_run, shift_of
 from workbench.core.files import write_json
+from workbench.core.glossary import gloss
 from workbench.models.embedded import build_embedded, save_embedded
 from workbench.train.store import CONFIG, RunStore
 from workbench.ui import handlers as h
@@ -43,8 +44,9 @@ def test_the_picker_lists_and_loads_every_kind_of_source(wb, model_dir):
     keys = [key for _, key in wb.sources()]
     run = wb.jobs.root / "lesson"
     assert keys == [BASE, str(run), str(run / "checkpoints" / "iter_0020"), str(run / "checkpoints" / "iter_0010")]
-    header = (f"Every tab uses **{model_dir}** (the *policy*, the model fine-tuning trains), computed on **cpu** in "
-              "**float32** numbers.")
+    header = gloss(f"Every tab uses **{model_dir}** (the *policy*, the model fine-tuning trains), computed on **cpu** "
+                   "in **float32** numbers.", ("policy",))  # the word hovered: the header is a newcomer's first line
+    assert '<abbr title="policy: ' in header
     assert pol.header(wb, Session()) == header.replace("_", "\\_")
     session = generated(wb, Session())
     menu, header, session, gallery, heatmap, rates, *_, status = pol.pick_policy(wb, str(run), session)

@@ -42,6 +42,15 @@ TERMS = (
          "The model's guess, at any step, of the final clean image: where the current state would end if the "
          "rest of the way were one straight jump. The name comes from diffusion papers, whose x0 is the clean "
          "image; this workbench numbers the states by step, so its x_0 is the start noise and x_T the image."),
+    Term("policy", ("policy", "policies"),
+         "The model being trained, seen as RL sees it: at each denoising step it chooses the next, slightly less "
+         "noisy state, at random (the SDE's noise). Every tab uses the policy chosen at the top of the page: the "
+         "base model or a fine-tuned run."),
+    Term("SDE", ("SDE", "SDE window"),
+         "The stochastic sampler: each step adds fresh noise, so the images of a group differ and each step has a "
+         "log-prob GRPO can push. *SDE kind* is the recipe (Flow-GRPO's, DanceGRPO's, or coefficients-preserving "
+         "cps); the *SDE window* limits the noisy, trained steps to part of the trajectory, the rest deterministic "
+         "(ODE)."),
     Term("denoising step", ("denoising step", "denoising steps", "step t"),
          "One move of the sampler from state x_t to x_t+1, a little less noisy. T steps make an image; the "
          "steps that inject noise (the SDE window) are the ones GRPO trains."),

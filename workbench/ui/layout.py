@@ -167,9 +167,9 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
                       elem_id="credit-plot")
     per_step = _per_step_section(wb, session)
-    gr.Markdown("### Before and after\nThe same prompt and noise under a second policy (default: the base model "
-                "of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured with the M, "
-                "estimator and continuation seed above and drawn on one colour scale.")
+    gr.Markdown(gloss("### Before and after\nThe same prompt and noise under a second policy (default: the base "
+                      "model of the policy loaded at the top, i.e. *before* a fine-tune): both groups are measured "
+                      "with the M, estimator and continuation seed above and drawn on one colour scale.", ("policy",)))
     with gr.Row():
         other = gr.Dropdown([("the base model of this session's policy", pol.RUN_BASE), *choices],
                             value=pol.RUN_BASE, allow_custom_value=True, filterable=True, label="Compare with",
@@ -308,8 +308,8 @@ def _objectives_tab(wb, session, tab) -> None:
         step = gr.Number(0, precision=0, label="Step t", elem_id="cell-step")
         show = gr.Button("Show the cell", elem_id="cell-btn")
     formula = gr.Markdown(latex_delimiters=LATEX, elem_id="cell-formula")
-    gr.Markdown("### Before and after\nThe push maps of the two groups compared in **Attribution** (the same prompt "
-                "and noise under two policies), each beside its own measured credit.")
+    gr.Markdown(gloss("### Before and after\nThe push maps of the two groups compared in **Attribution** (the same "
+                      "prompt and noise under two policies), each beside its own measured credit.", ("policy",)))
     versus = gr.Button("Compare push maps", elem_id="objectives-compare-btn")
     versus_plot = gr.Plot(label="Push under two policies", elem_id="objectives-compare-plot")
     versus.click(partial(ob.objectives_compare, wb), [clip, session], [versus_plot, status],

@@ -16,6 +16,7 @@ import gradio as gr
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.glossary import gloss
 from workbench.core.imaging import grid
 from workbench.rl.credit import Z
 from workbench.ui.guard import escape, guarded, ok, whole_number
@@ -38,8 +39,8 @@ def header(wb: Workbench, session: Session) -> str:
     from workbench.train.prompt_sets import is_pipeline_folder
 
     dtype = wb.dtype if is_pipeline_folder(wb.model_path) else "float32"
-    return (f"Every tab uses **{escape(label)}** (the *policy*, the model fine-tuning trains), computed on "
-            f"**{wb.device}** in **{dtype}** numbers.")
+    return gloss(f"Every tab uses **{escape(label)}** (the *policy*, the model fine-tuning trains), computed on "
+                 f"**{wb.device}** in **{dtype}** numbers.", ("policy",))
 
 
 def refresh_choices(wb: Workbench):

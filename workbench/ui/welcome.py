@@ -21,7 +21,8 @@ the **Glossary** tab lists them all.
 """)
 
 GENERATE_INTRO = gloss(
-    "Sample a group of G images of one prompt. Each image is a trajectory of T denoising steps from noise; "
+    "Sample a group of G images of one prompt. Each image is a trajectory of T denoising steps from noise, and "
+    "the SDE sampler adds fresh noise at each step, so the images differ; "
     "the reward scores the final images and GRPO turns each reward into one advantage. Below the images: the "
     "model's guess of the final image (x0) after every step, and each step's log-prob.")
 
@@ -39,7 +40,8 @@ RUNS_INTRO = gloss(
     "load one in the model picker at the top to measure its credit before and after.")
 
 FINETUNE_INTRO = gloss(
-    "Fine-tune the policy: every iteration samples a group of trajectories per prompt, turns rewards into "
+    "Fine-tune the policy: every iteration samples a group of trajectories per prompt with the SDE sampler, "
+    "turns rewards into "
     "advantages and updates the model with the chosen objective, which raises or lowers the log-prob of each "
     "trained step (Chunk-GRPO uses the chunk schedule below; every objective clips its importance ratio at the "
     f"clip range). The objectives: {', '.join(objective_names())}; "
