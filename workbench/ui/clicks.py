@@ -1,12 +1,11 @@
 """Clicks on plotly figures, forwarded to handlers: `gr.Plot` has no click event in Gradio 6.
 
 A script run on page load (`CLICK_JS`, bound with `demo.load(js=...)`) listens for `plotly_click` on the
-figures named in `ROUTES`, stores the clicked point as JSON {"trace", "x", "y"} and clicks a hidden
-button; the button's event reads the stored point through `forward_js` (its first input, a hidden
-textbox, is replaced by the point), so the handler gets it like any other input. Gradio re-renders a
+figures named in `ROUTES`, stores the clicked point as JSON {"trace", "x", "y"} in `window.wbClicks` and clicks a
+hidden button; the button's event (`ui.direct.direct(..., forward=plot)`) sends that point as the handler's first
+input, in place of the hidden textbox's value, so the handler gets it like any other input. Gradio re-renders a
 figure with `Plotly.react` on the same element, which keeps the listener; a new element is bound by a
-MutationObserver.
-"""
+MutationObserver."""
 
 from __future__ import annotations
 
@@ -36,11 +35,6 @@ CLICK_JS = """
   bind();
 }
 """.replace("ROUTES_JSON", json.dumps(ROUTES))
-
-
-def forward_js(plot: str) -> str:
-    """The `js=` of a hidden button's event: its first input becomes the last point clicked on `plot`."""
-    return f"(point, ...rest) => [window.wbClicks?.['{plot}'] ?? point, ...rest]"
 
 
 def clicked_point(value) -> dict:

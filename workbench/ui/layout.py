@@ -30,7 +30,8 @@ from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
 from workbench.ui import share
 from workbench.ui import step_handlers as sh
-from workbench.ui.clicks import CLICK_JS, forward_js
+from workbench.ui.clicks import CLICK_JS
+from workbench.ui.direct import direct
 from workbench.ui.frames import HeadScript
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
@@ -223,24 +224,21 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
     curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
     chunk_map = gr.Plot(label="Chunk credit", elem_id="chunk-credit-plot")
     point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
-                       elem_id="curve-click")  # the clicked point, filled by clicks.forward_js
+                       elem_id="curve-click")  # the clicked point: the page sends window.wbClicks (clicks.py)
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
     outputs = [chunk_map, spec, rates, session, status]  # an edit's: the map carries the curve's change
-    fast = {"queue": False, "show_progress": "hidden"}  # edits take ~50 ms: skip the queue round trip
     tab.select(partial(h.chunks_view, wb), [session], [step, status], api_visibility="private",
                show_progress_on=[curve]).then(  # the views read the session once the curve is computed
         partial(h.chunks_shown, wb), [session], [curve, chunk_map, spec, rates, status], api_visibility="private",
-        **fast)
-    edits = [gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
-                   api_name="chunks_from_spec", **fast),
-             use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs,
-                       api_name="chunks_from_chunker", **fast),
-             split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split",
-                         **fast),
-             merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge",
-                         **fast),
-             clicked.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle",
-                           js=forward_js("curve-plot"), trigger_mode="always_last", **fast)]  # a click waits
+        queue=False, show_progress="hidden")
+    edits = [direct([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
+                    api_name="chunks_from_spec"),
+             direct([use.click], partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs,
+                    api_name="chunks_from_chunker"),
+             direct([split.click], partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split"),
+             direct([merge.click], partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge"),
+             direct([clicked.click], partial(h.chunks_toggle, wb), [point, session], outputs,
+                    api_name="chunks_toggle", forward="curve-plot")]  # the page sends them itself (ui/direct.py)
     share.follow_chunk_edits(edits, spec, status, link)  # they skip the queue: the link follows them here
     return spec
 
@@ -327,13 +325,13 @@ def _objectives_tab(wb, session, tab) -> None:
     # A cell chosen by the controls or by a click: the maps stay, the page moves their outline (ui/redraw.py SHAPE_JS)
     outline = gr.Textbox(visible="hidden", elem_id="objectives-outline")  # the move, emptied once applied
     move = dict(fn=None, inputs=[outline], outputs=[outline], js=SHAPE_JS, show_progress="hidden")
-    fast = {"queue": False, "show_progress": "hidden"}  # ~20 ms of work: skip the queue's round trip, as the edits do
     cell_inputs = [name, row, traj, step, view, session]
-    gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
-          cell_inputs, [outline, formula, view, status], api_visibility="private", **fast).then(**move)
-    clicked.click(partial(ob.objectives_click, wb), [point, view, session],
-                  [name, row, traj, step, outline, formula, view, status], api_visibility="private",
-                  js=forward_js(ob.PLOT), trigger_mode="always_last", **fast).then(**move)
+    direct([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
+           cell_inputs, [outline, formula, view, status], api_name="objectives_select",
+           api_visibility="private").then(**move)  # the page sends both itself (ui/direct.py)
+    direct([clicked.click], partial(ob.objectives_click, wb), [point, view, session],
+           [name, row, traj, step, outline, formula, view, status], api_name="objectives_click",
+           api_visibility="private", forward=ob.PLOT).then(**move)
     api = gr.Button(visible=False)  # the API's objectives_cell: the same choice, answered with the whole figure
     api.click(partial(ob.objectives_cell, wb), cell_inputs, [maps, formula, view, status], api_name="objectives_cell")
 
