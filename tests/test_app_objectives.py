@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import plotly.graph_objects as go
 import pytest
@@ -194,6 +195,23 @@ def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
     assert "steps 0..3" in msg(ob.objectives_select(wb, "gspo", "ratio1", 0, 4, view, sampled))
     assert "click a map of an objective" in msg(ob.objectives_click(wb, '{"trace": "credit", "x": 0, "y": 0}',
                                                                    view, sampled))
+
+
+def test_a_click_explains_the_maps_once_per_schedule(wb, sampled, computed, monkeypatch):
+    """The maps' explanations are kept for the view's last schedule, shared by the views a click or a scale makes."""
+    calls, real = [], ob.explain
+    monkeypatch.setattr(ob, "explain", lambda *a, **k: calls.append(1) or real(*a, **k))
+    view = replace(computed[3], explained={})  # nothing kept yet
+    rows = ob.explanations(view, sampled.sizes)
+    assert len(calls) == 2  # one per row: at ratio 1, after the updates
+    out = ob.objectives_click(wb, json.dumps({"trace": "moved|dapo", "x": 3, "y": 1}), view, sampled)
+    chosen = ob.objectives_select(wb, "gspo", "ratio1", 2, 1, out[6], sampled)
+    assert chosen[-1] == "✓ gspo at i=2, t=1" and len(calls) == 2 and ob.explanations(chosen[2], sampled.sizes) is rows
+    other = ob.explanations(chosen[2], [1, 3])  # another schedule: explained again, and kept instead
+    assert len(calls) == 4 and list(view.explained) == [(1, 3)]
+    fresh = ob._explain(view, [1, 3])
+    for (key, title, ex), (key2, title2, ex2) in zip(other, fresh):
+        assert (key, title) == (key2, title2) and torch.equal(ex.weight, ex2.weight)
 
 
 @pytest.mark.parametrize("dropped", [False, True])  # True: trajectory 1 trains no step (a dropped row, B < G)
