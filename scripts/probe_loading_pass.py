@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_app as b  # noqa: E402 - the stopwatch and the page's steps of scripts/bench_app.py
+import bench_app as b  # the stopwatch and the page's steps of scripts/bench_app.py
 
 ROOT = Path(__file__).resolve().parent.parent
 PASS = "async update_loading_stati_state(){await"

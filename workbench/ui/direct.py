@@ -4,10 +4,12 @@ Measured in chromium (issue 24): whenever Gradio's page dispatches an event with
 loading status of every component that any event has had as an input or an output so far (37 after a Generate, a
 credit measurement and the Chunks tab opened; more with every tab used), once as the request leaves and again as the
 reply lands. Each update takes a `$state.snapshot` of the component's props (one `structuredClone` per leaf value:
-~2500 per chunk edit) and re-renders its status tracker. With the page's main thread slowed twice (the Xeon's page,
-`scripts/bench_app.py --slow-page 2`), a chunk edit took 190 ms with that pass and 133 ms without it (medians of 21
-edits each, alternated in one page; Gradio's pass stubbed by an ad-hoc patch of its script). The pass is skipped
-only for an event with no server function; an event's `js=` runs in the page either way.
+2479 per chunk edit) and re-renders its status tracker. With the page's main thread slowed twice (the Xeon's page,
+`scripts/bench_app.py --slow-page 2`) a chunk edit took 211 ms with that pass and 162 ms without it
+(`scripts/probe_loading_pass.py`). The pass is skipped only for an event with no server function; an event's `js=`
+runs in the page either way. Against the commit before, alternated: a chunk edit 192 -> 134 ms, a curve click 223 ->
+154, a map click 209 -> 151 at half speed, 111 -> 82, 121 -> 90, 119 -> 75 at full speed (docs/perf-data/epyc/README.md,
+"Quick events sent by the page itself").
 
 `direct()` binds a quick handler as two events:
 - **The server's**: the handler on a button the page never shows, under its `api_name` (the API, `gradio_client` and
