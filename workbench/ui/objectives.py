@@ -62,13 +62,15 @@ class ObjectivesView:
 
 def explanations(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str, Explanation]]:
     """[(row key, row title, Explanation)] at ratio 1 and after the inner updates, under chunks `sizes`. Kept for the
-    view's last sizes: a click on a map or a cell chosen by the controls explains the same maps again (8.9 of the
-    click handler's 10.4 ms at G=8, T=16 on one thread, issue 24)."""
+    view's last sizes: a click on a map or a cell chosen by the controls would explain the same maps again (8.9 of
+    the click handler's 10.4 ms at G=8, T=16 on one thread, issue 24)."""
     key = tuple(sizes)
-    if key not in view.explained:
-        view.explained.clear()
-        view.explained[key] = _explain(view, sizes)
-    return view.explained[key]
+    rows = view.explained.get(key)
+    if rows is None:
+        rows = _explain(view, sizes)
+        view.explained.clear()  # two handlers at once may both explain: the same rows, the last kept
+        view.explained[key] = rows
+    return rows
 
 
 def _explain(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str, Explanation]]:
