@@ -67,11 +67,19 @@ def test_an_edit_is_one_call_of_its_endpoint_without_gradios_pass(page, url):  #
 def test_a_failed_call_is_a_status_message_and_the_next_call_goes_through(page, url):  # noqa: F811 - the fixture
     status, spec = chunks_tab(page, url)
     page.route("**/gradio_api/run/chunks_from_spec*", lambda route: route.fulfill(
-        status=500, content_type="application/json", body=json.dumps({"error": "the server is down_now"})))
+        status=500, content_type="application/json", body=json.dumps({"error": "the server is *down*_now"})))
     spec.fill("4,4")
     spec.press("Enter")
-    expect(status).to_contain_text("⚠ the server is down_now", timeout=LONG)  # escaped Markdown: the _ shows
+    expect(status).to_contain_text("⚠ the app refused the call (the server is *down*_now); nothing changed",
+                                   timeout=LONG)  # escaped Markdown: the * and _ show
     expect(spec).to_have_value("4,4")  # what was typed stays; the map and the curve keep the last valid chunks
+    expect(page.locator("#curve-plot .gtitle")).to_contain_text("[1, 2, 2, 3]")
+    page.unroute("**/gradio_api/run/chunks_from_spec*")
+    page.route("**/gradio_api/run/chunks_from_spec*", lambda route: route.abort())  # no answer at all
+    spec.fill("8")
+    spec.press("Enter")
+    expect(status).to_contain_text("⚠ the app did not answer (", timeout=LONG)
+    expect(status).to_contain_text("is it still running? Reload the page once it is")
     expect(page.locator("#curve-plot .gtitle")).to_contain_text("[1, 2, 2, 3]")
     page.unroute("**/gradio_api/run/chunks_from_spec*")
     spec.fill("2,6")

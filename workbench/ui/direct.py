@@ -36,19 +36,20 @@ async (...values) => {
   const call = CALL;  // {api, data: index of the page's value for each handler input (null: a State), keep, forward}
   if (call.forward) values[0] = window.wbClicks?.[call.forward] ?? values[0];  // the clicked point (ui/clicks.py)
   const data = call.data.map((k) => k === null ? null : values[k]);
+  const failed = (text) => [...call.keep.slice(1).map(() => ({__type__: "update"})),  // the status is the last
+                            `⚠ ${text.replace(/[\\\\`*_<]/g, "\\\\$&")}`];  // shown literally, as ui/guard.py does
   const send = async () => {
+    let reply;
     try {
       const address = new URL(`gradio_api/run/${call.api}${location.search}`, document.baseURI);  // as Gradio's
-      const reply = await fetch(address, {method: "POST",
-        headers: {"Content-Type": "application/json"},
+      reply = await fetch(address, {method: "POST", headers: {"Content-Type": "application/json"},
         body: JSON.stringify({data, event_data: null, session_hash: window.__gradio_session_hash__})});
-      const body = await reply.json().catch(() => ({}));
-      if (reply.ok && Array.isArray(body.data)) return call.keep.map((k) => body.data[k]);
-      throw new Error(body.error || `the server answered ${reply.status}`);
     } catch (err) {
-      const skip = call.keep.slice(1).map(() => ({__type__: "update"}));
-      return [...skip, `⚠ ${String(err?.message ?? err).replace(/[\\\\`*_<]/g, "\\\\$&")}`];  // the status: last
+      return failed(`the app did not answer (${err?.message ?? err}): is it still running? Reload the page once it is`);
     }
+    const body = await reply.json().catch(() => ({}));
+    if (reply.ok && Array.isArray(body?.data)) return call.keep.map((k) => body.data[k]);
+    return failed(`the app refused the call (${body?.error || `HTTP ${reply.status}`}); nothing changed`);
   };
   const turn = (window.wbDirect ?? Promise.resolve()).then(send);  // one call at a time, in order
   window.wbDirect = turn;
