@@ -113,8 +113,9 @@ def record_memory(out: dict, pid: int, stage: str) -> None:
 
 DONE = """([status, title, lines]) => {
     const s = document.querySelector('#chunks-status'), t = document.querySelector('#curve-plot .gtitle');
-    const map = document.querySelector('#chunk-credit-plot .js-plotly-plot');
-    const drawn = map?._fullLayout?.shapes?.map(shape => shape.x0).join(',');
+    const map = document.querySelector('#chunk-credit-plot'), plot = map?.querySelector('.js-plotly-plot');
+    const drawn = plot ? plot._fullLayout?.shapes?.map(shape => shape.x0).join(',')  // a plotly map (before 2026-12-05)
+        : [...(map?.querySelectorAll('svg line.boundary') ?? [])].map(line => line.dataset.x).join(',');
     return !!s && !!t && s.innerText.includes(status) && t.textContent.includes(title) && drawn === lines;
 }"""  # the status, the curve's title and the chunk map's boundary lines show the new chunks
 

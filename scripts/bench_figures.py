@@ -65,6 +65,7 @@ def figures() -> dict:
     from workbench.ui import step_handlers as sh
     from workbench.ui.state import Session
     from workbench.ui.workbench import Workbench
+    from workbench.viz import credit_view
 
     class Quiet:
         def __call__(self, *a, **k):
@@ -85,8 +86,8 @@ def figures() -> dict:
     out["attribution: per-step advantages"] = sh.compare_advantages(wb, sh.FIT, session)[0]
     compared = pol.compare(wb, pol.RUN_BASE, 4, session, progress=Quiet())
     out["attribution: before and after"] = compared[0]
-    curve, chunk_map = h.chunks_shown(wb, session)[:2]
-    out["chunks: curve"], out["chunks: chunk map"] = curve, chunk_map
+    out["chunks: curve"] = h.chunks_shown(wb, session)[0]  # the tab's chunk map is markup (viz/chunk_map.py)
+    out["notebook and exported page: chunk map"] = credit_view.chunk_figure(session.credit, session.z)
     maps = ob.objectives_compute(wb, 3, 1e-3, 1e-4, "step_grpo", None, session, progress=Quiet())
     out["objectives: maps"] = maps[0]
     return {name: f for name, f in out.items() if isinstance(f, go.Figure)}

@@ -119,7 +119,7 @@ def test_objectives_and_boundary_endpoints(client):
     client.predict(PROMPT, 3, 4, 0.7, 0, "adherence", api_name="/generate")  # this client's session: G=3, T=4
     chunk_map, spec, rates, status = client.predict("1", api_name="/chunks_toggle")  # 1,1,1,1
     assert status == "✓ removed the boundary after step 1: chunks 1,2,1" and spec == "1,2,1"
-    assert "chunks [1, 2, 1]" in chunk_map["plot"]  # the curve's new title rides on the map (ui/redraw.py)
+    assert "chunks [1, 2, 1]" in chunk_map  # the curve's new title rides on the map (ui/redraw.py)
     *_, status = client.predict("3", api_name="/chunks_toggle")
     assert status.startswith("⚠ a boundary can follow steps 0..2")
     maps, summary, formula, status = client.predict(1, 1e-3, 1e-4, "step_grpo", api_name="/objectives")

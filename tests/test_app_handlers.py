@@ -7,6 +7,7 @@ start / busy / stop / crash logic is fast; one test runs the real trainer for 2 
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
+from xml.etree import ElementTree
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -29,7 +31,6 @@ from workbench.train.store import CONFIG, STATUS, RunStore
 from workbench.ui import handlers as h
 from workbench.ui import run_handlers as rh
 from workbench.ui.layout import build_app
-from workbench.ui.redraw import PATCH
 from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
 
@@ -108,9 +109,11 @@ def is_skip(value) -> bool:
     return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
 
 
-def curve_change(chunk_map: go.Figure) -> dict:
+def curve_change(chunk_map: str) -> dict:
     """The change to the curve (title, boundary lines) a chunk edit's map carries for the page (ui/redraw.py)."""
-    return chunk_map.layout.meta[PATCH]["relayout"]
+    change = json.loads(ElementTree.fromstring(chunk_map).get("data-relayout"))
+    assert change["elem"] == "curve-plot"
+    return change["relayout"]
 
 
 def start(wb, session=None, iterations=3, **kw):
@@ -252,8 +255,10 @@ def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
     r = sampled.credit.rechunk([1, 3]).rates(2.0).chunk
     assert f"plain sign rate {100 * r.plain:.1f} %" in rates and "(chunks 1,3)" in rates
     classes = sampled.credit.rechunk([1, 3]).chunk_classes(2.0)
-    assert chunk_map.data[0].name == "chunk credit" and list(chunk_map.data[0].x) == [-0.5, 0.5, 3.5]  # chunk edges
-    assert torch.tensor(chunk_map.data[0].z).shape == classes.shape == (3, 2)
+    cells = ElementTree.fromstring(chunk_map).findall(".//rect[@class='cell']")  # the map (viz/chunk_map.py)
+    assert len(cells) == classes.numel() == 3 * 2 and "traj 2, chunk 1 (steps 1-3)" in cells[-1].find("title").text
+    widths = [float(c.get("width")) for c in cells[:2]]  # chunk 0 over one step, chunk 1 over three
+    assert widths[1] == pytest.approx(3 * widths[0], abs=0.5)  # the markup rounds to 0.1
     heatmap, view_rates, status = h.attribution_view(wb, session)  # the Attribution tab redraws on opening
     assert [s.x0 for s in heatmap.layout.shapes] == [0.5] and view_rates == rates
     assert is_skip(status)  # a credit press's message, landed first, stays
@@ -309,7 +314,7 @@ def test_chunks_without_a_group_use_the_default_steps(wb):
     assert "over 4 trajectories" in curve.data[0].name  # 2 prompts x 2 trajectories
     assert "Measure credit" in rates and slider.maximum == 15 and slider.value == 8
     assert len(h.chunks_from_spec(wb, "8,8", session)) == 5  # an edit leaves the slider where it is: not an output
-    assert "measure credit in the Attribution tab" in chunk_map.layout.annotations[0].text
+    assert "measure credit in the Attribution tab" in chunk_map
 
 
 def test_new_group_with_other_steps_resets_the_schedule(wb, sampled):

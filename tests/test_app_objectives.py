@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from xml.etree import ElementTree
 
 import plotly.graph_objects as go
 import pytest
@@ -19,7 +20,6 @@ from workbench.ui import learn, step_handlers
 from workbench.ui import objectives as ob
 from workbench.ui.clicks import clicked_point
 from workbench.ui.formulas import cell, closed_form, formula_markdown
-from workbench.ui.redraw import PATCH
 from workbench.ui.state import Session
 from workbench.viz.explain_plots import selection_outline
 
@@ -40,7 +40,8 @@ def test_clicking_the_curve_toggles_a_boundary(wb, sampled):
     chunk_map, spec, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
     assert status == "✓ removed the boundary after step 2: chunks 1,1,2" and spec == "1,1,2"
     assert session.sizes == [1, 1, 2] and session.credit.sizes == [1, 1, 2]
-    shapes = chunk_map.layout.meta[PATCH]["relayout"]["shapes"]  # the curve's new lines (ui/redraw.py)
+    carried = json.loads(ElementTree.fromstring(chunk_map).get("data-relayout"))  # the curve's new lines (ui/redraw.py)
+    shapes = carried["relayout"]["shapes"]
     assert [s["x0"] for s in shapes] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]
     r = sampled.credit.rechunk([1, 1, 2]).rates(2.0).chunk
     assert f"plain sign rate {100 * r.plain:.1f} %" in rates

@@ -46,11 +46,10 @@ def test_a_chunk_edit_draws_the_changed_figure_once(page, url):  # noqa: F811 - 
         expect(title).to_contain_text("[" + sizes.replace(",", ", ") + "]", timeout=LONG)  # the new title shows
         page.wait_for_timeout(300)  # any late call of Gradio's has run by now
         after = counts(page)
-        # the map (here the "measure credit first" figure, carrying the curve's change) is drawn once, though
-        # Gradio asked twice (once on the element it then re-mounted); the curve is changed in place, not redrawn
-        assert after["drawn"] - before["drawn"] == 1, (before, after)
-        assert after["dropped"] > before["dropped"], (before, after)
-        assert after["patched"] - before["patched"] == 1, (before, after)
+        # the map is markup (here the "measure credit first" hint, carrying the curve's change): plotly draws
+        # nothing; the curve is changed in place, not redrawn
+        assert after["drawn"] == before["drawn"] and after["patched"] - before["patched"] == 1, (before, after)
+        assert page.locator("#chunk-credit-plot [data-relayout]").count() == 1
         assert page.evaluate("() => window.wbCurve.isConnected")  # the same curve element: no re-mount
         assert page.evaluate(LINES_X, "curve-plot") == lines  # its dashed boundary lines moved
     expect(page.locator("#curve-plot .js-plotly-plot")).to_have_count(1)

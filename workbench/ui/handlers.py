@@ -19,10 +19,11 @@ from workbench.rl.chunking import CHUNKERS, chunk_boundaries, merge_at, parse_ch
 from workbench.rl.credit import Z
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
-from workbench.ui.redraw import relayout_after
+from workbench.ui.redraw import carried_relayout
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view, plots
+from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html
 
 CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
@@ -126,11 +127,12 @@ def credit_plot(session: Session):
     return credit_view.attribution_figure(session.credit, session.z)
 
 
-def chunk_plot(session: Session):
-    """The Chunks tab's classified chunk map, or a hint before any credit exists."""
+def chunk_plot(session: Session, carried: dict | None = None) -> str:
+    """The Chunks tab's classified chunk map (HTML, viz/chunk_map.py), or a hint before any credit exists;
+    carried: a change to another plot (`redraw.carried_relayout`) for the page to apply with the map."""
     if session.credit is None:
-        return plots.empty_figure("Chunk credit", "measure credit in the Attribution tab to classify the chunks")
-    return credit_view.chunk_figure(session.credit, session.z)
+        return chunk_map_hint("measure credit in the Attribution tab to classify the chunks", carried)
+    return chunk_map_html(session.credit, session.z, carried)
 
 
 def _z(value) -> float:
@@ -241,7 +243,7 @@ def _edit(wb: Workbench, session: Session, make_sizes, what: str) -> tuple:
     except WorkbenchError as err:
         raise WorkbenchError(f"{err} (kept the last valid chunks {format_sizes(session.sizes)})") from None
     session = session.with_sizes(sizes)
-    chunk_map = relayout_after(chunk_plot(session), "curve-plot", _curve_chunks(wb, session))
+    chunk_map = chunk_plot(session, carried_relayout("curve-plot", _curve_chunks(wb, session)))
     return chunk_map, format_sizes(sizes), rates_markdown(session), session, ok(f"{what}: chunks {format_sizes(sizes)}")
 
 

@@ -37,7 +37,7 @@ from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
-from workbench.ui.redraw import REDRAW_JS, SHAPE_JS, preload_plotly_js
+from workbench.ui.redraw import CARRIED_JS, REDRAW_JS, SHAPE_JS, preload_plotly_js
 from workbench.ui.state import Session
 from workbench.ui.welcome import (
     CHUNKS_INTRO,
@@ -50,6 +50,8 @@ from workbench.ui.welcome import (
 )
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
+from workbench.viz.chunk_map import CSS as CHUNK_MAP_CSS
+from workbench.viz.chunk_map import chunk_map_hint
 from workbench.viz.plots import empty_figure
 
 EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
@@ -222,7 +224,9 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
     gr.Markdown(gloss("**Click the curve** at step t to add or remove the chunk boundary after step t (the "
                       "dashed line at t + 0.5).", ("denoising step",)))
     curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
-    chunk_map = gr.Plot(label="Chunk credit", elem_id="chunk-credit-plot")
+    chunk_map = gr.HTML(chunk_map_hint("open this tab once credit is measured"), label="Chunk credit",
+                        elem_id="chunk-credit-plot", css_template=CHUNK_MAP_CSS, js_on_load=CARRIED_JS,
+                        apply_default_css=False)  # drawn as markup: an edit redraws it in milliseconds
     point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
                        elem_id="curve-click")  # the clicked point: the page sends window.wbClicks (clicks.py)
     clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")

@@ -26,14 +26,13 @@ idle. Gradio imports it at the page's first figure, and evaluating it held the p
 page had stayed idle 3 s took 1.12-1.18 s against 2.12-2.77 s before (`scripts/bench_app.py --read 3`, three runs of
 each commit alternated; docs/perf-data/epyc/README.md). The module is the same one Gradio then imports, evaluated once.
 
-A figure can also carry a change to another one (`relayout_after`): a chunk edit changes only the title and the
-boundary lines of the temporal-dynamics curve, so the edit returns the chunk map alone with that change in its
-`layout.meta`, and the page applies it to the curve with `Plotly.relayout` right after drawing the map. Measured in
-chromium (issue 24): a relayout of the curve takes ~10 ms, drawing it afresh ~21 ms plus Gradio's re-mount, and the
-server no longer builds the curve on every edit (handler 32 -> 18 ms); the edits' latencies, against the commit
-before, are in docs/performance.md. The curve's value in
-Gradio keeps the schedule of the tab's last opening; the tab sends the whole curve again whenever it opens.
-`window.wbRedraw.patched` counts the changes applied.
+A change to a figure can also ride on another output (`carried_relayout`, applied by `CARRIED_JS`): a chunk edit
+changes only the title and the boundary lines of the temporal-dynamics curve, so the edit returns the chunk map
+(HTML, viz/chunk_map.py) with that change in its `data-relayout`, and the map's own script applies it to the curve
+with `Plotly.relayout` as the map changes. Measured in chromium (issue 24): a relayout of the curve takes ~10 ms,
+drawing it afresh ~21 ms plus Gradio's re-mount, and the server no longer builds the curve on every edit (handler
+32 -> 18 ms). The curve's value in Gradio keeps the schedule of the tab's last opening; the tab sends the whole
+curve again whenever it opens. `window.wbRedraw.patched` counts the changes applied.
 
 A change can also come alone (`shape_change`, applied by `SHAPE_JS` in an event's `.then`): a click on an objective
 map, or a cell chosen with the controls below the maps, moves only the gold outline of the selected cell, so the
@@ -51,10 +50,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-import plotly.graph_objects as go
-
-PATCH = "wbPatch"  # the layout.meta key of a change to another figure
 
 REDRAW_JS = """
 () => {
@@ -81,9 +76,6 @@ REDRAW_JS = """
       window.wbRedraw.drawn++;
       const drawn = react(gd, data, layout, config);
       gd.wbSize = size(gd);  // react sized the plot to its container (autosize)
-      const change = layout?.meta?.PATCH_KEY;  // relayout_after: a change to another figure, applied now
-      const other = change && document.querySelector(`#${change.elem} .js-plotly-plot`);
-      if (other && other._fullLayout) { window.wbRedraw.patched++; P.relayout(other, change.relayout); }
       return drawn;
     });
     P.Plots.resize = (gd) => later(gd, () => {
@@ -97,14 +89,26 @@ REDRAW_JS = """
   Object.defineProperty(window, "Plotly", {configurable: true, enumerable: true,
     get: () => plotly, set: (value) => { plotly = value; patch(value); }});
 }
-""".replace("PATCH_KEY", PATCH)
+"""
+
+CARRIED_JS = """
+// an HTML component's js_on_load (Gradio binds element and watch): each new value's data-relayout, a change to
+// another plot, is applied to that plot as the value is shown
+watch("value", () => {
+  const carrier = element.querySelector("[data-relayout]");
+  const change = carrier && JSON.parse(carrier.dataset.relayout);
+  const gd = change && document.querySelector(`#${change.elem} .js-plotly-plot`);
+  if (!gd || !gd._fullLayout || !window.Plotly) return;
+  gd.wbFigure = undefined;  // no longer the figure Gradio sent: REDRAW_JS draws the next one, even the same
+  if (window.wbRedraw) window.wbRedraw.patched++;
+  window.Plotly.relayout(gd, change.relayout);
+});
+"""
 
 
-def relayout_after(figure: go.Figure, elem: str, update: dict) -> go.Figure:
-    """figure, carrying `update` (a `Plotly.relayout` argument) for the plot with elem_id `elem`: the page applies
-    it once figure is drawn (REDRAW_JS). Plotly itself ignores layout.meta outside text templates."""
-    figure.layout.meta = {PATCH: {"elem": elem, "relayout": update}}
-    return figure
+def carried_relayout(elem: str, update: dict) -> dict:
+    """The change `CARRIED_JS` applies: `update` (a `Plotly.relayout` argument) to the plot with elem_id `elem`."""
+    return {"elem": elem, "relayout": update}
 
 
 SHAPE_JS = """

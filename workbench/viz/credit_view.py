@@ -27,6 +27,8 @@ VEIL_COLOR = "rgba(255,255,255,0.8)"
 MARKS = {MISATTRIBUTED: ("x-thin", 11, "misattributed: against A(i), significant at z"),
          ALIGNED: ("circle", 6, "aligned: with A(i), significant at z")}
 UNDETERMINED_NAME = "undetermined: not significant at z"
+NOT_COUNTED_NAME = "not counted: untrained step or A = 0"
+NOT_COUNTED_SWATCH = "rgb(245,245,245)"  # the veil over white, as the legend shows it
 Z_LABEL = "z: sets the false-call rate P(|N(0,1)| > z) per cell (z = 2: 4.6 %)"
 FIXED_NOTE = ("fixed by construction: a chunk from the start noise to the image has credit r - mean r, the raw "
               "advantage, so it always agrees with A")
@@ -35,12 +37,12 @@ ATTRIBUTION_BOTTOM = 110  # px under the Attribution map for the axis titles and
 NAMES = {MISATTRIBUTED: "misattributed", ALIGNED: "aligned", UNDETERMINED: "undetermined"}
 
 
-def _labels(classes: torch.Tensor, valid: torch.Tensor) -> list[list[str]]:
+def class_labels(classes: torch.Tensor, valid: torch.Tensor) -> list[list[str]]:
     return [[NAMES[c] if v else "not counted" for c, v in zip(row_c, row_v)]
             for row_c, row_v in zip(classes.tolist(), valid.tolist())]
 
 
-def _span(a: float, b: float, unit: str) -> str:
+def span_text(a: float, b: float, unit: str) -> str:
     """Hover suffix of a chunk over several steps, e.g. " (steps 2-4)"; empty for a step."""
     first, last = int(a + 0.5), int(b - 0.5)
     return f" (steps {first}-{last})" if unit != "step" and last > first else ""
@@ -53,7 +55,7 @@ def _cover(mask: torch.Tensor, x, color: str) -> dict:
 
 
 @functools.cache
-def _red_blue() -> tuple:
+def red_blue() -> tuple:
     """plotly's "RdBu" scale as a validated figure carries it: plotly.js's own "RdBu" is another scale."""
     return go.Heatmap(colorscale="RdBu").colorscale
 
@@ -67,9 +69,10 @@ def classified_trace_dicts(credit: torch.Tensor, se: torch.Tensor, classes: torc
     centres = [(a + b) / 2 for a, b in zip(edges, edges[1:])]
     scale = float(credit.abs().max().clamp_min(1e-6)) if scale is None else scale
     se_text = [[("no estimate" if s != s else f"{s:.4f}") for s in r] for r in se.tolist()]
-    names = [f"{unit} {n}" + _span(edges[n], edges[n + 1], unit) for n in range(j)]
-    custom = [[[s, c, name] for s, c, name in zip(rs, rc, names)] for rs, rc in zip(se_text, _labels(classes, valid))]
-    traces = [dict(type="heatmap", z=credit.tolist(), x=edges, y=list(range(g)), colorscale=_red_blue(), zmid=0,
+    names = [f"{unit} {n}" + span_text(edges[n], edges[n + 1], unit) for n in range(j)]
+    labels = class_labels(classes, valid)
+    custom = [[[s, c, name] for s, c, name in zip(rs, rc, names)] for rs, rc in zip(se_text, labels)]
+    traces = [dict(type="heatmap", z=credit.tolist(), x=edges, y=list(range(g)), colorscale=red_blue(), zmid=0,
                    zmin=-scale, zmax=scale, customdata=custom, colorbar=colorbar, name=f"{unit} credit",
                    hovertemplate="traj %{y}, %{customdata[2]}: credit %{z:.4f} ± %{customdata[0]} "
                                  "(%{customdata[1]})<extra></extra>"),
@@ -83,8 +86,7 @@ def classified_trace_dicts(credit: torch.Tensor, se: torch.Tensor, classes: torc
                                                  color="black" if cls == MISATTRIBUTED else "white")),
                            name=name, showlegend=legend, hoverinfo="skip"))
     if legend:
-        for color, name in ((UNDETERMINED_COLOR, UNDETERMINED_NAME),
-                            ("rgb(245,245,245)", "not counted: untrained step or A = 0")):
+        for color, name in ((UNDETERMINED_COLOR, UNDETERMINED_NAME), (NOT_COUNTED_SWATCH, NOT_COUNTED_NAME)):
             traces.append(dict(type="scatter", x=[None], y=[None], mode="markers", name=name,
                                marker=dict(symbol="square", size=13, color=color, line=dict(width=1, color="gray"))))
     return traces
@@ -99,7 +101,7 @@ def classified_traces(fig: go.Figure, credit: torch.Tensor, se: torch.Tensor, cl
         fig.add_trace(trace, row=row, col=col)
 
 
-def _k_text(credit: Credit) -> str:
+def k_text(credit: Credit) -> str:
     if credit.deterministic:
         return f"estimator {credit.estimator}"
     k = credit.counts
@@ -126,7 +128,7 @@ def attribution_figure(credit: Credit, z: float) -> go.Figure:
     fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5], row=1, col=1)
     fig.update_xaxes(title_text="per trajectory", row=1, col=2)
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
-    fig.update_layout(title=f"Step credit vs uniform advantage (G={g}, T={t}, {_k_text(credit)}, "
+    fig.update_layout(title=f"Step credit vs uniform advantage (G={g}, T={t}, {k_text(credit)}, "
                             f"chunks {list(credit.sizes)})", height=480,
                       **layout_with(r=COLORBAR_MARGIN, b=ATTRIBUTION_BOTTOM))
     return fig
@@ -136,7 +138,7 @@ def chunk_figure(credit: Credit, z: float) -> go.Figure:
     """Classified chunk credit (G, K), each chunk drawn over its steps, for the Chunks tab."""
     t = credit.num_steps
     edges = [-0.5] + [b - 0.5 for b in chunk_boundaries(credit.sizes)] + [t - 0.5]
-    layout = dict(title=dict(text=f"Chunk credit V(end) - V(start), classified at z = {z:g} ({_k_text(credit)})"),
+    layout = dict(title=dict(text=f"Chunk credit V(end) - V(start), classified at z = {z:g} ({k_text(credit)})"),
                   xaxis=dict(title=dict(text=STEP_AXIS), range=[-0.5, t - 0.5]),
                   yaxis=dict(title=dict(text="trajectory i"), autorange="reversed", dtick=1),
                   shapes=_boundary_shapes(credit.sizes), height=420,
@@ -191,7 +193,7 @@ def rates_text(credit: Credit, z: float, reference: Credit | None = None) -> str
               "with credit not 0 counts as determined"
     cost = credit.cost
     rule = "" if credit.deterministic else rule_text(credit, z)
-    lines.append(f"G={g}, T={credit.num_steps}, {_k_text(credit)}, {how}; cost {cost.get('nfe', 0)} transformer "
+    lines.append(f"G={g}, T={credit.num_steps}, {k_text(credit)}, {how}; cost {cost.get('nfe', 0)} transformer "
                  f"evaluations.{rule} ± is the standard error over trajectories; measuring again with other "
                  "continuation noise moves the rates by several points more (docs/misattribution.md, \"Spread over "
                  "continuation seeds\"). Untrained steps and trajectories "
@@ -219,7 +221,7 @@ def agreement_line(credit: Credit, reference: Credit, z: float) -> str:
     det = reference.step_classes(z) != UNDETERMINED
     a = agreement(credit.step_credit, reference.step_credit, reference.step_valid, det)
     nan = float("nan")
-    return (f"**Against your Monte-Carlo measurement ({_k_text(reference)}):** same sign on "
+    return (f"**Against your Monte-Carlo measurement ({k_text(reference)}):** same sign on "
             f"{_pct(a['sign_agreement'], nan)} of the cells, on {_pct(a['sign_agreement_determined'], nan)} "
             f"of the {a['determined_cells']} cells it determines; correlation {a['correlation']:+.2f}; cost "
             f"{credit.cost.get('nfe', 0)} vs {reference.cost.get('nfe', 0)} evaluations.")
@@ -240,7 +242,7 @@ def comparison_figure(comparison: CreditComparison, z: float) -> go.Figure:
     shapes = _boundary_shapes(first.sizes) + _boundary_shapes(first.sizes, xref="x2")
     fig.update_yaxes(title_text="trajectory i", autorange="reversed", dtick=1, row=1, col=1)
     fig.update_layout(title=f"Step credit under two policies: the same prompt, start noise and SDE noise (G={g}, "
-                            f"T={t}, {_k_text(first)}, classified at z = {z:g}, one colour scale)", shapes=shapes,
+                            f"T={t}, {k_text(first)}, classified at z = {z:g}, one colour scale)", shapes=shapes,
                       height=480, **layout_with(r=COLORBAR_MARGIN))
     fig.update_annotations(font_size=12)
     return fig
@@ -270,7 +272,7 @@ def comparison_text(comparison: CreditComparison, z: float) -> str:
                  f"{rewards[1] - rewards[0]:+.3f} |")
     first = comparison.credits[0]
     lines.append("")
-    lines.append(f"Both groups: prompt *{first.prompt}*, the same start noise and SDE noise, {_k_text(first)} "
+    lines.append(f"Both groups: prompt *{first.prompt}*, the same start noise and SDE noise, {k_text(first)} "
                  f"continuations with seed {first.seed}, chunks {','.join(map(str, first.sizes))}. ± is the standard "
                  "error of the difference, sqrt(se1² + se2²) over trajectories: the groups share their noise, so it "
                  "overstates the error. A difference within about two of them is not established by one group.")
