@@ -1,7 +1,8 @@
 """Figures and text of measured credit: cells classified misattributed / aligned / undetermined.
 
 Pure functions from a `Credit` (and z) to plotly figures and Markdown; the Attribution tab shows step
-cells beside the GRPO advantage, the Chunks tab chunk cells over the same steps. Encodings: colour =
+cells beside the GRPO advantage; `chunk_figure` draws chunk cells over the same steps for the notebooks and the
+exported page (the Chunks tab draws the same map as markup, viz/chunk_map.py, with these encodings). Encodings: colour =
 credit (blue raises the expected reward, red lowers it); x = misattributed; dot = aligned; grey cover =
 undetermined (not significant at the false-call rate z sets); white veil = not counted (untrained step or
 A = 0). Hovering a cell gives its credit, standard error and class.
