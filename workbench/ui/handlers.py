@@ -26,6 +26,7 @@ from workbench.viz import credit_view, plots
 from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html
 
 CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
+CHUNK_MAP_HINT = "measure credit in the Attribution tab to classify the chunks"  # the Chunks tab's map before credit
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
 REFINE_BUDGET_MAX = 10_000  # continuations one Refine press may spend (~20 default measurements; README)
 THUMB = 64  # filmstrip cells larger than this (real models decode 512-1024 px) are shrunk to it
@@ -131,7 +132,7 @@ def chunk_plot(session: Session, carried: dict | None = None) -> str:
     """The Chunks tab's classified chunk map (HTML, viz/chunk_map.py), or a hint before any credit exists;
     carried: a change to another plot (`redraw.carried_relayout`) for the page to apply with the map."""
     if session.credit is None:
-        return chunk_map_hint("measure credit in the Attribution tab to classify the chunks", carried)
+        return chunk_map_hint(CHUNK_MAP_HINT, carried)
     return chunk_map_html(session.credit, session.z, carried)
 
 

@@ -224,7 +224,7 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
     gr.Markdown(gloss("**Click the curve** at step t to add or remove the chunk boundary after step t (the "
                       "dashed line at t + 0.5).", ("denoising step",)))
     curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
-    chunk_map = gr.HTML(chunk_map_hint("open this tab once credit is measured"), label="Chunk credit",
+    chunk_map = gr.HTML(chunk_map_hint(h.CHUNK_MAP_HINT), label="Chunk credit",
                         elem_id="chunk-credit-plot", css_template=CHUNK_MAP_CSS, js_on_load=CARRIED_JS,
                         apply_default_css=False)  # drawn as markup: an edit redraws it in milliseconds
     point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
