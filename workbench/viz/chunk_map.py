@@ -133,30 +133,29 @@ def chunk_map_html(credit: Credit, z: float, carried: dict | None = None) -> str
     carried: a change to another plot that the map carries in `data-relayout` for the page to apply as it shows
     the map (ui/redraw.py: the Chunks tab's curve under the same chunks)."""
     g, t = credit.chunk_credit.shape[0], credit.num_steps
-    classes, valid = credit.chunk_classes(z), credit.chunk_valid  # (G, K) each
-    values, se = credit.chunk_credit.tolist(), credit.chunk_se.tolist()  # (G, K)
-    finite = credit.chunk_credit.nan_to_num(0.0)
-    scale = float(finite.abs().max().clamp_min(1e-6))
+    labels = cv.class_labels(credit.chunk_classes(z), credit.chunk_valid)  # (G, K) each, as lists
+    classes, valid = credit.chunk_classes(z).tolist(), credit.chunk_valid.tolist()
+    values, se = credit.chunk_credit.tolist(), credit.chunk_se.tolist()
+    scale = float(credit.chunk_credit.nan_to_num(0.0).abs().max().clamp_min(1e-6))
     edges = [-0.5] + [b - 0.5 for b in chunk_boundaries(credit.sizes)] + [t - 0.5]
     x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
     px = lambda s: x0 + (s + 0.5) / t * (x1 - x0)  # noqa: E731 - step -> drawing x
     row = (y1 - y0) / g
-    labels = cv.class_labels(classes, valid)
     cells, marks = [], []
     for i in range(g):
         for k, (a, b) in enumerate(zip(edges, edges[1:])):
             v, s = values[i][k], se[i][k]
             colour = (255.0, 255.0, 255.0) if v != v else credit_colour(v, scale)
-            if not valid[i, k]:
+            if not valid[i][k]:
                 colour = _over(colour, cv.VEIL_COLOR)
-            elif classes[i, k] == UNDETERMINED:
+            elif classes[i][k] == UNDETERMINED:
                 colour = _over(colour, cv.UNDETERMINED_COLOR)
             tip = (f"traj {i}, chunk {k}{cv.span_text(a, b, 'chunk')}: credit {v:.4f} ± "
                    f"{'no estimate' if s != s else f'{s:.4f}'} ({labels[i][k]})")
             cells.append(f'<rect class="cell" x="{px(a):.1f}" y="{y0 + i * row:.1f}" width="{px(b) - px(a):.1f}" '
                          f'height="{row:.1f}" fill="{_css(colour)}"><title>{html.escape(tip)}</title></rect>')
-            if valid[i, k] and int(classes[i, k]) in (MISATTRIBUTED, ALIGNED):
-                marks.append(_mark(int(classes[i, k]), (px(a) + px(b)) / 2, y0 + (i + 0.5) * row))
+            if valid[i][k] and classes[i][k] in (MISATTRIBUTED, ALIGNED):
+                marks.append(_mark(classes[i][k], (px(a) + px(b)) / 2, y0 + (i + 0.5) * row))
     lines = [f'<line class="boundary" data-x="{b:g}" x1="{px(b):.1f}" x2="{px(b):.1f}" y1="{y0}" y2="{y1}" '
              'stroke="black" stroke-width="2" stroke-dasharray="9,9"/>' for b in edges[1:-1]]
     dx = nice_step(t, 10)
