@@ -123,10 +123,10 @@ def test_objectives_and_boundary_endpoints(client):
     *_, status = client.predict("3", api_name="/chunks_toggle")
     assert status.startswith("⚠ a boundary can follow steps 0..2")
     maps, summary, formula, status = client.predict(1, 1e-3, 1e-4, "step_grpo", api_name="/objectives")
-    assert status.startswith("✓ explained") and "| gspo | grpo |" in summary and "$$" in formula
+    assert status.startswith("✓ explained") and "| gspo | grpo |" in summary and "<math" in formula
     assert '"moved|chunk_grpo"' in maps["plot"]
     maps, formula, status = client.predict("gpg", "ratio1", 2, 3, api_name="/objectives_cell")
-    assert status == "✓ gpg at i=2, t=3" and "**gpg** at trajectory i = 2, step t = 3, at ratio 1" in formula
+    assert status == "✓ gpg at i=2, t=3" and "<b>gpg</b> at trajectory i = 2, step t = 3, at ratio 1" in formula
 
 
 def test_the_lesson_endpoint_fills_the_form(client):

@@ -92,7 +92,8 @@ def test_objectives_maps_summary_and_formula(sampled, computed):
     line = next(x for x in summary.splitlines() if x.startswith("| gspo |"))
     value = corr[moved.index("gspo")]
     assert line.endswith(f"| {value:+.2f} |" if value == value else "| n/a |")
-    assert "**chunk_grpo** at trajectory i = 0, step t = 0, after 1 update" in formula and "$$" in formula
+    assert "<b>chunk_grpo</b> at trajectory i = 0, step t = 0, after 1 update" in formula  # HTML, equations as MathML
+    assert formula.count('<math xmlns="http://www.w3.org/1998/Math/MathML" display="block">') >= 4
 
 
 def test_another_press_on_the_same_group_reuses_its_advantages(wb, sampled, computed, monkeypatch):
@@ -178,14 +179,14 @@ def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
     view = computed[3]
     figure, formula, view2, status = ob.objectives_cell(wb, "gspo", "ratio1", 2, 1, view, sampled)
     assert status == "✓ gspo at i=2, t=1" and view2.selected == ("ratio1", "gspo", 2, 1)
-    assert "**gspo** at trajectory i = 2, step t = 1, at ratio 1" in formula
+    assert "<b>gspo</b> at trajectory i = 2, step t = 1, at ratio 1" in formula
     outline = [s for s in figure.layout.shapes if s.type == "rect"]
     assert len(outline) == 1 and (outline[0].x0, outline[0].y0) == (0.5, 1.5)
     assert "steps 0..3" in msg(ob.objectives_cell(wb, "gspo", "ratio1", 0, 4, view, sampled))
     assert "unknown objective" in msg(ob.objectives_cell(wb, "nope", "ratio1", 0, 0, view, sampled))
     out = ob.objectives_click(wb, json.dumps({"trace": "moved|dapo", "x": 3, "y": 1}), view, sampled)
     assert out[:4] == ("dapo", "moved", 1, 3) and out[-1] == "✓ dapo at i=1, t=3"
-    assert "**dapo** at trajectory i = 1, step t = 3" in out[5]
+    assert "<b>dapo</b> at trajectory i = 1, step t = 3" in out[5]
     rows = ob.explanations(view, sampled.sizes)  # the click sends no figure: the page moves the outline
     moved = json.loads(out[4])
     assert moved == {"elem": ob.PLOT, "name": "selected cell", "shape": selection_outline(rows, out[6].selected)}

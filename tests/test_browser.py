@@ -224,6 +224,8 @@ def test_fine_tune_start_and_stop(page, served, monkeypatch):
     snap(page, "browser_runs")
 
 
+MATH_FONT_LOADED = """() => [...document.fonts].some((face) => face.family.replaceAll('"', '') === 'Workbench Math'
+    && face.status === 'loaded')"""  # its @font-face fetched (a font that failed to load says 'error')
 POINT_JS = """([plot, name, x, y]) => {
     const gd = document.querySelector(`#${plot} .js-plotly-plot`);
     gd.scrollIntoView({block: "center"});
@@ -299,7 +301,8 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
     expect(status).to_contain_text("chunk_grpo at i=1, t=5", timeout=LONG)
     formula = page.locator("#cell-formula")
     expect(formula).to_contain_text("chunk_grpo at trajectory i = 1, step t = 5", timeout=LONG)
-    expect(formula.locator(".katex").first).to_be_visible()  # the LaTeX is rendered as math
+    expect(formula.locator("math").first).to_be_visible()  # the equations are MathML (ui/mathml.py), in the
+    page.wait_for_function(MATH_FONT_LOADED, timeout=LONG)  # shipped font, fetched from the app
     expect(page.locator("#cell-traj input")).to_have_value("1")
     expect(page.locator("#cell-step input")).to_have_value("5")
     expect(page.locator("#cell-row input[value=moved]")).to_be_checked()

@@ -5,17 +5,22 @@ The weights themselves come from autograd (`workbench.rl.explain`); the closed f
 "Gradient weights", shown next to the autograd value so a reader
 can check one against the other (tests/test_app_objectives.py checks that they agree for every cell).
 Each objective's closed form is its registration's `Formula` (`ObjectiveInfo.formula`, rl/objectives.py); an
-objective registered without one is shown with its autograd value only.
+objective registered without one is shown with its autograd value only. `formula_parts` says it once; the Objectives
+tab shows it as HTML with MathML equations (`formula_html`, `ui.mathml`), `formula_markdown` writes it as Markdown
+with LaTeX.
 """
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass
 
 from workbench.rl.chunking import chunk_ids
 from workbench.rl.explain import Explanation, paired_estimator
 from workbench.rl.objective_info import Formula, ObjectiveInfo
 from workbench.rl.objectives import OBJECTIVES
+from workbench.ui.mathml import mathml
 
 W = r"w_{i,t} = \frac{\partial L}{\partial \log p_\theta(x^i_{t+1} \mid x^i_t)}"
 RATIO_DEFINITION = {
@@ -91,18 +96,26 @@ def _num(x: float, digits: int = 4) -> str:
     return text
 
 
-def _clip_line(c: Cell, ratio_symbol: str, a: str = "A_i") -> str:
-    """The clip condition with this cell's numbers, and whether it holds (a: the advantage's symbol)."""
+@dataclass(frozen=True)
+class Math:
+    """One display equation of a formula, as LaTeX."""
+
+    tex: str
+
+
+def _clip_lines(c: Cell, ratio_symbol: str, a: str = "A_i") -> list[Math]:
+    """The clip condition, and this cell's numbers with whether it holds (a: the advantage's symbol)."""
     rule = (rf"\text{{clipped}} \iff ({a} > 0 \text{{ and }} {ratio_symbol} > 1 + \varepsilon_{{high}}) \text{{ or }}"
             rf" ({a} < 0 \text{{ and }} {ratio_symbol} < 1 - \varepsilon_{{low}})")
     here = (rf"{a} = {c.advantage:+.3f},\quad {ratio_symbol} = {c.ratio:.6f},\quad "
             rf"[1 - \varepsilon_{{low}},\ 1 + \varepsilon_{{high}}] = [{1 - c.eps_low:.6f},\ {1 + c.eps_high:.6f}]")
     verdict = r"\Rightarrow\ \text{clipped: } w_{i,t} = 0" if c.clipped else r"\Rightarrow\ \text{not clipped}"
-    return f"$${rule}$$\n\n$${here}\\quad {verdict}$$"
+    return [Math(rule), Math(rf"{here}\quad {verdict}")]
 
 
-def formula_markdown(c: Cell, when: str) -> str:
-    """Markdown with $$-delimited LaTeX: the objective's w at the cell, its numbers and the autograd value."""
+def formula_parts(c: Cell, when: str) -> list[str | Math]:
+    """The objective's w at the cell, its numbers and the autograd value: paragraphs of Markdown text (bold and code
+    only) and display equations, in reading order."""
     where = f"trajectory i = {c.i}, step t = {c.t}"
     source = {"critic": "GAE over the critic", "lookahead": "the look-ahead gains"}.get(_info(c.name).step_credit)
     head = (f"**{c.name}** at {where}, {when} (advantage from " +
@@ -110,26 +123,47 @@ def formula_markdown(c: Cell, when: str) -> str:
     autograd = (f"Autograd through the registered objective gives **w = {c.weight:.4g}**; this step carries "
                 f"**{100 * c.share:.2f} %** of the objective's total |w| on the group.")
     if not c.trained:
-        return f"{head}\n\nStep {c.t} is not trained (no SDE noise there): $$w_{{i,t}} = 0$$\n\n{autograd}"
+        return [head, f"Step {c.t} is not trained (no SDE noise there):", Math(r"w_{i,t} = 0"), autograd]
     formula = _formula(c.name)
     if formula is None:
-        return f"{head}\n\n$${W} = {_num(c.weight)}$$\n\n{autograd}"
+        return [head, Math(f"{W} = {_num(c.weight)}"), autograd]
     kind, ratio_symbol, form, denominator = _info(c.name).unit, formula.ratio_symbol, formula.latex, formula.denominator
     a = "A_{i,t}" if formula.per_step_advantage else "A_i"
     n = c.counts
     unit = {"step": "", "chunk": f" (chunk c = {n['c']} with |c| = {n['|c|']} trained steps, K_i = {n['K_i']})",
             "sequence": ""}[kind]
-    lines = [f"{head}{unit}", f"$${W} = {form}$$"]
+    parts: list[str | Math] = [f"{head}{unit}", Math(f"{W} = {form}")]
     if ratio_symbol is None:
-        lines.append(rf"$$\text{{no ratio and no clipping}},\quad {a} = {c.advantage:+.3f}$$")
+        parts.append(Math(rf"\text{{no ratio and no clipping}},\quad {a} = {c.advantage:+.3f}"))
     else:
-        lines.append(rf"$${RATIO_DEFINITION[kind]} = {c.ratio:.6f},\qquad l_{{i,t}} = {_num(c.log_ratio, 3)}$$")
-        lines.append(_clip_line(c, ratio_symbol, a))
+        parts.append(Math(rf"{RATIO_DEFINITION[kind]} = {c.ratio:.6f},\qquad l_{{i,t}} = {_num(c.log_ratio, 3)}"))
+        parts += _clip_lines(c, ratio_symbol, a)
     value = closed_form(c)
     if not c.clipped:
         numerator = f"({c.advantage:+.4f})" + (rf" \times {c.ratio:.6f}" if ratio_symbol else "")
         counts = r" \times ".join(str(n[s]) for s in denominator)
         symbols = ",\\ ".join(f"{s} = {n[s]}" for s in denominator)
-        lines.append(rf"$${symbols}:\qquad w_{{i,t}} = -\frac{{{numerator}}}{{{counts}}} = {_num(value)}$$")
-    lines.append(autograd)
-    return "\n\n".join(lines)
+        parts.append(Math(rf"{symbols}:\qquad w_{{i,t}} = -\frac{{{numerator}}}{{{counts}}} = {_num(value)}"))
+    parts.append(autograd)
+    return parts
+
+
+def formula_markdown(c: Cell, when: str) -> str:
+    """`formula_parts` as Markdown with $$-delimited LaTeX (KaTeX in a notebook or a Markdown viewer)."""
+    return "\n\n".join(f"$${part.tex}$$" if isinstance(part, Math) else part for part in formula_parts(c, when))
+
+
+_BOLD, _CODE = re.compile(r"\*\*(.+?)\*\*"), re.compile(r"`(.+?)`")
+
+
+def formula_html(c: Cell, when: str) -> str:
+    """`formula_parts` as HTML, the equations as MathML the browser lays out itself (`ui.mathml`: the Objectives tab's
+    cell formula, ~260 elements where KaTeX's were ~1000)."""
+    out = []
+    for part in formula_parts(c, when):
+        if isinstance(part, Math):
+            out.append(mathml(part.tex))
+        else:
+            text = _BOLD.sub(r"<b>\1</b>", html.escape(part, quote=False))
+            out.append("<p>" + _CODE.sub(r"<code>\1</code>", text) + "</p>")
+    return f'<div class="wb-math">{"".join(out)}</div>'

@@ -36,6 +36,8 @@ from workbench.ui.frames import HeadScript
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
+from workbench.ui.mathml import FONT as MATH_FONT
+from workbench.ui.mathml import font_css
 from workbench.ui.objectives import ROWS
 from workbench.ui.redraw import CARRIED_JS, REDRAW_JS, SHAPE_JS, preload_plotly_js
 from workbench.ui.state import Session
@@ -257,7 +259,10 @@ OBJECTIVES_INTRO = (
     "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
     "**Click a cell** (trajectory i, step t; or set them below) to see that objective's formula with the cell's "
     "numbers.")
-LATEX = [{"left": "$$", "right": "$$", "display": True}]
+# The cell formula's math font, served by Gradio from the package (launch's allowed_paths) and asked for as the page
+# loads, so the first formula is drawn in it
+MATH_FONT_URL = f"gradio_api/file={MATH_FONT.as_posix()}"
+MATH_FONT_PRELOAD = f'<link rel="preload" href="{MATH_FONT_URL}" as="font" type="font/woff2" crossorigin>'
 # How often Gradio's queue looks for work while it has none (its own: every 1 ms for a new event, every 10 ms for
 # progress to send). An idle app spent ~5 % of a core on those wake-ups (0.052 CPU-s per second, app.py on the
 # embedded model, nothing open); the interactive events skip the queue (`queue=False`), the queued ones take seconds.
@@ -267,7 +272,7 @@ PROGRESS_POLL_S = 0.05  # progress bars get at most 20 updates a second
 
 # The filmstrip's step labels (t=0 .. t=T-1) run along the top of its image, where Gradio draws the component's
 # label (left) and its buttons (right) over the image: they hid t=0..3 and t=15. The image starts below them.
-PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }"
+PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }\n" + font_css(MATH_FONT_URL)
 
 
 def launch_options() -> dict:
@@ -276,8 +281,9 @@ def launch_options() -> dict:
       parsed and written again on each call, half the page's CPU of an edit;
     - `frames.HeadScript`: the page's head starts with the script that parks Gradio's leaked frame loops, so an
       idle page draws no frames;
-    - the page's few style rules (`PAGE_CSS`)."""
-    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)]}, "css": PAGE_CSS}
+    - the page's few style rules (`PAGE_CSS`), and its math font served from the package (`ui.mathml`)."""
+    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)]}, "css": PAGE_CSS,
+            "allowed_paths": [str(MATH_FONT.parent)]}
 
 
 def queued(demo: gr.Blocks, **options) -> gr.Blocks:
@@ -309,7 +315,7 @@ def _objectives_tab(wb, session, tab) -> None:
         traj = gr.Number(0, precision=0, label="Trajectory i", elem_id="cell-traj")
         step = gr.Number(0, precision=0, label="Step t", elem_id="cell-step")
         show = gr.Button("Show the cell", elem_id="cell-btn")
-    formula = gr.Markdown(latex_delimiters=LATEX, elem_id="cell-formula")
+    formula = gr.HTML("", elem_id="cell-formula", head=MATH_FONT_PRELOAD)  # HTML and MathML (ui/mathml.py)
     gr.Markdown(gloss("### Before and after\nThe push maps of the two groups compared in **Attribution** (the same "
                       "prompt and noise under two policies), each beside its own measured credit.", ("policy",)))
     versus = gr.Button("Compare push maps", elem_id="objectives-compare-btn")

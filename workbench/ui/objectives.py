@@ -25,7 +25,7 @@ from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config import TrainConfig
 from workbench.train.presets import gfpo_scores
 from workbench.ui.clicks import clicked_point
-from workbench.ui.formulas import cell, formula_markdown
+from workbench.ui.formulas import cell, formula_html
 from workbench.ui.guard import guarded, number, ok, whole_number
 from workbench.ui.handlers import _tracker
 from workbench.ui.jobs import objective_names
@@ -142,11 +142,11 @@ def _maps(view: ObjectivesView, rows: list, credit: Credit | None, sizes: list[i
 
 
 def _formula(view: ObjectivesView, rows: list) -> str:
-    """The formula of the view's selected cell, with its numbers."""
+    """The formula of the view's selected cell, with its numbers (HTML, its equations as MathML: ui/mathml.py)."""
     key, name, i, t = view.selected
     ex = dict((k, e) for k, _, e in rows)[key]
     when = dict((k, title) for k, title, _ in rows)[key]
-    return formula_markdown(cell(ex, name, i, t), when)
+    return formula_html(cell(ex, name, i, t), when)
 
 
 def _render(view: ObjectivesView, session: Session, note: str) -> tuple:
