@@ -3,8 +3,8 @@
     .venv/bin/python scripts/probe_formula_cost.py [--slow-page 2] [--rounds 3]
 
 A map click's reply carries the clicked cell's formula, four or five display equations: until 2026-12-05 Markdown that
-Gradio's Markdown typeset with KaTeX (about 1000 elements), since then HTML with the equations as MathML
-(`workbench/ui/mathml.py`, about 260 elements). This script times the same map clicks in the same page
+Gradio's Markdown typeset with KaTeX (about 860 elements), since then HTML with the equations as MathML
+(`workbench/ui/mathml.py`, about 230 elements). This script times the same map clicks in the same page
 (`scripts/bench_app.py`'s clicks and stopwatch) with the formula as the app sends it and with the formula cut to its
 first paragraph (of the Markdown or of the HTML), the plain sentence that names the cell (so the stopwatch, which waits
 for that sentence, still stops), alternated round by round. The page's copy of each reply is rewritten in the page (a
