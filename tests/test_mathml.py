@@ -68,6 +68,9 @@ def test_bars_group_and_operators_get_texs_spacing():
 def test_latex_the_converter_cannot_read_is_shown_as_its_source():
     assert mathml("x^") == "<code>x^</code>"
     assert mathml(r"\left( x < y") == "<code>\\left( x &lt; y</code>"  # escaped: never markup of its own
+    sneaky = r"\text{<img src=x onerror=alert(1)>} x"  # the converter copies text as it is
+    assert mathml(sneaky) == "<code>\\text{&lt;img src=x onerror=alert(1)&gt;} x</code>"
+    assert mathml(r"\text{a < b}").startswith("<math")  # a bare "<" in text is no element
 
 
 def test_text_parts_are_escaped_and_keep_bold_and_code(explanation, monkeypatch):

@@ -45,9 +45,16 @@ _MENDS = [
 ]
 
 
+_TAG = re.compile(r"</?([A-Za-z][\w-]*)")
+_MATHML_TAGS = {"math", "mrow", "mi", "mo", "mn", "ms", "mtext", "mspace", "msub", "msup", "msubsup", "munder", "mover",
+                "munderover", "mfrac", "msqrt", "mroot", "mstyle", "mtable", "mtr", "mtd", "mpadded", "mphantom",
+                "menclose", "merror", "mmultiscripts", "mprescripts", "none", "semantics", "annotation"}
+
+
 def mathml(tex: str, display: bool = True) -> str:
-    """`tex` as a <math> element, with the spacing mends above; LaTeX the converter cannot read comes back as its
-    source in <code>, so a formula never breaks the view.
+    """`tex` as a <math> element, with the spacing mends above. LaTeX the converter cannot read, and output with any
+    element that is not MathML (the converter copies `\\text{...}` as it is, markup included), come back as the source
+    in <code>, so a formula never breaks the view or writes markup of its own.
 
         >>> mathml("A_i = -0.31", display=False)[:60]
         '<math xmlns="http://www.w3.org/1998/Math/MathML" display="in'
@@ -55,6 +62,8 @@ def mathml(tex: str, display: bool = True) -> str:
     try:
         out = convert(tex, display="block" if display else "inline")
     except Exception:  # noqa: BLE001 - latex2mathml's errors share no base of their own
+        return f"<code>{html.escape(tex)}</code>"
+    if not {name.lower() for name in _TAG.findall(out)} <= _MATHML_TAGS:
         return f"<code>{html.escape(tex)}</code>"
     for pattern, repl in _MENDS:
         out = pattern.sub(repl, out)
