@@ -69,7 +69,7 @@ def main() -> None:
             page.click("#objectives-btn")
             b.until(page, b.SHOWS, ["#objectives-status", "after 3 updates"])
             page.wait_for_function(b.MAPS_DRAWN, arg="objectives-plot", timeout=120_000)
-            b.map_click_ms(page, 3)  # warm: KaTeX's script and fonts loaded
+            b.map_click_ms(page, 3)  # warm: the formula's scripts and fonts loaded
             elements = page.evaluate("() => document.querySelectorAll('#cell-formula *').length")
             if args.slow_page != 1:
                 page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": args.slow_page})

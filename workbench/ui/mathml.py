@@ -43,9 +43,7 @@ _MENDS = [
     (re.compile(rf"({re.escape(_BAR)})((?:(?!&#x0007C;).)*?)({re.escape(_BAR)})"), r"<mrow>\1\2\3</mrow>"),
     (re.compile(r"<mi>log</mi>"), r'<mspace width="0.1667em" /><mi>log</mi><mspace width="0.1667em" />'),
 ]
-
-
-_TAG = re.compile(r"</?([A-Za-z][\w-]*)")
+_TAG = re.compile(r"</?([A-Za-z][\w-]*)")  # an element's name; the output may have no element that is not MathML
 _MATHML_TAGS = {"math", "mrow", "mi", "mo", "mn", "ms", "mtext", "mspace", "msub", "msup", "msubsup", "munder", "mover",
                 "munderover", "mfrac", "msqrt", "mroot", "mstyle", "mtable", "mtr", "mtd", "mpadded", "mphantom",
                 "menclose", "merror", "mmultiscripts", "mprescripts", "none", "semantics", "annotation"}
