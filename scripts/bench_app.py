@@ -72,6 +72,26 @@ def model_folder(given: str | None) -> str | None:
     return str(save_embedded(build_embedded(seed=0), tempfile.mkdtemp(prefix="bench-model-")))
 
 
+def start_app() -> tuple[subprocess.Popen, str]:
+    """`python app.py` on a free port with a throwaway runs folder, as the probe scripts start it: (process, url)."""
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--runs", tempfile.mkdtemp()],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return app, f"http://127.0.0.1:{port}/"
+
+
+def open_and_generate(page, url: str, app: subprocess.Popen) -> None:
+    """Once the app answers, open its page and generate a group (G=8, T=16, the defaults), untimed."""
+    from playwright.sync_api import expect
+
+    wait_http(url, app)
+    page.goto(url)
+    expect(page.locator("#generate-btn")).to_be_visible(timeout=120_000)
+    page.click("#generate-btn")
+    until(page, SHOWS, ["#generate-status", "sampled G=8"], 300_000)
+
+
 def wait_http(url: str, process: subprocess.Popen, timeout: float = 120.0) -> None:
     end = time.time() + timeout
     while time.time() < end:

@@ -15,18 +15,14 @@ formula costs the click. It also prints the drawn formula's element count.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_app as b  # the stopwatch and the page's steps of scripts/bench_app.py
 
-ROOT = Path(__file__).resolve().parent.parent
 PLAIN = """() => {
   const fetch = window.fetch;  // bench_app's FETCHES wrapper (it times the reply), wrapped once more
   window.fetch = async (...args) => {
@@ -47,24 +43,16 @@ def main() -> None:
     p.add_argument("--slow-page", type=float, default=2.0, metavar="F", help="the page's main thread F times slower")
     p.add_argument("--rounds", type=int, default=3, help="rounds of seven clicks with each formula")
     args = p.parse_args()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
-    port = b.free_port()
-    url = f"http://127.0.0.1:{port}/"
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--runs", tempfile.mkdtemp()],
-                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app, url = b.start_app()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=b.CHROMIUM_ARGS)
         page = browser.new_page()
         page.add_init_script(f"({b.FETCHES})()")
         page.add_init_script(f"({PLAIN})()")
         try:
-            b.wait_http(url, app)
-            page.goto(url)
-            expect(page.locator("#generate-btn")).to_be_visible(timeout=120_000)
-            page.click("#generate-btn")
-            b.until(page, b.SHOWS, ["#generate-status", "sampled G=8"], 300_000)
+            b.open_and_generate(page, url, app)
             page.get_by_role("tab", name="Objectives").click()
             page.click("#objectives-btn")
             b.until(page, b.SHOWS, ["#objectives-status", "after 3 updates"])

@@ -18,18 +18,14 @@ gain there. The patch matches Gradio 6's minified script; another Gradio prints 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_app as b  # the stopwatch and the page's steps of scripts/bench_app.py
 
-ROOT = Path(__file__).resolve().parent.parent
 PASS = "async update_loading_stati_state(){await"
 SWITCHED = ("async update_loading_stati_state(){window.wbPass=window.wbPass||{};if(window.wbNoPass)return;"
             "for(const e of Object.keys(this.loading_stati.current))window.wbPass[e]=1;await")
@@ -54,11 +50,7 @@ def main() -> None:
             print("this Gradio's Blocks script has no update_loading_stati_state as Gradio 6.31 wrote it")
         route.fulfill(response=reply, body=body.replace(PASS, SWITCHED))
 
-    port = b.free_port()
-    url = f"http://127.0.0.1:{port}/"
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    app = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--runs", tempfile.mkdtemp()],
-                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app, url = b.start_app()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=b.CHROMIUM_ARGS)
         page = browser.new_page()
@@ -66,11 +58,7 @@ def main() -> None:
         page.add_init_script(f"({CLONES})()")
         page.route("**/Blocks-*.js", patch)
         try:
-            b.wait_http(url, app)
-            page.goto(url)
-            expect(page.locator("#generate-btn")).to_be_visible(timeout=120_000)
-            page.click("#generate-btn")
-            b.until(page, b.SHOWS, ["#generate-status", "sampled G=8"], 300_000)
+            b.open_and_generate(page, url, app)
             page.get_by_role("tab", name="Attribution").click()
             expect(page.locator("#credit-plot .js-plotly-plot")).to_be_visible(timeout=120_000)
             page.click("#credit-btn")
