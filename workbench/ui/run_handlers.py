@@ -23,6 +23,7 @@ from PIL import Image
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import with_header
+from workbench.models.lora import LORA_FILE
 from workbench.train import PRESETS, TrainConfig, preset
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
 from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
@@ -395,7 +396,8 @@ def compare(wb: Workbench, names: list[str] | None, metric: str):
 
 @guarded(2)
 def download(wb: Workbench, name: str | None):
-    """Download -> (files: metrics CSV and the newest checkpoint as a zip, status)."""
+    """Download -> (files: metrics CSV, the newest checkpoint as a zip and, for a LoRA run of SD3 / FLUX, its
+    pytorch_lora_weights.safetensors, which diffusers' `pipe.load_lora_weights` reads; status)."""
     if not name:
         raise WorkbenchError(f"choose a run to download (press Refresh if the list is empty; with no run yet, "
                              f"{NO_RUN_YET})")
@@ -407,6 +409,9 @@ def download(wb: Workbench, name: str | None):
     checkpoint, problem = RunStore(run.path).newest_checkpoint()
     if checkpoint is not None:
         files.append(shutil.make_archive(str(out / f"{name}-{checkpoint.folder.name}"), "zip", checkpoint.folder))
+        if (checkpoint.folder / LORA_FILE).is_file():  # a LoRA run's adapter in diffusers' format, on its own too
+            files.append(str(shutil.copyfile(checkpoint.folder / LORA_FILE,
+                                             out / f"{name}-{checkpoint.folder.name}-{LORA_FILE}")))
     note = f" ({problem}; not included)" if problem else ""
     note = note if checkpoint is not None or problem else " (no checkpoint saved yet)"
     return files, ok(f"prepared {len(files)} file(s) for run {escape(name)}{note}")
