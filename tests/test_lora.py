@@ -194,3 +194,55 @@ def test_bad_adapters_are_one_message_each(sd3_dir, flux_dir, tmp_path):
             load_adapter(policy, folder)
     with pytest.raises(WorkbenchError, match="not to the embedded model"):
         load_adapter(load_policy(None, device="cpu"), tmp_path / "wide")
+
+
+def test_a_base_with_an_adapter_is_one_source_everywhere(sd3_dir, sd3_run, tmp_path, capsys):
+    from workbench.cli.main import main as cli
+    from workbench.train.sources import resolve_source
+
+    adapter = peft_adapter(sd3_dir, tmp_path / "flow-grpo-lora")
+    source = resolve_source(str(sd3_dir), str(adapter))
+    assert source == resolve_source(f"{sd3_dir} + {adapter}") == resolve_source(source.key)
+    assert source.short == f"{sd3_dir.name} + flow-grpo-lora" and "with the LoRA adapter" in source.label
+    assert cli(["sample", "--model", str(sd3_dir), "--lora", str(adapter), "--device", "cpu", "--prompt", PROMPT,
+                "--num", "2", "--steps", "2", "--out", str(tmp_path / "grid.png")]) == 0
+    checkpoint = RunStore(sd3_run).checkpoints()[0]  # a run's LoRA file is an adapter like any other
+    assert resolve_source(f"{sd3_dir} + {checkpoint}").adapter == str(checkpoint)
+    capsys.readouterr()
+    refusals = {
+        ("--lora", str(adapter)): "needs a base model",
+        ("--model", str(sd3_run), "--lora", str(adapter)): "is a fine-tuning run; a LoRA adapter goes on a base",
+        ("--model", str(sd3_dir), "--lora", str(tmp_path / "none")): "does not exist",
+        ("--model", f"{sd3_dir} + {adapter}", "--lora", str(adapter)): "two LoRA adapters given",
+    }
+    for flags, message in refusals.items():
+        assert cli(["sample", *flags, "--device", "cpu", "--prompt", PROMPT, "--out", str(tmp_path / "x.png")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+
+
+def test_compare_measures_an_external_lora_against_its_base(sd3_dir, sd3_run, tmp_path):
+    from urllib.parse import parse_qs, urlparse
+
+    from workbench.ui import handlers as h
+    from workbench.ui import policies as pol
+    from workbench.ui.share import parse_query, view_link
+    from workbench.ui.state import Session
+    from workbench.ui.workbench import Workbench
+
+    adapter = peft_adapter(sd3_dir, tmp_path / "flow-grpo-lora")
+    wb = Workbench(model=str(sd3_dir), device="cpu", runs_root=str(sd3_run.parent), curve_prompts=2)
+    checkpoint = RunStore(sd3_run).checkpoints()[0]
+    for typed, name in ((f"base + {adapter}", "flow-grpo-lora"), (f"{sd3_dir} + {checkpoint}", checkpoint.name)):
+        menu, header, session, *_, status = pol.pick_policy(wb, typed, Session())
+        assert status.startswith("✓") and "with the LoRA adapter" in header.replace("\\", ""), status
+        session = h.generate(wb, PROMPT, 2, 3, 0.7, 0, "", session)[-2]
+        assert session.reward_spec == "jpeg_compressibility"  # the real model's default, no toy reward
+        figure, images, text, session, status = pol.compare(wb, pol.RUN_BASE, 2, session)
+        before, after = session.comparison.groups
+        assert session.comparison.labels == (sd3_dir.name, f"{sd3_dir.name} + {name}") and status.startswith("✓")
+        assert (before.states[:, 0] == after.states[:, 0]).all() and not torch.equal(before.images, after.images)
+        assert all(torch.isfinite(c.step_credit).all() for c in session.comparison.credits)
+        link = view_link(PROMPT, 2, 3, 0.7, 0, "flow_grpo", "", "", 2, "mc", session, "attribution", "http://x/")
+        query = {k: v[-1] for k, v in parse_qs(urlparse(link).query).items()}
+        assert wb.source(parse_query(query)["model"]) == wb.source(session.source)  # the link carries the adapter

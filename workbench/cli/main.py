@@ -60,7 +60,8 @@ def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
 
 
 def load_model(args: argparse.Namespace, prompt: str | None = None):
-    """The policy --model names: a model folder, a run (its newest complete checkpoint) or one checkpoint.
+    """The policy --model (and --lora) names: a model folder, a base folder with a LoRA adapter, a run (its newest
+    complete checkpoint) or one checkpoint.
 
     With `prompt`, a model of the embedded format (no --model, such a folder, or a run on one) refuses a prompt
     outside its grammar before anything loads: the load imports diffusers, seconds a user waited for "unknown
@@ -69,7 +70,7 @@ def load_model(args: argparse.Namespace, prompt: str | None = None):
     from workbench.train.prompt_sets import is_pipeline_folder
     from workbench.train.sources import load_policy, resolve_source
 
-    source = resolve_source(args.model)
+    source = resolve_source(args.model, getattr(args, "lora", None))
     if prompt is not None and not is_pipeline_folder(source.model):
         from workbench.toyworld.world import parse_prompt
 
