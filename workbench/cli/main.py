@@ -166,7 +166,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     policy = load_model(args, args.prompt)
     policy.check_prompt(args.prompt)
     reward = build_reward(args.reward or default_reward(policy.toy_world))
-    reward.check_images(policy.image_size, [args.prompt])
+    reward.check_images(policy.image_size, [args.prompt], policy.toy_world)
     check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
                  continuations=args.continuations if args.estimator == "mc" else 1)  # ode / x0: one look-ahead
     group = sample_group(policy, args.prompt, config)
@@ -214,13 +214,13 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     from workbench.flow.dynamics import dynamics_curve
     from workbench.flow.trajectory import SamplingConfig
     from workbench.rl.chunking import CHUNKERS
-    from workbench.toyworld.world import spread_prompts
+    from workbench.train.prompt_sets import world_prompts
 
     chunker = CHUNKERS.get(args.method)
     options = {k: v for k, v in (("size", args.size), ("num_chunks", args.num_chunks),
                                  ("max_size", args.max_size), ("sizes", args.sizes)) if v is not None}
-    prompts = spread_prompts(args.prompts)
     policy = load_model(args)
+    prompts = world_prompts(policy.toy_world, args.prompts)  # the model's world: toy scenes or real prompts
     config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, seed=args.seed)
     check_memory(policy, config.group, config.steps, "--group or --steps", prompts=min(len(prompts), 16))
     curve = dynamics_curve(policy, prompts, config, metric=args.metric, progress=_progress("trajectories"))
@@ -293,7 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "chunks with a chunker (uniform, fixed, temporal, adaptive, equal_mass).")
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
     p.add_argument("--method", default="adaptive", help="chunker name (default adaptive)")
-    p.add_argument("--prompts", type=positive_int, default=32, help="prompts to average over (default 32)")
+    p.add_argument("--prompts", type=positive_int, default=32,
+                   help="prompts to average over: the toy world's scenes, or the shipped real prompts for SD3 / FLUX "
+                        "(default 32)")
     p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
     p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7, help="SDE noise level (default 0.7)")
     p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")

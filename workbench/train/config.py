@@ -253,6 +253,10 @@ class TrainConfig:
             raise WorkbenchError("give prompts or prompt_file, not both")
         if self.task is not None:
             TASKS.get(self.task)  # an unknown name lists the valid ones
+            if is_pipeline_folder(self.model):  # every task is a lesson of the toy world
+                raise WorkbenchError(f"the task '{self.task}' is a lesson of the embedded model's toy world, not of an "
+                                     "SD3 / FLUX model; drop the task (or the preset that brings it): a real model "
+                                     "trains on the shipped real prompts, or on prompts / prompt_file")
             if self.prompts is not None or self.prompt_file is not None:
                 raise WorkbenchError(f"the task '{self.task}' brings its own prompts; drop prompts / prompt_file "
                                      "or the task")

@@ -192,7 +192,7 @@ class Trainer:
         self.eval_prompts = cfg.held_out_prompts()
         for fn in (self.reward_fn, self.metric_fn):  # before any sampling: a reward that cannot score these images
             if fn is not None:
-                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts)
+                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts, self.policy.toy_world)
         self.task = TASKS.get(cfg.task)() if cfg.task else None
         self.step_credit = make_step_credit(cfg, self.policy, self.reward_fn, self.dist.world)  # ppo, dense_grpo
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,

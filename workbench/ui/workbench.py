@@ -180,7 +180,8 @@ class Workbench:
 
     def _measure_curve(self, steps: int, noise_level: float, source: str | None):
         from workbench.flow.dynamics import dynamics_curve
-        from workbench.toyworld.world import spread_prompts
+        from workbench.train.prompt_sets import world_prompts
 
         config = SamplingConfig(group=2, steps=steps, noise_level=noise_level)
-        return dynamics_curve(self.policy(source), spread_prompts(self.curve_prompts), config)
+        policy = self.policy(source)  # a real model's curve runs over real prompts, never the toy grammar
+        return dynamics_curve(policy, world_prompts(policy.toy_world, self.curve_prompts), config)
