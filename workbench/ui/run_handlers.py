@@ -112,9 +112,9 @@ def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float
     does not fit the device, is a message (the estimate line). `real`: a real model's settings (REAL_FIELDS)."""
     config, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
                              lesson, *real)
-    line, fits = tf.estimate_line(config, wb.device, auto)
-    if not fits:
-        raise WorkbenchError("not started: " + line.removeprefix("⚠ ").replace("**", ""))
+    refusal = tf.estimate_line(config, wb.device, auto)[1]
+    if refusal is not None:
+        raise WorkbenchError(refusal)
     job = wb.jobs.start(config)
     if wb.device != "cpu":  # the run loads its own copy of the model: the app's copies leave the GPU meanwhile
         wb.release()

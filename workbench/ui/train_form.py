@@ -129,17 +129,26 @@ def settings_words(config: TrainConfig, auto: bool) -> str:
         "text encoders off the device" if config.offload_text_encoders else "text encoders on the device"])
 
 
-def estimate_line(config: TrainConfig, device: str, auto: bool = False) -> tuple[str, bool]:
+def estimate_line(config: TrainConfig, device: str, auto: bool = False) -> tuple[str, str | None]:
     """(the Markdown line of a run's memory estimate: for a real model the settings it depends on, then the
-    verdict and the larger parts; whether it fits)."""
+    verdict and the larger parts; None when it fits, else the one line Start is refused with)."""
+    from workbench.core.budget import human_bytes
     from workbench.train.dry_run import estimate_run
 
     estimate, verdict = estimate_run(config, device)
-    ok = fits(estimate, device)
+    real = is_pipeline_folder(config.model)
     parts = ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in vars(estimate).items() if value >= 5e7)
-    named = f" at {settings_words(config, auto)}" if is_pipeline_folder(config.model) else ""
-    return (f"{'' if ok else '⚠ '}**Memory estimate of an iteration**{escape(named)} (docs/methods.md; an estimate "
-            f"until measured on this device): {escape(verdict)}" + (f" ({parts})" if parts else "") + "."), ok
+    named = f" at {settings_words(config, auto)}" if real else ""
+    fit = fits(estimate, device)
+    line = (f"{'' if fit else '⚠ '}**Memory estimate of an iteration**{escape(named)} (docs/methods.md; an estimate "
+            f"until measured on this device): {escape(verdict)}" + (f" ({parts})" if parts else "") + ".")
+    if fit:
+        return line, None
+    change = ("lower the resolution, the micro-batch or the prompts per iteration, turn on gradient checkpointing or "
+              "the text encoders' offload, or use bfloat16" if real else "lower the group size or the steps")
+    free = human_bytes(budget.free_bytes(device) or 0)
+    return line, (f"not started: the memory estimate does not fit: about {human_bytes(estimate.total)} but the "
+                  f"{device} has {free} free{named}; {change}")
 
 
 def real_controls(wb, hint) -> list:
