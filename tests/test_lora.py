@@ -246,3 +246,27 @@ def test_compare_measures_an_external_lora_against_its_base(sd3_dir, sd3_run, tm
         link = view_link(PROMPT, 2, 3, 0.7, 0, "flow_grpo", "", "", 2, "mc", session, "attribution", "http://x/")
         query = {k: v[-1] for k, v in parse_qs(urlparse(link).query).items()}
         assert wb.source(parse_query(query)["model"]) == wb.source(session.source)  # the link carries the adapter
+
+
+def test_a_fine_tune_starts_from_a_base_with_an_adapter(sd3_dir, tmp_path, capsys):
+    from workbench.cli.main import main as cli
+    from workbench.models.lora import merge_adapter
+
+    adapter = peft_adapter(sd3_dir, tmp_path / "flow-grpo-lora")
+    applied, merged = load_policy(f"{sd3_dir} + {adapter}", device="cpu"), load_policy(str(sd3_dir), device="cpu")
+    merge_adapter(merged, adapter)
+    assert not [n for n, _ in merged.transformer.named_parameters() if "lora_" in n]  # folded into the weights
+    group, again = ode_group(applied), ode_group(merged)
+    assert torch.allclose(group.states, again.states, atol=1e-4)
+    run = tmp_path / "on-top"
+    flags = ["--group", "2", "--steps", "2", "--chunks", "1,1", "--prompts-per-iteration", "1", "--eval-prompts", "0",
+             "--report-to", "none", "--device", "cpu", "--lora-rank", "4", "--iterations", "1",
+             "--max-sequence-length", "16"]
+    assert cli(["train", "--model", str(sd3_dir), "--lora", str(adapter), *flags, "--out", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["lora"] == str(adapter)
+    tuned = load_policy(str(run), device="cpu")  # the run comes back on model + adapter, with its own LoRA
+    plain = ode_group(load_policy(str(sd3_dir), device="cpu"))
+    assert (ode_group(tuned).states - group.states).abs().max() < (plain.states - group.states).abs().max() / 10
+    capsys.readouterr()
+    assert cli(["train", "--lora", str(adapter), *flags[:-2], "--out", str(tmp_path / "no-base")]) == 2
+    assert "a LoRA adapter goes on an SD3 / FLUX model folder" in capsys.readouterr().err

@@ -107,6 +107,14 @@ def load_adapter(policy, folder: str | Path) -> None:
     policy.transformer.requires_grad_(False).eval()
 
 
+def merge_adapter(policy, folder: str | Path) -> None:
+    """Apply the adapter in `folder` and fold it into the transformer's weights (diffusers' `fuse_lora`, then
+    `unload_lora`): no LoRA layer is left, so a fine-tune can add its own on top of model + adapter."""
+    load_adapter(policy, folder)
+    policy.transformer.fuse_lora()
+    policy.transformer.unload_lora()
+
+
 def _modules(transformer: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return dict(transformer.named_modules())
 

@@ -16,7 +16,7 @@ from workbench.core.glossary import gloss
 from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rewards import rewards_for
+from workbench.rewards import default_reward, rewards_for
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import ESTIMATORS
@@ -372,7 +372,9 @@ def _finetune_tab(wb, session, tab) -> None:
                                 info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
                                      "GPG advantages, ...); ppo trains a critic, dense_grpo samples ODE "
                                      "look-aheads (~3.7x the cost of an iteration)")
-        reward = gr.Textbox(defaults.reward, label="Reward spec and weights", placeholder=DEFAULT_REWARD_NOTE,
+        reward = gr.Textbox(defaults.reward, label="Reward spec and weights", elem_id="train-reward",
+                            placeholder=f"the model's default ({default_reward(False)})" if real_model
+                            else DEFAULT_REWARD_NOTE,
                             info=hint("reward"))
         chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
                             elem_id="train-chunks", info=hint("chunks"))

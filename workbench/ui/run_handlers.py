@@ -255,7 +255,8 @@ def poll_run(wb: Workbench, session: Session, shown: tuple = (), opened: bool = 
         names = _run_names(wb)
         if not names:
             return (*[gr.skip()] * 6, _timer(wb, False, started, opened), gr.skip(),
-                    "No run yet: choose a lesson or settings and press **Start**.")
+                    "No run yet: choose " + ("settings" if tf.real_model(wb) else "a lesson or settings")
+                    + " and press **Start**.")
         run_id, why = names[0], " (the newest run on disk; choose another under **Show run**)"
     view = wb.jobs.view(run_id)
     return (*run_panel(view, shown), _timer(wb, not view.done, started, opened), panel_keys(view),
