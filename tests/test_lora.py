@@ -271,3 +271,20 @@ def test_a_fine_tune_starts_from_a_base_with_an_adapter(sd3_dir, tmp_path, capsy
     capsys.readouterr()
     assert cli(["train", "--lora", str(adapter), *flags[:-2], "--out", str(tmp_path / "no-base")]) == 2
     assert "a LoRA adapter goes on an SD3 / FLUX model folder" in capsys.readouterr().err
+
+
+def test_download_gives_the_lora_file_on_its_own(sd3_run, sd3_dir):
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from workbench.ui import run_handlers as rh
+    from workbench.ui.workbench import Workbench
+
+    wb = Workbench(model=str(sd3_dir), device="cpu", runs_root=str(sd3_run.parent))
+    files, status = rh.download(wb, sd3_run.name)
+    lora = [Path(f) for f in files if f.endswith(LORA_FILE)]
+    assert status.startswith("✓ prepared 3 file(s)") and len(lora) == 1
+    with safe_open(str(lora[0]), "pt") as f:
+        assert all(k.startswith("transformer.") and ".lora_" in k for k in f.keys())
+        assert json.loads(f.metadata()["lora_adapter_metadata"])["transformer.r"] == RUN["lora_rank"]
