@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from tiny_pipelines import save_tiny_flux, save_tiny_sd3
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig
-from workbench.models.lora import LORA_FILE, adapter_format, load_adapter
+from workbench.models.lora import LORA_FILE, adapter_format, load_adapter, lora_file
 from workbench.train import TrainConfig, Trainer
 from workbench.train.sources import load_policy
 from workbench.train.store import RunStore
@@ -88,6 +89,9 @@ def test_a_lora_run_leaves_a_diffusers_lora_that_draws_the_policy_images_sd3(sd3
     checkpoint = RunStore(sd3_run).checkpoints()[0]
     assert (checkpoint / LORA_FILE).is_file() and adapter_format(checkpoint) == "diffusers"
     policy = load_policy(str(sd3_run), device="cpu")
+    wrapped = SimpleNamespace(pipe=policy.pipe, transformer=SimpleNamespace(module=policy.transformer))  # as DDP
+    assert lora_file(wrapped).layers.keys() == lora_file(policy).layers.keys() and len(lora_file(policy).layers) == len(
+        [n for n, _ in policy.transformer.named_parameters() if "lora_" in n])
     group = ode_group(policy)
     pipe = pipeline(sd3_dir, "StableDiffusion3Pipeline")
     base_latents, _ = diffusers_sd3(pipe, group, policy.max_sequence_length)

@@ -49,6 +49,8 @@ def lora_file(policy) -> LoraFile | None:
     """The LoRA of an SD3 / FLUX policy's transformer (its active peft adapter), on the CPU; None for a policy
     without a diffusers pipeline or without an adapter (full fine-tuning, the embedded model)."""
     pipe, transformer = getattr(policy, "pipe", None), getattr(policy, "transformer", None)
+    for wrapper in ("module", "_orig_mod"):  # DistributedDataParallel's and torch.compile's wrapped model
+        transformer = getattr(transformer, wrapper, transformer)
     configs = getattr(transformer, "peft_config", None)
     if pipe is None or not configs:
         return None
