@@ -30,6 +30,7 @@ from workbench.flow.dynamics import relative_change
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.sampler import transition
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
+from workbench.models.lora import lora_file
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
 from workbench.rl.objectives import OBJECTIVES, PolicyInputs, noise_aware_weights, transition_kl
@@ -191,7 +192,7 @@ class Trainer:
         self.eval_prompts = cfg.held_out_prompts()
         for fn in (self.reward_fn, self.metric_fn):  # before any sampling: a reward that cannot score these images
             if fn is not None:
-                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts)
+                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts, self.policy.toy_world)
         self.task = TASKS.get(cfg.task)() if cfg.task else None
         self.step_credit = make_step_credit(cfg, self.policy, self.reward_fn, self.dist.world)  # ppo, dense_grpo
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
@@ -444,10 +445,11 @@ class Trainer:
     def _checkpoint(self) -> None:
         if self.dist.main and self._saved != self.iteration:
             self._saved = self.iteration
+            lora = lora_file(self.policy) if self.config.lora_rank else None  # diffusers' LoRA file (models/lora.py)
             self._emit("checkpoint", self.iteration, {"weights": self.params,
                                                       "optimizer": self.optimizer.state_dict(),
                                                       "critic": self.step_credit and self.step_credit.state_dict(),
-                                                      "keep": self.config.keep_checkpoints})
+                                                      "keep": self.config.keep_checkpoints, "lora": lora})
 
     def _summary(self, state: str, start: float) -> RunSummary:
         def values(key: str) -> list[float]:
