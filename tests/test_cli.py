@@ -168,17 +168,6 @@ def test_attribute_marks_a_whole_trajectory_chunk_fixed_by_construction(model_di
     assert "fixed by construction" not in capsys.readouterr().out
 
 
-def test_the_old_branches_flag_still_works_and_names_its_successor(model_dir, capsys):
-    """--branches was renamed --continuations (K is the number of chunks, as in GCPO): it keeps working."""
-    argv = ["attribute", "--prompt", PROMPT, "--group", "2", "--steps", "3", "--chunks", "3", "--json",
-            "--model", str(model_dir)]
-    assert main(argv + ["--branches", "3"]) == 0
-    out, err = capsys.readouterr()
-    assert "--branches is now --continuations" in err
-    assert main(argv + ["--continuations", "3"]) == 0
-    assert json.loads(capsys.readouterr().out)["credit"] == json.loads(out)["credit"]  # the same measurement
-
-
 def test_export_writes_a_standalone_page(model_dir, tmp_path, capsys):
     out = tmp_path / "page.html"
     assert main(["export", "--prompt", PROMPT, "--group", "2", "--steps", "3", "--continuations", "2", "--chunks",

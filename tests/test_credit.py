@@ -51,25 +51,6 @@ def test_continuations_differ_under_the_sde_and_repeat_with_the_seed(random_poli
     assert torch.equal(conts, continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn))
 
 
-def test_the_old_branches_keyword_still_works_and_names_its_successor(random_policy, group):
-    """branches= was renamed continuations= (K is the number of chunks, as in GCPO): the old keyword warns."""
-    from workbench.rl.credit_compare import compare_credit
-
-    new = measure_credit(random_policy, group, mean_red, continuations=2, chunks="2,3")
-    with pytest.warns(FutureWarning, match=r"measure_credit\(\): branches= is now continuations="):
-        old = measure_credit(random_policy, group, mean_red, branches=2, chunks="2,3")
-    assert torch.equal(old.continuation_rewards, new.continuation_rewards)  # the same measurement
-    with pytest.warns(FutureWarning, match="continuation_rewards.*continuations="):
-        assert torch.equal(continuation_rewards(random_policy, group, mean_red, branches=2), new.continuation_rewards)
-    with pytest.warns(FutureWarning, match="monte_carlo.*continuations="):
-        assert ESTIMATORS.get("mc")(random_policy, group, mean_red, branches=1).continuation_rewards.shape[-1] == 1
-    with pytest.warns(FutureWarning, match="compare_credit.*continuations="):
-        compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, SamplingConfig(group=2, steps=2),
-                       mean_red, branches=1, chunks="2")
-    with pytest.raises(WorkbenchError, match="both branches= and continuations="):
-        measure_credit(random_policy, group, mean_red, continuations=2, branches=2)
-
-
 def _one_step(policy, group, traj: int, k: int, s: int, seed: int) -> torch.Tensor:
     """State s + 1 reached by continuation k of trajectory `traj` from state s (CRN noise)."""
     noise = torch.randn(group.states.shape[2:], generator=torch.Generator().manual_seed(
