@@ -1,7 +1,7 @@
 """Benchmark the browser workbench: start-up, chunk-edit and curve-click latency in the browser, the Objectives
 tab, memory. Prints figures.
 
-    .venv/bin/python scripts/bench_app.py [--model PATH] [--edits 7] [--read 0] [--lesson] [--slow-page 1]
+    .venv/bin/python bench/browser.py [--model PATH] [--edits 7] [--read 0] [--lesson] [--slow-page 1]
                                           [--json FILE]
 
 1. Start `python app.py` and time it to HTTP 200 with the page title, and to the Generate button
@@ -111,7 +111,8 @@ def memory_mb(pid: int) -> dict[str, float]:
     """Resident memory of a process in MB: rss (the target's figure) and, where /proc has them, its anon part (what
     the process allocated) and its file part (pages of shared libraries and other files it maps). The file part
     follows the page cache, not the app: libtorch_cpu.so alone held 153 MB of the app's RSS in a venv installed
-    minutes before and 81 MB some 25 minutes later, the anon part the same (issue 24, docs/perf-data/epyc/README.md)."""
+    minutes before and 81 MB some 25 minutes later, the anon part the same (issue 24,
+    140b72a:docs/perf-data/epyc/README.md)."""
     status = Path(f"/proc/{pid}/status")
     if status.exists():
         fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
@@ -189,7 +190,7 @@ CREDIT_DONE = """() => !document.querySelector('#credit-plot [data-testid=status
 def until(page, check: str, arg=None, timeout: int = 600_000) -> None:
     """Wait until the page's `check` holds, looking every 50 ms. Playwright's `expect` backs off to a look every
     500 ms, so the timed presses ended at its next look: credit presses read 3.4 or 3.9 s, and nothing between,
-    for measurements of 3.1-3.5 s (docs/perf-data/epyc/README.md, "The app's threads measured again")."""
+    for measurements of 3.1-3.5 s (140b72a:docs/perf-data/epyc/README.md, "The app's threads measured again")."""
     page.wait_for_function(check, arg=arg, polling=50, timeout=timeout)
 
 

@@ -1,7 +1,7 @@
 """Draw the app's figures in headless chromium, one by one, and print for each the time of a fresh draw (median) and
 whether plotly pushed its margins out to fit a legend, a colorbar or tick labels (it then draws the figure twice).
 
-    .venv/bin/python scripts/bench_figures.py [--width 1214] [--repeats 9]
+    .venv/bin/python bench/figures.py [--width 1214] [--repeats 9]
 
 The figures are the library's, for the embedded model's default group (G=8, T=16, credit at M=4), drawn as Gradio's
 plot component draws them (autosize, responsive, a 100 px top margin under a title, margins allowed to grow) in a

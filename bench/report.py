@@ -1,29 +1,29 @@
-"""Write docs/performance.md from the figures of `workbench bench all --json FILE [--tests]`.
+"""Write docs/performance.md from the figures of `python bench/all.py --json FILE [--tests]`.
 
-    .venv/bin/python -m workbench bench all --json /tmp/bench.json --tests   # ~15 minutes on 2 quiet cores
-    .venv/bin/python scripts/bench_app.py --lesson --json /tmp/lesson.json    # the lesson's memory (~7 min quiet)
-    .venv/bin/python scripts/performance_report.py /tmp/bench.json --lesson /tmp/lesson.json  # -> docs/performance.md
+    .venv/bin/python bench/all.py --json /tmp/bench.json --tests   # ~15 minutes on 2 quiet cores
+    .venv/bin/python bench/browser.py --lesson --json /tmp/lesson.json    # the lesson's memory (~7 min quiet)
+    .venv/bin/python bench/report.py /tmp/bench.json --lesson /tmp/lesson.json  # -> docs/performance.md
 
-`--app APP.json` reports a separate `scripts/bench_app.py --json APP.json` run (say, the one made next to the
-baseline) instead of the browser figures of `bench all`, and keeps those beside it.
+`--app APP.json` reports a separate `bench/browser.py --json APP.json` run (say, the one made next to the
+baseline) instead of the browser figures of `bench/all.py`, and keeps those beside it.
 
 `--sampling S.json [S2.json ...]` (from `workbench bench sampling --json S.json`) pools the alternating pairs of
-further sampling runs with bench all's: one run's median of 21 pairs moves by several points with the load.
+further sampling runs with bench/all.py's: one run's median of 21 pairs moves by several points with the load.
 
-`--heap-default HEAP.json` (from `WORKBENCH_HEAP=default python -m workbench bench credit --json HEAP.json`) adds
+`--heap-default HEAP.json` (from `WORKBENCH_HEAP=default workbench bench credit --json HEAP.json`) adds
 the credit figure under glibc's own allocator settings (workbench/core/heap.py).
 
 `--baseline OLD.json --baseline-commit SHA` adds the browser figures of an earlier commit measured on the same
-machine right after, with this commit's benchmark (`git worktree add /tmp/old SHA; cp scripts/bench_app.py
-/tmp/old/scripts/; cd /tmp/old; python scripts/bench_app.py --json OLD.json`):
+machine right after, with this commit's benchmark (`git worktree add /tmp/old SHA; cd /tmp/old;
+python /path/to/this/checkout/bench/browser.py --json OLD.json`):
 this machine's speed drifts by tens of percent between hours, so a figure is compared with its baseline of the
 same hour, not with an older page. `--baseline-sampling S.json [S2.json ...]` adds the baseline commit's
 `workbench bench sampling` runs (this commit's bench copied in), pooled, beside this commit's. `--lesson-commit SHA`
 says which commit the lesson's memory was measured on when it is older than the rest.
 
-Every number in the page comes from that file; the page says how each was measured and on which machine. Keep the
-JSON files under docs/perf-data/<machine>/ with the commands that made them (docs/perf-data/xeon/README.md made
-docs/performance-xeon.md with `--out`): the inputs of docs/performance.md were lost with the machine they were on.
+Every number in the page comes from those files; the page says how each was measured and on which machine. The
+JSON inputs are not kept in the repository: rerun the commands above to measure this checkout again (`--out` writes
+another page, as docs/performance-xeon.md was written for the machine class's other processor).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def median(values: list[float] | None) -> float | None:
 
 
 def presses(app: dict) -> list[float]:
-    """Every timed press of Measure credit in a bench_app run (one before bench_app timed three) or in pooled runs."""
+    """Every timed press of Measure credit in a bench/browser.py run (one before it timed three) or in pooled runs."""
     if "rounds" in app:
         return [s for run in app["rounds"] for s in presses(run)]
     return [app["credit_s"], *app.get("credit_again_s", ())] if "credit_s" in app else []
@@ -90,12 +90,12 @@ def presses_note(app: dict) -> str:
 
 
 def processor(run: dict) -> str:
-    """The processor a fresh-clone run ran on, where bench_tests.sh recorded it (this machine class has two)."""
+    """The processor a fresh-clone run ran on, where bench/tests.sh recorded it (this machine class has two)."""
     return f", on {run['cpu']}" if run.get("cpu") else ""
 
 
 def setup_part(run: dict) -> str:
-    """The seconds of the run's set-up (scripts/setup.sh on the fresh clone), where bench_tests.sh recorded them."""
+    """The seconds of the run's set-up (scripts/setup.sh on the fresh clone), where bench/tests.sh recorded them."""
     return f"set-up {run['setup_s']} s, " if run.get("setup_s") is not None else ""
 
 
@@ -129,11 +129,12 @@ def median_part(tests: dict) -> str:
             + ", ".join(f"{run['make_test_s']} s" for run in runs) + "); the first: ")
 
 
-SPLITS = ("edit_split_ms", "click_split_ms", "map_click_split_ms")  # bench_app's readings in three parts
+SPLITS = ("edit_split_ms", "click_split_ms", "map_click_split_ms")  # bench/browser.py's readings in three parts
 
 
 def pooled(paths: list[str]) -> dict:
-    """Several bench_app runs (rounds) as one: their edits, clicks and presses together, the memory of the first."""
+    """Several bench/browser.py runs (rounds) as one: their edits, clicks and presses together, the memory of the
+    first."""
     runs = [json.loads(Path(path).read_text()) for path in paths]
     if len(runs) == 1:
         return runs[0]
@@ -145,7 +146,7 @@ def pooled(paths: list[str]) -> dict:
 
 
 def pooled_sampling(first: dict, paths: list[str]) -> dict:
-    """`bench all`'s sampling run and further `workbench bench sampling --json` runs as one figure: the median and
+    """bench/all.py's sampling run and further `workbench bench sampling --json` runs as one figure: the median and
     quartiles of every alternating pair of every run (one run's median moves by several points with this
     machine's load), with each run's own median kept."""
     runs = [first, *(json.loads(Path(path).read_text())["sampling"] for path in paths)]
@@ -195,7 +196,7 @@ def round_medians(app: dict, key: str) -> str:
 
 def memory_split(app: dict) -> str:
     """What the memory row's figure is made of, where the run recorded it: the app's own allocations and the pages of
-    files it maps (mostly shared libraries), which follow the machine's page cache (scripts/bench_app.py
+    files it maps (mostly shared libraries), which follow the machine's page cache (bench/browser.py
     `memory_mb`)."""
     split = app.get("memory_mb", {}).get("generate_credit", {})
     if "anon" not in split or "file" not in split:
@@ -211,33 +212,33 @@ def rows(f: dict) -> list[str]:
     one = f.get("app_one_thread", {})
     out = [
         row("Chunk edit, Enter to updated plots (median)", median(app.get("edit_ms")), "ms", 150,
-            "scripts/bench_app.py: chromium types a spec; the page times from the Enter key's event to the first "
+            "bench/browser.py: chromium types a spec; the page times from the Enter key's event to the first "
             "frame showing the status, the curve's title and the chunk map's lines (until commit 40e00e3 Python "
             "timed it, polling the page over CDP on every frame)" + round_medians(app, "edit_ms")),
         row("Curve click to updated plots (median)", median(app.get("click_ms")), "ms", 150,
-            "scripts/bench_app.py: a click on the L1_rel curve toggles a boundary, timed in the page from the "
+            "bench/browser.py: a click on the L1_rel curve toggles a boundary, timed in the page from the "
             "button's release (the click) to the same frame" + round_medians(app, "click_ms")),
         row("Objectives map click to updated cell (median)", median(app.get("map_click_ms")), "ms", 150,
-            "scripts/bench_app.py: a click on a cell of an objective's map (G=8, T=16, 40 maps), timed in the page "
+            "bench/browser.py: a click on a cell of an objective's map (G=8, T=16, 40 maps), timed in the page "
             "from the button's release to the first frame showing the cell's status, formula and outline"
             + round_medians(app, "map_click_ms")),
         row("App memory after Generate + credit", rss.get("generate_credit"), "MB", 700,
-            "scripts/bench_app.py: the app's VmRSS after G=8, T=16 and credit at M=4" + memory_split(app)),
+            "bench/browser.py: the app's VmRSS after G=8, T=16 and credit at M=4" + memory_split(app)),
         row("App memory after a lesson run from the app", rss.get("lesson"), "MB", 1024,
-            "scripts/bench_app.py --lesson: the crosses lesson started and watched from the Fine-tune tab"
+            "bench/browser.py --lesson: the crosses lesson started and watched from the Fine-tune tab"
             + (f" ({f['app']['lesson_s'] / 60:.0f} minutes)" if "lesson_s" in f.get("app", {}) else "")
             + (f"; measured on commit {app['lesson_commit']}" if app.get("lesson_commit") else "")),
         row("Credit at the defaults in the browser", credit_presses(app), "s", 6,
-            "scripts/bench_app.py: Measure credit pressed to status (G=8, T=16, M=4); threads as the app chooses; "
+            "bench/browser.py: Measure credit pressed to status (G=8, T=16, M=4); threads as the app chooses; "
             + presses_note(app)),
         row("Credit at the defaults in the browser, app on one thread", credit_presses(one), "s", 6,
-            "scripts/bench_app.py --threads 1: the same, the app limited to one torch thread (issue 24's target); "
+            "bench/browser.py --threads 1: the same, the app limited to one torch thread (issue 24's target); "
             + presses_note(one)),
         row("Credit at the defaults, library", credit.get("credit_s"), "s", 6,
             f"workbench bench credit: measure_credit alone, median of runs, continuations in "
             f"{credit.get('precision', 'float32')}"),
         row("Training next to a busy process / quiet (auto threads)", threads.get("slowdown_auto"), "x", 2,
-            "workbench bench threads: one `while True` process beside bench_train"),
+            "bench/train_threads.py: one `while True` process beside bench/train_speed.py"),
         row("Sampling overhead vs a plain diffusers Euler loop (median)",
             100 * sampling["overhead"] if "overhead" in sampling else None, "%", 5,
             f"workbench bench sampling: {sampling.get('repeats', '?')} alternating pairs"
@@ -248,7 +249,7 @@ def rows(f: dict) -> list[str]:
             + fixed_order(sampling) + recorder_part(sampling)),
         row("make test on a fresh clone (install included)" + (" **(tests failed)**" if tests.get("exit") else ""),
             tests_median(tests) if not tests.get("exit") else None, "s", 300,
-            "scripts/bench_tests.sh: " + median_part(tests) + (f"commit {tests['commit']}, " if tests.get("commit")
+            "bench/tests.sh: " + median_part(tests) + (f"commit {tests['commit']}, " if tests.get("commit")
                                                                else "")
             + setup_part(tests) + tests.get("summary", "") + processor(tests) + other_runs(tests)),
     ]
@@ -262,7 +263,7 @@ def baseline_lines(f: dict) -> list[str]:
         return []
     app = f.get("app", {})
     lines = ["## Against the previous commit, same hour", "",
-             f"This commit's `scripts/bench_app.py`, run on commit {f['baseline_commit']} "
+             f"This commit's `bench/browser.py`, run on commit {f['baseline_commit']} "
              + (f"in {len(base['rounds'])} runs in the same hour as this page's (the inputs' README gives their "
                 "order), all edits, clicks and presses of a commit pooled" if "rounds" in base
                 else "right after this page's run")
@@ -286,7 +287,7 @@ def baseline_lines(f: dict) -> list[str]:
 
 def split_cell(app: dict, key: str) -> str:
     """'152 ms (24 / 21 / 106)': the median of a kind of reading and the medians of its three parts (the page before
-    its request, the request, the page after its reply; `scripts/bench_app.py` `split_ms`)."""
+    its request, the request, the page after its reply; `bench/browser.py` `split_ms`)."""
     value = median(app.get(f"{key}_ms"))
     if value is None:
         return "–"
@@ -296,13 +297,13 @@ def split_cell(app: dict, key: str) -> str:
 
 
 def slow_page_lines(f: dict) -> list[str]:
-    """The page's edits and clicks with its main thread slowed (`scripts/bench_app.py --slow-page F`), beside the same
+    """The page's edits and clicks with its main thread slowed (`bench/browser.py --slow-page F`), beside the same
     runs at full speed; empty without such runs."""
     groups = f.get("slow_page_runs")
     if not groups:
         return []
     lines = ["## The page of a slower processor, emulated", "",
-             "`scripts/bench_app.py --slow-page F` runs the page's main thread F times slower (chromium's CPU "
+             "`bench/browser.py --slow-page F` runs the page's main thread F times slower (chromium's CPU "
              "throttling, as DevTools offers it); the app and chromium's other threads keep this machine's speed. "
              "Each cell: the median of the readings of the row's runs pooled, and in brackets the medians of their "
              "three parts: the page before its request, the request to its reply, the page after the reply (ms). "
@@ -348,18 +349,18 @@ def credit_lines(credit: dict, default_heap: dict | None = None) -> list[str]:
             f"{credit['rechunk_ms']:.1f} ms.", "",
             "Two settings set this figure. The continuations run in bfloat16 where the CPU or GPU computes it "
             "natively (`precision=auto`, docs/methods.md \"Continuation numerics\": about half the time; "
-            "`scripts/precision_check.py` measures what it changes). And glibc reuses freed memory instead of "
+            "`experiments/precision.py` measures what it changes). And glibc reuses freed memory instead of "
             f"faulting fresh pages in for every temporary tensor (`workbench/core/heap.py`){before}.", ""]
 
 
 def app_note(f: dict) -> list[str]:
-    """Where the browser figures come from when `--app` replaced those of `bench all`, with both runs' figures."""
+    """Where the browser figures come from when `--app` replaced those of `bench/all.py`, with both runs' figures."""
     inner = f.get("app_bench_all")
     if not inner:
         return []
     where = ", made next to the baseline below" if f.get("baseline") else ""
-    return [f"The browser figures above are from separate `scripts/bench_app.py` runs{where}; the same script "
-            f"inside `bench all` gave chunk edit {median(inner.get('edit_ms')):.0f} ms, "
+    return [f"The browser figures above are from separate `bench/browser.py` runs{where}; the same script "
+            f"inside `bench/all.py` gave chunk edit {median(inner.get('edit_ms')):.0f} ms, "
             f"curve click {median(inner.get('click_ms')):.0f} ms, credit {credit_presses(inner) or 0:.2f} s (median of "
             f"its presses; the first {inner.get('credit_s', 0):.2f} s). Both are kept: the spread between them is this "
             "machine's, not the code's.", ""]
@@ -377,7 +378,7 @@ def speed_line(f: dict) -> list[str]:
 
 
 def watching_lines(f: dict) -> list[str]:
-    """The crosses lesson started and watched from the Fine-tune tab (`scripts/bench_app.py --lesson`): its minutes
+    """The crosses lesson started and watched from the Fine-tune tab (`bench/browser.py --lesson`): its minutes
     and the CPU that the app, the trainer and chromium spent meanwhile, beside an earlier commit's when given."""
     now = f.get("app", {})
     runs = [(commit, app) for commit, app in ((now.get("lesson_commit") or "this commit", now),
@@ -389,7 +390,7 @@ def watching_lines(f: dict) -> list[str]:
     if not runs:
         return []
     lines = ["The two cores as a learner uses them: the crosses lesson started from the Fine-tune tab and watched "
-             "there to its end (`scripts/bench_app.py --lesson`; CPU-seconds per second of the lesson, read from "
+             "there to its end (`bench/browser.py --lesson`; CPU-seconds per second of the lesson, read from "
              "/proc every 0.5 s):", "",
              "| Commit | Lesson | App | Trainer | Chromium |", "|---|---|---|---|---|"]
     for commit, app in runs:
@@ -404,7 +405,7 @@ def render(f: dict) -> str:
     lines = [
         "# Performance",
         "",
-        "Generated by `scripts/performance_report.py` from `workbench bench all --json FILE --tests` "
+        "Generated by `bench/report.py` from `python bench/all.py --json FILE --tests` "
         f"({f.get('date') or 'page written ' + date.today().isoformat()}). Machine: {machine(f)}; "
         f"{f.get('cores')} cores, torch {f.get('torch')}.",
         "Targets are issue 24's. Rerun the two commands in the script's docstring to refresh this page; "
@@ -420,7 +421,7 @@ def render(f: dict) -> str:
         *slow_page_lines(f),
         "## Sharing two cores with a fine-tune",
         "",
-        "Seconds per training iteration (median, `workbench bench threads`):",
+        "Seconds per training iteration (median, `bench/train_threads.py`):",
         "",
         "| Case | s / iteration |",
         "|---|---|",
@@ -440,7 +441,7 @@ def render(f: dict) -> str:
     ]
     train = f.get("train", {})
     if train:
-        lines.append(f"`workbench bench train`: {train['seconds_per_iteration']:.2f} s per chunk_grpo iteration "
+        lines.append(f"`bench/train_speed.py`: {train['seconds_per_iteration']:.2f} s per chunk_grpo iteration "
                      f"(threads {'/'.join(map(str, train.get('threads', [])))}), trainer / raw compute "
                      f"{train['ratio']:.2f}.")
     return "\n".join(lines) + "\n"
@@ -448,34 +449,34 @@ def render(f: dict) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("figures", help="the JSON file of `workbench bench all --json`")
-    p.add_argument("--lesson", default=None, help="the JSON of `scripts/bench_app.py --lesson` (its memory after "
+    p.add_argument("figures", help="the JSON file of `python bench/all.py --json`")
+    p.add_argument("--lesson", default=None, help="the JSON of `bench/browser.py --lesson` (its memory after "
                    "the lesson and the lesson's duration)")
-    p.add_argument("--app-one-thread", nargs="+", default=None, help="the JSON of `scripts/bench_app.py --threads 1` "
+    p.add_argument("--app-one-thread", nargs="+", default=None, help="the JSON of `bench/browser.py --threads 1` "
                    "(several: rounds, pooled)")
     p.add_argument("--baseline-one-thread", nargs="+", default=None, help="the same on the baseline commit")
-    p.add_argument("--tests", nargs="+", default=None, help="the JSON of `scripts/bench_tests.sh OUT.json` (several: "
+    p.add_argument("--tests", nargs="+", default=None, help="the JSON of `bench/tests.sh OUT.json` (several: "
                    "the first names the page's commit; the figure is the median of that commit's passing runs, the "
                    "others are listed beside it)")
-    p.add_argument("--baseline", nargs="+", default=None, help="the JSON of `scripts/bench_app.py` on an earlier "
+    p.add_argument("--baseline", nargs="+", default=None, help="the JSON of `bench/browser.py` on an earlier "
                    "commit (several: runs of the same hour as --app's, pooled)")
     p.add_argument("--baseline-commit", default="?", help="that commit")
     p.add_argument("--lesson-commit", default=None, help="the commit the lesson's memory was measured on, if older")
-    p.add_argument("--lesson-also", nargs="+", default=(), help="the JSON of further `scripts/bench_app.py "
+    p.add_argument("--lesson-also", nargs="+", default=(), help="the JSON of further `bench/browser.py "
                    "--lesson` runs of the lesson's commit: their CPU in rows of their own")
-    p.add_argument("--lesson-baseline", nargs="+", default=(), help="the JSON of `scripts/bench_app.py --lesson` "
-                   "on an earlier commit (this commit's bench_app.py): its lessons' CPU beside this one's")
+    p.add_argument("--lesson-baseline", nargs="+", default=(), help="the JSON of `bench/browser.py --lesson` "
+                   "on an earlier commit (this commit's bench/browser.py): its lessons' CPU beside this one's")
     p.add_argument("--lesson-baseline-commit", default="?", help="that commit")
-    p.add_argument("--app", nargs="+", default=None, help="the JSON of a separate `scripts/bench_app.py` run to "
-                   "report instead of bench all's (its figures are kept beside; several: rounds, pooled)")
+    p.add_argument("--app", nargs="+", default=None, help="the JSON of a separate `bench/browser.py` run to "
+                   "report instead of bench/all.py's (its figures are kept beside; several: rounds, pooled)")
     p.add_argument("--heap-default", default=None, help="the JSON of `WORKBENCH_HEAP=default workbench bench credit "
                    "--json FILE` (glibc's own allocator settings)")
     p.add_argument("--sampling", nargs="+", default=None, help="the JSON of further `workbench bench sampling "
-                   "--json` runs: their pairs are pooled with bench all's")
+                   "--json` runs: their pairs are pooled with bench/all.py's")
     p.add_argument("--baseline-sampling", nargs="+", default=None, help="the JSON of `workbench bench sampling "
                    "--json` runs on the baseline commit (this commit's bench), pooled beside this commit's")
     p.add_argument("--slow-page", nargs="+", action="append", default=[], metavar="LABEL JSON",
-                   help="a row of the slowed page's table: its label, then the JSON of `scripts/bench_app.py "
+                   help="a row of the slowed page's table: its label, then the JSON of `bench/browser.py "
                         "[--slow-page F]` runs pooled (repeat the option for each row)")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Time the README's test command on a fresh clone of this repository's HEAD, install included (issue 24's
 # target: 5 minutes on a 2-core machine). Prints the time and pytest's summary; writes them to OUT.json if given.
-#   bash scripts/bench_tests.sh [OUT.json]      (TESTS_LOG=FILE keeps make test's output there; a failed run keeps
+#   bash bench/tests.sh [OUT.json]      (TESTS_LOG=FILE keeps make test's output there; a failed run keeps
 #   its log and failure screenshots in test-artifacts/bench-tests-COMMIT/)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,8 +1,8 @@
 """Benchmark the trainer on the embedded model: seconds per Chunk-GRPO iteration and trainer overhead.
 
-    python -m workbench bench train                          # the default config
-    python -m workbench.cli.bench_train [--iterations 6] [--threads auto|2] [--random] [--prompts 2] [--kl-beta 0.04]
-    python -m workbench.cli.bench_train --objectives        # + ppo's critic and dense_grpo's look-ahead costs
+    python bench/train_speed.py                              # the default config
+    python bench/train_speed.py [--iterations 6] [--threads auto|2] [--random] [--prompts 2] [--kl-beta 0.04]
+    python bench/train_speed.py --objectives        # + ppo's critic and dense_grpo's look-ahead costs
 
 Runs the default chunk_grpo config (G=8, T=16, 2 prompts, no eval, no samples) and, after every
 iteration, re-times the raw model compute of the same iteration on a copy of the transformer: the
@@ -19,6 +19,7 @@ its regression) against a chunk_grpo iteration (target <= 25 %), and the look-ah
 (`time/lookahead_s`, `lookahead/nfe`) per iteration.
 """
 
+# ruff: noqa: I001 - workbench first: it sets OpenMP's wait policy before torch loads (workbench/__init__.py)
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import workbench  # noqa: F401
 import torch
 
 from workbench.core.threads import ThreadGovernor
@@ -68,7 +70,7 @@ def raw_compute(trainer: Trainer, transformer: torch.nn.Module, optimizer: torch
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m workbench.cli.bench_train", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python bench/train_speed.py", description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=6, help="iterations; the first is a warm-up")
     parser.add_argument("--threads", default="auto",
                         help="torch CPU threads: a number, or auto (the default: the cores other processes "

@@ -1,8 +1,8 @@
 """Benchmark training next to a competing process: seconds per iteration quiet and with one busy neighbour.
 
-    python -m workbench bench threads               # also: python -m workbench.cli.bench_threads [--iterations 4]
+    python bench/train_threads.py [--iterations 4] [--no-old] [--json FILE]
 
-Each case is a fresh `workbench.cli.bench_train` process (OpenMP reads its wait policy when torch loads):
+Each case is a fresh `bench/train_speed.py` process (OpenMP reads its wait policy when torch loads):
 
 - quiet, auto:        the training default (threads from the free cores, OpenMP threads that spin briefly and
                       then sleep: `PASSIVE_WAIT`);
@@ -38,7 +38,7 @@ def run_case(load: str, threads: str, wait: str, iterations: int, timeout: float
     neighbour = subprocess.Popen([sys.executable, "-c", BUSY]) if load == "busy" else None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.json"
-        argv = [sys.executable, "-m", "workbench.cli.bench_train", "--iterations", str(iterations),
+        argv = [sys.executable, str(Path(__file__).with_name("train_speed.py")), "--iterations", str(iterations),
                 "--threads", str(cpu_count()) if threads == "cores" else threads, "--json", str(out)]
         try:
             subprocess.run(argv, env=env, check=True, timeout=timeout, stdout=subprocess.DEVNULL)
@@ -78,7 +78,7 @@ def report(r: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m workbench.cli.bench_threads", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python bench/train_threads.py", description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=4, help="iterations per case; the first is a warm-up")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before a case counts as timed out")
     p.add_argument("--no-old", dest="old", action="store_false", help="skip the old default's two cases")

@@ -182,7 +182,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.cli.bench import run
 
-    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json, args.tests,
+    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json,
         group=args.group, steps=args.steps, continuations=args.continuations, repeats=args.repeats)
     return 0
 
@@ -247,13 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     p.set_defaults(func=cmd_chunks)
 
-    p = sub.add_parser("bench", help="print benchmark figures against the targets")
-    p.add_argument("which", nargs="?", default="all",
-                   choices=["load", "sampling", "credit", "train", "threads", "all"])
-    p.add_argument("--json", default=None, metavar="FILE",
-                   help="also write every figure to FILE (with 'all': the browser figures of scripts/bench_app.py too)")
-    p.add_argument("--tests", action="store_true",
-                   help="with 'all --json': also time `make test` on a fresh clone (scripts/bench_tests.sh, minutes)")
+    p = sub.add_parser("bench", help="how fast sampling, credit and training run on this machine",
+                       description="Time sampling, credit, a training iteration and loading the weights on this "
+                                   "machine and print the figures against the project's targets.")
+    p.add_argument("which", nargs="?", default="all", choices=["load", "sampling", "credit", "train", "all"])
+    p.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     p.add_argument("--group", type=positive_int, default=None, help="G of sampling / credit (default 16 / 8)")
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
