@@ -62,7 +62,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 # The browser tests run Debian's chromium-headless-shell (tests/test_browser.py: ~30 % less CPU than the full
-# browser); scripts/bench_app.py and bench_figures.py time the full chromium, the browser a learner uses.
+# browser); bench/browser.py and bench/figures.py time the full chromium, the browser a learner uses.
 browsers=()
 [ -x /usr/bin/chromium-headless-shell ] || browsers+=(chromium-headless-shell)
 [ -x /usr/bin/chromium ] || browsers+=(chromium)
