@@ -7,14 +7,8 @@ import sys
 import pytest
 
 from workbench.cli.main import main
-from workbench.models.embedded import build_embedded, save_embedded
 
 PROMPT = "a large red circle in the top left on a white background"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
 
 
 def run_cli(*args, cwd=None):

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from support import PROMPT, mean_red
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import sample_group, transition
@@ -12,13 +13,6 @@ from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import build_reward
 from workbench.rl.credit import Credit, continuation_rewards, measure_credit, refine, refine_rounds
 from workbench.rl.credit_estimators import ESTIMATORS, noise_seed, run_continuations
-
-PROMPT = "a large red circle in the top left on a white background"
-
-
-def mean_red(images, prompts):
-    """A cheap reward: mean of the red channel."""
-    return images[:, 0].flatten(1).mean(1)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ WORKER = textwrap.dedent("""
 
     root, runs = Path(sys.argv[1]), eval(sys.argv[2])  # {name: config}, trained one after the other
     if any(config.get("reward") == "red_flat" for config in runs.values()):  # tests/test_trainer.py's reward
-        from tests.test_trainer import red_flat
+        from support import red_flat
         from workbench.rewards import REWARDS
         REWARDS.register("red_flat")(red_flat)
     for name, config in runs.items():
@@ -63,7 +63,7 @@ def train_on_two_processes(root: Path, runs: dict[str, dict]) -> None:
 @pytest.fixture(scope="module")
 def two_process_runs(tmp_path_factory) -> Path:
     """The runs of the two tests below, trained under one torchrun launch: root/plain, root/refill."""
-    from tests.test_trainer import RED_FLAT_PROMPTS
+    from support import RED_FLAT_PROMPTS
 
     root = tmp_path_factory.mktemp("torchrun")
     refill = CONFIG | {"reward": "red_flat", "prompts": RED_FLAT_PROMPTS, "dynamic_sampling": True, "iterations": 3,
