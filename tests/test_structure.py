@@ -152,3 +152,11 @@ def test_no_test_module_imports_another():
             bad += [f"{path.name} imports {n}" for n in names if n.split(".")[-1].startswith("test_")
                     or n.startswith("tests.")]
     assert not bad, "\n".join(bad)
+
+
+def test_no_import_circle_among_the_experiments_and_benchmarks():
+    """Scripts import their folder's modules by name (`from common import ...`): none in a circle."""
+    for folder in ("experiments", "bench"):
+        files = {f.stem: f for f in sorted((REPO / folder).glob("*.py"))}
+        graph = {name: imported_modules(path, set(files)) - {name} for name, path in files.items()}
+        assert circles(graph) == [], folder
