@@ -32,7 +32,7 @@ CASES = (("quiet", "auto", "PASSIVE"), ("busy", "auto", "PASSIVE"),
 
 
 def run_case(load: str, threads: str, wait: str, iterations: int, timeout: float) -> dict:
-    """One bench_train process under `load` ('quiet' or 'busy'); its figures, or {'timed_out': True}."""
+    """One bench/train_speed.py process under `load` ('quiet' or 'busy'); its figures, or {'timed_out': True}."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env.update(PASSIVE_WAIT if wait == "PASSIVE" else {"OMP_WAIT_POLICY": wait})
     neighbour = subprocess.Popen([sys.executable, "-c", BUSY]) if load == "busy" else None

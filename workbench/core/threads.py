@@ -11,7 +11,7 @@ the scheduler has parked behind the other process. Two remedies, both here:
   the second back when the other goes quiet;
 - `PASSIVE_WAIT`: OpenMP threads that spin only briefly (GOMP_SPINCOUNT 10000) and then sleep while they
   wait, set in the environment before torch loads (`workbench/__init__.py`, and the training processes the app
-  starts). Measured with `bench threads` on 2 cores: sleeping at once (spin count 0) cost a quiet iteration
+  starts). Measured with bench/train_threads.py on 2 cores: sleeping at once (spin count 0) cost a quiet iteration
   27 % (2.32 s against 1.83 s spinning); the short spin keeps the quiet speed (1.77 s) and still shares.
 
 The app itself leaves one core to the browser that shows it, except for the batched passes of the credit and of
