@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from test_credit import PROMPT, mean_red  # the credit tests' prompt and reward
+from support import PROMPT, mean_red  # the credit tests' prompt and reward
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.precision import evaluation_numerics, native_bf16, resolve_precision

@@ -52,7 +52,7 @@ def test_flux_sample_and_attribute_with_the_defaults(flux_dir, tmp_path, capsys)
     assert cli(["sample", "--model", str(flux_dir), "--device", "cpu", "--prompt", "a photo of a cat", "--num", "2",
                 "--steps", "2", "--out", str(tmp_path / "grid.png")]) == 0
     args = ["attribute", "--model", str(flux_dir), "--device", "cpu", "--prompt", "a photo of a cat", "--group", "2",
-            "--steps", "2", "--branches", "2", "--chunks", "1,1", "--json"]
+            "--steps", "2", "--continuations", "2", "--chunks", "1,1", "--json"]
     capsys.readouterr()
     assert cli(args) == 0
     assert json.loads(capsys.readouterr().out)["step_determined"] is not None
