@@ -67,6 +67,17 @@ def random_policy():
     return EmbeddedPolicy(model)
 
 
+@pytest.fixture(scope="module")
+def group(random_policy):
+    """A group of 4 trajectories of 5 steps of the random policy on support.PROMPT (seed 1)."""
+    from support import PROMPT
+
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+
+    return sample_group(random_policy, PROMPT, SamplingConfig(group=4, steps=5, seed=1))
+
+
 @pytest.fixture(scope="session")
 def shipped_policy():
     """The shipped embedded weights."""
@@ -82,6 +93,22 @@ def model_dir(tmp_path_factory):
     from workbench.models.embedded import build_embedded, save_embedded
 
     return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def sd3_dir(tmp_path_factory):
+    """A tiny random-weight SD3 pipeline folder (32 px), built from config as diffusers' own tests do."""
+    from tiny_pipelines import save_tiny_sd3
+
+    return save_tiny_sd3(tmp_path_factory.mktemp("sd3"))
+
+
+@pytest.fixture(scope="module")
+def flux_dir(tmp_path_factory):
+    """A tiny random-weight FLUX pipeline folder (128 px)."""
+    from tiny_pipelines import save_tiny_flux
+
+    return save_tiny_flux(tmp_path_factory.mktemp("flux"))
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,6 @@ from workbench.rl.credit import Credit, continuation_rewards, measure_credit, re
 from workbench.rl.credit_estimators import ESTIMATORS, noise_seed, run_continuations
 
 
-@pytest.fixture(scope="module")
-def group(random_policy):
-    return sample_group(random_policy, PROMPT, SamplingConfig(group=4, steps=5, seed=1))
-
-
 def test_credits_telescope_to_the_raw_advantage(random_policy, group):
     credit = measure_credit(random_policy, group, mean_red, continuations=3, chunks="2,3")
     assert credit.step_credit.shape == (4, 5) and credit.chunk_credit.shape == (4, 2)

@@ -154,6 +154,35 @@ def test_no_test_module_imports_another():
     assert not bad, "\n".join(bad)
 
 
+# Fixtures a file overrides on purpose with its own variant of the shared one (pytest's override by name): `wb` on a
+# model with a run or on a tiny SD3, `app` built with other folders.
+SHADOWED_ON_PURPOSE = {"wb", "app"}
+
+
+def fixtures_defined(source: str) -> set[str]:
+    """The names of the module-level functions decorated with pytest.fixture in one test file."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and any("fixture" in ast.unparse(d) for d in node.decorator_list):
+            names.add(node.name)
+    return names
+
+
+def test_a_fixture_several_files_use_is_defined_once():
+    """A fixture defined in two test files is one to move to conftest.py (`sd3_dir` was defined four times)."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        for name in fixtures_defined(path.read_text()):
+            seen.setdefault(name, []).append(path.name)
+    twice = {name: files for name, files in seen.items() if len(files) > 1 and name not in SHADOWED_ON_PURPOSE}
+    assert not twice, twice
+
+
+def test_the_fixture_check_sees_a_fixture():
+    assert fixtures_defined("import pytest\n@pytest.fixture(scope='module')\ndef sd3_dir(t):\n    pass\n"
+                            "def helper():\n    pass\n") == {"sd3_dir"}
+
+
 def test_no_import_circle_among_the_experiments_and_benchmarks():
     """Scripts import their folder's modules by name (`from common import ...`): none in a circle."""
     for folder in ("experiments", "bench"):
