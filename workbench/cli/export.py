@@ -34,6 +34,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from workbench.rl.advantages import ADVANTAGES
     from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
     from workbench.rl.credit import measure_credit
+    from workbench.rl.credit_estimators import ESTIMATORS
     from workbench.train.sources import resolve_source
     from workbench.viz.page import write_page
 
@@ -48,7 +49,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     policy.check_prompt(args.prompt)
     reward.check_images(policy.image_size, [args.prompt], policy.toy_world)  # before any sampling
     check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
-                 continuations=args.continuations if args.estimator == "mc" else 1)
+                 continuations=args.continuations if ESTIMATORS.info(args.estimator).continuations else 1)
     group = sample_group(policy, args.prompt, config)
     rewards = reward(group.images, [group.prompt] * group.group_size)
     advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]
@@ -67,6 +68,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
+    from workbench.rl.credit_estimators import estimator_help, estimator_names
+
     p = sub.add_parser("export", help="write a standalone HTML page of a group and its credit",
                        description="Sample a group, measure its credit and write one HTML page (plotly inlined, "
                                    "opens offline) with its images, credit and chunk maps, the objectives' maps, "
@@ -78,7 +81,8 @@ def add_parser(sub) -> None:
                    "(default: GCPO's temporal chunking of T)")
     p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
                    "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
-    p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"], help="credit estimator (default mc)")
+    p.add_argument("--estimator", default="mc", choices=estimator_names(),
+                   help="credit estimator (default mc): " + estimator_help())
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="numerics of the continuations (default auto: bfloat16 where the device has it natively)")
     p.add_argument("--z", type=non_negative_float, default=2.0, help="sets the false-call rate (default 2: 4.6 %%)")

@@ -98,9 +98,10 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     from workbench.rewards import build_reward, default_reward
     from workbench.rl.chunking import parse_chunk_spec
     from workbench.rl.credit import measure_credit
+    from workbench.rl.credit_estimators import ESTIMATORS
     from workbench.rl.significance import false_call_rate
 
-    config = sampling_config(args)
+    config, info = sampling_config(args), ESTIMATORS.info(args.estimator)
     try:
         parse_chunk_spec(args.chunks, config.steps)  # before any sampling
     except WorkbenchError as err:
@@ -112,7 +113,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     reward = build_reward(args.reward or default_reward(policy.toy_world))
     reward.check_images(policy.image_size, [args.prompt], policy.toy_world)
     check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
-                 continuations=args.continuations if args.estimator == "mc" else 1)  # ode / x0: one look-ahead
+                 continuations=args.continuations if info.continuations else 1)  # else one look-ahead
     group = sample_group(policy, args.prompt, config)
     credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=args.chunks,
                             advantage=args.advantage, seed=args.seed, progress=_progress("continuations"),
@@ -122,8 +123,8 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks"
                        and not k.endswith("_classes") else v for k, v in summary.items()}))
         return 0
-    k = f"M={args.continuations}" if args.estimator == "mc" else "one look-ahead per state"
-    numerics = "" if args.estimator == "x0" else f", in {credit.precision}"  # x0 evaluates no transformer
+    k = f"M={args.continuations}" if info.continuations else "one look-ahead per state"
+    numerics = f", in {credit.precision}" if info.transformer else ""  # x0 evaluates no transformer
     print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "
           f"{'independent' if args.no_crn else 'common random numbers'}{numerics}) chunks {credit.sizes}, z={args.z:g}")
     rate = 100 * false_call_rate(args.z)
@@ -195,6 +196,8 @@ def _progress(label: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workbench.rl.credit_estimators import estimator_help, estimator_names
+
     parser = Parser(prog="workbench", description="Chunk-GRPO Workbench command line.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     p = sub.add_parser("sample", help="sample a group of trajectories and save images",
@@ -214,8 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
                    "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
     p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
-    p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"],
-                   help="credit estimator: mc (M continuations), ode (ODE completion), x0 (denoised prediction)")
+    p.add_argument("--estimator", default="mc", choices=estimator_names(), help="credit estimator: " + estimator_help())
     p.add_argument("--z", type=non_negative_float, default=2.0,
                    help="sets the false-call rate P(|N(0,1)| > z) of a cell without credit (default 2: 4.6 %%); "
                         "cells are tested with Student-t quantiles (M - 1 degrees of freedom under CRN)")

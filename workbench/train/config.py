@@ -17,6 +17,7 @@ from workbench.core.fields import check_types
 from workbench.flow.trajectory import SAMPLING_RANGES, SEED_RANGE, SamplingConfig, check_seed
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.credit_estimators import lookahead_names
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
 from workbench.train.prompt_sets import is_pipeline_folder, read_prompt_file, real_prompts
 from workbench.train.tasks import TASKS
@@ -155,8 +156,8 @@ class TrainConfig:
     critic_epochs: int = 4
     """ppo: passes of the critic over each iteration's states, regressing on the GAE returns."""
     lookahead: str = "ode"
-    """dense_grpo: look-ahead reward R_t per state: ode (TP-GRPO, the ODE completion) or x0 (Stepwise-Flow-GRPO,
-    the reward of the x0 prediction; no extra sampling)."""
+    """dense_grpo: look-ahead reward R_t per state, an estimator registered as one (`EstimatorInfo.lookahead`): ode
+    (TP-GRPO, the ODE completion) or x0 (Stepwise-Flow-GRPO, the reward of the x0 prediction; no extra sampling)."""
     seed: int = 0
     """Seed of prompts, noise and minibatch order: everything derives from (seed, iteration)."""
     dtype: str = "float32"
@@ -326,10 +327,10 @@ class TrainConfig:
         if self.uses_chunks:
             parse_chunk_spec(self.chunks, len(self.trained_steps(1)))
         if not (0 <= self.gae_gamma <= 1 and 0 <= self.gae_lambda <= 1 and self.critic_lr > 0
-                and self.critic_epochs >= 1 and self.lookahead in ("ode", "x0")):
+                and self.critic_epochs >= 1 and self.lookahead in lookahead_names()):
             raise WorkbenchError("need gae_gamma and gae_lambda in [0, 1], critic_lr > 0, critic_epochs >= 1 and "
-                                 f"lookahead 'ode' or 'x0'; got {self.gae_gamma}, {self.gae_lambda}, "
-                                 f"{self.critic_lr}, {self.critic_epochs}, '{self.lookahead}'")
+                                 f"lookahead one of {', '.join(lookahead_names())}; got {self.gae_gamma}, "
+                                 f"{self.gae_lambda}, {self.critic_lr}, {self.critic_epochs}, '{self.lookahead}'")
 
     def check_batches(self, world: int = 1) -> None:
         """Minibatches hold whole trajectories (chunk ratios need all steps) and split evenly over processes."""

@@ -148,16 +148,18 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
               z: float = Z, precision: str = "auto", progress=gr.Progress()):
     """Attribution tab -> (credit heatmap, rates Markdown, session, status).
 
-    estimator: mc (M continuations per state), ode or x0 (one look-ahead per state, M unused); crn: common
+    estimator: an ESTIMATORS name (M continuations per state, or one look-ahead per state, M unused); crn: common
     random numbers across a trajectory's continuations; precision: the continuations' numerics
     (core/precision.py)."""
     from workbench.rewards import build_reward
     from workbench.rl.credit import measure_credit
+    from workbench.rl.credit_estimators import ESTIMATORS
 
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     estimator = estimator or "mc"
+    info = ESTIMATORS.info(estimator)  # an unknown name: the message lists the valid ones
     group, policy = session.group, wb.policy(session.source)
     with wb.batched_threads():
         credit = measure_credit(policy, group, build_reward(session.reward_spec), continuations=k, chunks=session.sizes,
@@ -165,8 +167,8 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
                                 progress=_tracker(progress, "continuations from state"), precision=precision or "auto")
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
-    what = f"M={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
-    if estimator != "x0":  # the x0 estimator evaluates no transformer: its numerics are the sampler's
+    what = f"M={k} continuations" if info.continuations else f"the {escape(estimator)} estimator"
+    if info.transformer:  # an estimator that evaluates no transformer (x0) has the sampler's numerics
         what += f" in {credit.precision}"
     seconds = credit.cost.get("seconds", 0.0)
     return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with {what} ({seconds:.1f} s)")

@@ -20,7 +20,7 @@ from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import default_reward, rewards_for
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z
-from workbench.rl.credit_estimators import ESTIMATORS
+from workbench.rl.credit_estimators import estimator_help, estimator_names
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
@@ -156,8 +156,7 @@ def _attribution_tab(page: Page) -> dict:
     gr.Markdown(gloss(ATTRIBUTION_INTRO), elem_id="attribution-intro")
     with gr.Row():
         continuations = gr.Slider(1, 16, 4, step=1, label="Continuations per state M", elem_id="credit-k")
-        estimator = gr.Dropdown(ESTIMATORS.names(), value="mc", label="Credit estimator",
-                                info="mc: Monte-Carlo; ode: ODE completion; x0: denoised prediction",
+        estimator = gr.Dropdown(estimator_names(), value="mc", label="Credit estimator", info=estimator_help(),
                                 elem_id="credit-estimator")
         crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
                           elem_id="credit-crn")
