@@ -32,15 +32,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from workbench.flow.sampler import sample_group
     from workbench.rewards import build_reward, default_reward
     from workbench.rl.advantages import ADVANTAGES
-    from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
+    from workbench.rl.chunking import schedule
     from workbench.rl.credit import measure_credit
     from workbench.rl.credit_estimators import ESTIMATORS
     from workbench.train.sources import resolve_source
     from workbench.viz.page import write_page
 
     config = sampling_config(args)
-    temporal = args.chunks.strip() == "temporal"
-    sizes = CHUNKERS.get("temporal")(config.steps) if temporal else parse_chunk_spec(args.chunks, config.steps)
+    sizes = schedule(args.chunks, config.steps)
     if args.reward is not None:
         build_reward(args.reward)  # a bad spec is refused before the model loads
     policy = load_model(args, args.prompt)
@@ -77,8 +76,8 @@ def add_parser(sub) -> None:
     add_sampling_args(p)
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
-    p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7 "
-                   "(default: GCPO's temporal chunking of T)")
+    p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7, or a chunker such "
+                   "as uniform:size=4 (default: temporal, GCPO's temporal chunking of T)")
     p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
                    "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
     p.add_argument("--estimator", default="mc", choices=estimator_names(),

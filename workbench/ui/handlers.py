@@ -15,7 +15,15 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import speckle, to_pil
 from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rl.chunking import CHUNKERS, chunk_boundaries, merge_at, parse_chunk_spec, split_at, toggle_boundary
+from workbench.rl.chunking import (
+    CHUNKERS,
+    chunk_boundaries,
+    chunker_info,
+    merge_at,
+    parse_chunk_spec,
+    split_at,
+    toggle_boundary,
+)
 from workbench.rl.credit import Z
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
@@ -25,7 +33,6 @@ from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view, plots
 from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html
 
-CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
 CHUNK_MAP_HINT = "measure credit in the Attribution tab to classify the chunks"  # the Chunks tab's map before credit
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
 REFINE_BUDGET_MAX = 10_000  # continuations one Refine press may spend (~20 default measurements; README)
@@ -305,10 +312,9 @@ def chunks_from_spec(wb: Workbench, spec: str, session: Session):
 
 @guarded(5)
 def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Session):
-    """A chunker (uniform, temporal, adaptive, equal_mass) with its one option."""
-    chunker = CHUNKERS.get(name)
-    key = CHUNKER_OPTION.get(name)
-    options = {} if key is None else {key: whole_number(option, f"the {name} option ({key})", 1)}
+    """A chunker of the menu with its one option (its ChunkerInfo names the option and its minimum)."""
+    chunker, key = CHUNKERS.get(name), chunker_info(name).option()
+    options = {} if key is None else {key.name: whole_number(option, f"the {name} option ({key.name})", key.minimum)}
 
     def make(t: int) -> list[int]:
         return chunker(t, wb.curve(t, _noise(session), session.source).mean, **options)

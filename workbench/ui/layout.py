@@ -18,7 +18,7 @@ from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import default_reward, rewards_for
-from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.chunking import chunker_info, chunker_names, parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import estimator_help, estimator_names
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
@@ -72,7 +72,6 @@ HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events sha
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
               "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
-CHUNKERS_SHOWN = ["temporal", "uniform", "adaptive", "equal_mass"]
 SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a clean render scores about 0.02). "
                 "Flow-GRPO's SDE injects noise on its second-to-last step that the last, nearly noiseless step "
                 "cannot remove, so its final images carry speckle that the rewards score; the CPS sampler, or an SDE "
@@ -224,8 +223,9 @@ def _chunks_tab(page: Page) -> gr.Textbox:
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
         apply = gr.Button("Apply sizes", elem_id="apply-spec-btn", scale=1)
     with gr.Row():
-        chunker = gr.Dropdown(CHUNKERS_SHOWN, value="temporal", label="Chunker", scale=2)
-        option = gr.Number(4, precision=0, label="size (uniform) / max size (adaptive) / chunks (equal_mass)",
+        chunker = gr.Dropdown(chunker_names(menu=True), value="temporal", label="Chunker", scale=2)
+        option = gr.Number(4, precision=0, label=" / ".join(f"{chunker_info(n).option().label} ({n})" for n in
+                                                             chunker_names(menu=True) if chunker_info(n).option()),
                            scale=2)
         use = gr.Button("Apply chunker", elem_id="apply-chunker-btn", scale=1)
     with gr.Row():
@@ -376,7 +376,8 @@ def _finetune_tab(page: Page) -> None:
                             placeholder=f"the model's default ({default_reward(False)})" if real_model
                             else DEFAULT_REWARD_NOTE,
                             info=hint("reward"))
-        chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
+        chunks = gr.Textbox(defaults.chunks, label="Chunk schedule: sizes (sum = trained steps) or a chunker ("
+                            + ", ".join(chunker_names(menu=True, without_curve=True)) + ", uniform:size=4)",
                             elem_id="train-chunks", info=hint("chunks"))
     with gr.Row():
         lr = gr.Number(defaults.lr, label="Learning rate", info=hint("lr"))
