@@ -67,6 +67,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
+    from workbench.rewards import default_note, reward_help
     from workbench.rl.credit_estimators import estimator_help, estimator_names
 
     p = sub.add_parser("export", help="write a standalone HTML page of a group and its credit",
@@ -78,8 +79,8 @@ def add_parser(sub) -> None:
                    help="continuations sampled from every state, M (default 4)")
     p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7, or a chunker such "
                    "as uniform:size=4 (default: temporal, GCPO's temporal chunking of T)")
-    p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
-                   "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
+    p.add_argument("--reward", default=None, help=f"reward spec, e.g. adherence:1,sharpness:0.5 "
+                   f"({default_note()}); rewards: {reward_help()}")
     p.add_argument("--estimator", default="mc", choices=estimator_names(),
                    help="credit estimator (default mc): " + estimator_help())
     p.add_argument("--precision", default="auto", choices=PRECISIONS,

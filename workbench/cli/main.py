@@ -210,6 +210,8 @@ def add_chunker_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from workbench.rewards import default_note, reward_help
+    from workbench.rl.advantages import ADVANTAGES
     from workbench.rl.chunking import chunker_info, chunker_names
     from workbench.rl.credit_estimators import estimator_help, estimator_names
 
@@ -230,9 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continuations sampled from every state, M (default 4)")
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps, or a chunker such as temporal or "
                    "uniform:size=4 (default 2,3,4,7)")
-    p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
-                   "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
-    p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
+    p.add_argument("--reward", default=None, help=f"reward spec, e.g. adherence:1,sharpness:0.5 "
+                   f"({default_note()}); rewards: {reward_help()}")
+    p.add_argument("--advantage", default="grpo", help=f"advantage estimator ({', '.join(ADVANTAGES.names())})")
     p.add_argument("--estimator", default="mc", choices=estimator_names(), help="credit estimator: " + estimator_help())
     p.add_argument("--z", type=non_negative_float, default=2.0,
                    help="sets the false-call rate P(|N(0,1)| > z) of a cell without credit (default 2: 4.6 %%); "

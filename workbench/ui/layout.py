@@ -17,7 +17,7 @@ from workbench.core.glossary import gloss
 from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rewards import default_reward, rewards_for
+from workbench.rewards import default_note, default_reward, rewards_for
 from workbench.rl.chunking import chunker_info, chunker_names, parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import estimator_help, estimator_names
@@ -81,7 +81,7 @@ SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot
 REAL_VOCABULARY = ("SD3 / FLUX read any text. The examples come from the shipped real prompt set "
                    "(workbench/data/real_prompts.txt: objects, counts, colours and positions in GenEval's style), "
                    "which fine-tunes of a real model train on; the toy world's rewards and grammar do not apply.")
-DEFAULT_REWARD_NOTE = "the model's default (adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)"
+DEFAULT_REWARD_NOTE = default_note()
 
 
 @TABS.register("generate", info=TabInfo("Generate", order=10))

@@ -20,6 +20,7 @@ import gradio as gr
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sde import SDE_KINDS
+from workbench.rewards import parse_reward_spec
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.ui import handlers as h
@@ -123,6 +124,11 @@ def parse_query(params: dict) -> dict:
         raise WorkbenchError(f"the link's estimator={view['estimator']!r} is not one of "
                              f"{', '.join(ESTIMATORS.names())}")
     check_tab(view["tab"])
+    if view["reward"].strip():
+        try:
+            parse_reward_spec(view["reward"])
+        except WorkbenchError as err:
+            raise WorkbenchError(f"the link's reward={view['reward']!r}: {err}") from None
     parse_window(view["window"])
     view["sizes"] = parse_chunk_spec(params["chunks"], view["T"]) if params.get("chunks") else None
     return view
