@@ -21,7 +21,7 @@ import gradio as gr
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sde import SDE_KINDS
 from workbench.rewards import parse_reward_spec
-from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.chunking import schedule
 from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.ui import handlers as h
 from workbench.ui.guard import escape, guarded, ok, parse_window
@@ -130,7 +130,7 @@ def parse_query(params: dict) -> dict:
         except WorkbenchError as err:
             raise WorkbenchError(f"the link's reward={view['reward']!r}: {err}") from None
     parse_window(view["window"])
-    view["sizes"] = parse_chunk_spec(params["chunks"], view["T"]) if params.get("chunks") else None
+    view["sizes"] = schedule(params["chunks"], view["T"]) if params.get("chunks") else None  # sizes or a chunker
     return view
 
 
