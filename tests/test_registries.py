@@ -160,6 +160,7 @@ def test_the_handlers_run_each_new_entry_on_the_tiny_model(wb, halves, own_final
     assert torch.all(credit.step_credit[credit.step_valid] == 0)  # every state is worth the final reward
     out = h.chunks_from_chunker(wb, "halves", 1, out[-2])
     assert out[-2].sizes == [1, 3] and "halves chunker" in out[-1]
+    assert h.chunks_from_spec(wb, "halves:first=2", out[-2])[-2].sizes == [2, 2]  # typed in the sizes box
     assert "(first) must be a whole number >= 1" in h.chunks_from_chunker(wb, "halves", 0, out[-2])[-1]
     opened = share.open_link(wb, Session(), f"?prompt={PROMPT}&G=2&T=4&seed=3&reward=brightness&tab=notes"
                                             "&chunks=halves:first=3&estimator=own_final")

@@ -305,7 +305,9 @@ def parse_chunker(spec: str) -> tuple[str, dict]:
     """"uniform:size=4" -> ("uniform", {"size": 4}), "temporal" -> ("temporal", {}): the name and the options
     checked against the chunker's record (options are separated by commas, so a text option holds none)."""
     name, _, rest = (part.strip() for part in spec.strip().partition(":"))
-    CHUNKERS.get(name)  # an unknown name: the message lists the registered chunkers
+    if name not in CHUNKERS:
+        raise WorkbenchError(f"chunk spec {spec!r} is not a comma-separated list of integers like '2,3,4,7', nor a "
+                             f"chunker; valid chunkers: {', '.join(chunker_names())}")
     known = {o.name: o for o in chunker_info(name).options}
     takes = ", ".join(f"{k}=..." for k in known) or "no options"
     options = {}

@@ -19,8 +19,10 @@ from workbench.rl.chunking import (
     CHUNKERS,
     chunk_boundaries,
     chunker_info,
+    is_chunker_spec,
     merge_at,
     parse_chunk_spec,
+    schedule,
     split_at,
     toggle_boundary,
 )
@@ -306,8 +308,12 @@ def chunks_shown(wb: Workbench, session: Session):
 
 @guarded(5)
 def chunks_from_spec(wb: Workbench, spec: str, session: Session):
-    """Typed sizes such as "2,3,4,7"."""
-    return _edit(wb, session, lambda t: spec if spec is not None else "", "typed")
+    """Typed sizes such as "2,3,4,7", or a chunker such as "uniform:size=4" (cut by the model's curve)."""
+    def make(t: int):
+        if not is_chunker_spec(spec):
+            return spec if spec is not None else ""
+        return schedule(spec, t, wb.curve(t, _noise(session), session.source).mean)
+    return _edit(wb, session, make, "typed")
 
 
 @guarded(5)
