@@ -10,6 +10,7 @@ import time
 
 from support import PROMPT  # noqa: F401 - the prompt of the app's tests
 
+from workbench.ui import layout  # noqa: F401 - registers the app's tabs (ui/tabs.py), which shared links name
 from workbench.ui import run_handlers as rh
 from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench

@@ -189,7 +189,7 @@ def test_chunker_choice(wb, sampled, name, option, kwargs):
 
 
 def test_chunker_bad_option_and_name(wb, sampled):
-    assert "max_size must be an integer >= 2" in msg(h.chunks_from_chunker(wb, "adaptive", 1, sampled))
+    assert "(max_size) must be a whole number >= 2" in msg(h.chunks_from_chunker(wb, "adaptive", 1, sampled))
     assert "valid chunkers" in msg(h.chunks_from_chunker(wb, "nope", 1, sampled))
 
 

@@ -221,6 +221,7 @@ def test_compare_measures_an_external_lora_against_its_base(sd3_dir, sd3_run, tm
     from urllib.parse import parse_qs, urlparse
 
     from workbench.ui import handlers as h
+    from workbench.ui import layout  # noqa: F401 - registers the app's tabs, which links name
     from workbench.ui import policies as pol
     from workbench.ui.share import parse_query, view_link
     from workbench.ui.state import Session

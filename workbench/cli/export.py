@@ -32,14 +32,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from workbench.flow.sampler import sample_group
     from workbench.rewards import build_reward, default_reward
     from workbench.rl.advantages import ADVANTAGES
-    from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
+    from workbench.rl.chunking import schedule
     from workbench.rl.credit import measure_credit
+    from workbench.rl.credit_estimators import ESTIMATORS
     from workbench.train.sources import resolve_source
     from workbench.viz.page import write_page
 
     config = sampling_config(args)
-    temporal = args.chunks.strip() == "temporal"
-    sizes = CHUNKERS.get("temporal")(config.steps) if temporal else parse_chunk_spec(args.chunks, config.steps)
+    sizes = schedule(args.chunks, config.steps)
     if args.reward is not None:
         build_reward(args.reward)  # a bad spec is refused before the model loads
     policy = load_model(args, args.prompt)
@@ -48,7 +48,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     policy.check_prompt(args.prompt)
     reward.check_images(policy.image_size, [args.prompt], policy.toy_world)  # before any sampling
     check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
-                 continuations=args.continuations if args.estimator == "mc" else 1)
+                 continuations=args.continuations if ESTIMATORS.info(args.estimator).continuations else 1)
     group = sample_group(policy, args.prompt, config)
     rewards = reward(group.images, [group.prompt] * group.group_size)
     advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]
@@ -67,6 +67,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
+    from workbench.rewards import default_note, reward_help
+    from workbench.rl.credit_estimators import estimator_help, estimator_names
+
     p = sub.add_parser("export", help="write a standalone HTML page of a group and its credit",
                        description="Sample a group, measure its credit and write one HTML page (plotly inlined, "
                                    "opens offline) with its images, credit and chunk maps, the objectives' maps, "
@@ -74,11 +77,12 @@ def add_parser(sub) -> None:
     add_sampling_args(p)
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
-    p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7 "
-                   "(default: GCPO's temporal chunking of T)")
-    p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
-                   "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
-    p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"], help="credit estimator (default mc)")
+    p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7, or a chunker such "
+                   "as uniform:size=4 (default: temporal, GCPO's temporal chunking of T)")
+    p.add_argument("--reward", default=None, help=f"reward spec, e.g. adherence:1,sharpness:0.5 "
+                   f"({default_note()}); rewards: {reward_help()}")
+    p.add_argument("--estimator", default="mc", choices=estimator_names(),
+                   help="credit estimator (default mc): " + estimator_help())
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="numerics of the continuations (default auto: bfloat16 where the device has it natively)")
     p.add_argument("--z", type=non_negative_float, default=2.0, help="sets the false-call rate (default 2: 4.6 %%)")

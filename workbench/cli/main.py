@@ -96,13 +96,14 @@ def _round_or_none(x, digits: int = 6):
 def cmd_attribute(args: argparse.Namespace) -> int:
     from workbench.flow.sampler import sample_group
     from workbench.rewards import build_reward, default_reward
-    from workbench.rl.chunking import parse_chunk_spec
+    from workbench.rl.chunking import schedule
     from workbench.rl.credit import measure_credit
+    from workbench.rl.credit_estimators import ESTIMATORS
     from workbench.rl.significance import false_call_rate
 
-    config = sampling_config(args)
+    config, info = sampling_config(args), ESTIMATORS.info(args.estimator)
     try:
-        parse_chunk_spec(args.chunks, config.steps)  # before any sampling
+        sizes = schedule(args.chunks, config.steps)  # before any sampling
     except WorkbenchError as err:
         raise WorkbenchError(f"--chunks: {err}") from None
     if args.reward is not None:
@@ -112,9 +113,9 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     reward = build_reward(args.reward or default_reward(policy.toy_world))
     reward.check_images(policy.image_size, [args.prompt], policy.toy_world)
     check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
-                 continuations=args.continuations if args.estimator == "mc" else 1)  # ode / x0: one look-ahead
+                 continuations=args.continuations if info.continuations else 1)  # else one look-ahead
     group = sample_group(policy, args.prompt, config)
-    credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=args.chunks,
+    credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=sizes,
                             advantage=args.advantage, seed=args.seed, progress=_progress("continuations"),
                             estimator=args.estimator, crn=not args.no_crn, precision=args.precision)
     summary = credit.summary(args.z)
@@ -122,8 +123,8 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks"
                        and not k.endswith("_classes") else v for k, v in summary.items()}))
         return 0
-    k = f"M={args.continuations}" if args.estimator == "mc" else "one look-ahead per state"
-    numerics = "" if args.estimator == "x0" else f", in {credit.precision}"  # x0 evaluates no transformer
+    k = f"M={args.continuations}" if info.continuations else "one look-ahead per state"
+    numerics = f", in {credit.precision}" if info.transformer else ""  # x0 evaluates no transformer
     print(f"{args.prompt!r}: G={group.group_size} T={group.num_steps} estimator {args.estimator} ({k}, "
           f"{'independent' if args.no_crn else 'common random numbers'}{numerics}) chunks {credit.sizes}, z={args.z:g}")
     rate = 100 * false_call_rate(args.z)
@@ -157,12 +158,12 @@ def _figure(summary: dict, key: str) -> str:
 def cmd_chunks(args: argparse.Namespace) -> int:
     from workbench.flow.dynamics import dynamics_curve
     from workbench.flow.trajectory import SamplingConfig
-    from workbench.rl.chunking import CHUNKERS
+    from workbench.rl.chunking import CHUNKERS, chunker_info
     from workbench.train.prompt_sets import world_prompts
 
     chunker = CHUNKERS.get(args.method)
-    options = {k: v for k, v in (("size", args.size), ("num_chunks", args.num_chunks),
-                                 ("max_size", args.max_size), ("sizes", args.sizes)) if v is not None}
+    options = {o.name: getattr(args, o.name) for o in chunker_info(args.method).options
+               if getattr(args, o.name, None) is not None}  # the flags of the chunker's ChunkOptions
     policy = load_model(args)
     prompts = world_prompts(policy.toy_world, args.prompts)  # the model's world: toy scenes or real prompts
     config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, seed=args.seed)
@@ -194,7 +195,26 @@ def _progress(label: str):
     return report
 
 
+def add_chunker_options(p: argparse.ArgumentParser) -> None:
+    """One flag per chunker option (`ChunkerInfo.options`), shared by the chunkers that take it."""
+    from workbench.rl.chunking import chunker_info, chunker_names
+
+    takers: dict[str, list] = {}
+    for name in chunker_names():
+        for option in chunker_info(name).options:
+            takers.setdefault(option.name, []).append((name, option))
+    for key, users in takers.items():
+        kind = users[0][1].kind
+        p.add_argument("--" + key.replace("_", "-"), type=positive_int if kind is int else kind, default=None,
+                       help="; ".join(f"{option.label} for {name}" for name, option in users))
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from workbench.rewards import default_note, reward_help
+    from workbench.rl.advantages import ADVANTAGES
+    from workbench.rl.chunking import chunker_info, chunker_names
+    from workbench.rl.credit_estimators import estimator_help, estimator_names
+
     parser = Parser(prog="workbench", description="Chunk-GRPO Workbench command line.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     p = sub.add_parser("sample", help="sample a group of trajectories and save images",
@@ -210,12 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(p)
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
-    p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
-    p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
-                   "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
-    p.add_argument("--advantage", default="grpo", help="advantage estimator (grpo, dr_grpo, gpg, gfpo)")
-    p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"],
-                   help="credit estimator: mc (M continuations), ode (ODE completion), x0 (denoised prediction)")
+    p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps, or a chunker such as temporal or "
+                   "uniform:size=4 (default 2,3,4,7)")
+    p.add_argument("--reward", default=None, help=f"reward spec, e.g. adherence:1,sharpness:0.5 "
+                   f"({default_note()}); rewards: {reward_help()}")
+    p.add_argument("--advantage", default="grpo", help=f"advantage estimator ({', '.join(ADVANTAGES.names())})")
+    p.add_argument("--estimator", default="mc", choices=estimator_names(), help="credit estimator: " + estimator_help())
     p.add_argument("--z", type=non_negative_float, default=2.0,
                    help="sets the false-call rate P(|N(0,1)| > z) of a cell without credit (default 2: 4.6 %%); "
                         "cells are tested with Student-t quantiles (M - 1 degrees of freedom under CRN)")
@@ -231,19 +251,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("chunks", help="chunk boundaries from the temporal-dynamics curve",
                        description="Sample trajectories over many prompts, average their L1_rel curve, and cut "
-                                   "chunks with a chunker (uniform, fixed, temporal, adaptive, equal_mass).")
+                                   "chunks with a registered chunker.")
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
-    p.add_argument("--method", default="adaptive", help="chunker name (default adaptive)")
+    p.add_argument("--method", default="adaptive",  # no choices: an unknown name's message lists the chunkers
+                   help="chunker: " + ", ".join(f"{n} ({chunker_info(n).label})" for n in chunker_names()))
     p.add_argument("--prompts", type=positive_int, default=32,
                    help="prompts to average over: the toy world's scenes, or the shipped real prompts for SD3 / FLUX "
                         "(default 32)")
     p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
     p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7, help="SDE noise level (default 0.7)")
     p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")
-    p.add_argument("--size", type=positive_int, default=None, help="chunk size for uniform")
-    p.add_argument("--num-chunks", type=positive_int, default=None, help="number of chunks for equal_mass")
-    p.add_argument("--max-size", type=positive_int, default=None, help="largest chunk for adaptive")
-    p.add_argument("--sizes", default=None, help="sizes for fixed, e.g. 2,3,4,7")
+    add_chunker_options(p)
     p.add_argument("--seed", type=seed, default=0, help="seed, 0 .. 2^63 - 1 (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_model_args(p)

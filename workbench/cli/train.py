@@ -44,6 +44,17 @@ def _help(doc: str) -> str:
     return doc.replace("%", "%%")
 
 
+def _registered() -> dict[str, list[str]]:
+    """The names a field takes from a registry, listed in its flag's help (checked by TrainConfig)."""
+    from workbench.rl.advantages import ADVANTAGES
+    from workbench.rl.chunking import chunker_names
+    from workbench.rl.credit_estimators import lookahead_names
+    from workbench.rl.objectives import OBJECTIVES
+
+    return {"objective": OBJECTIVES.names(), "advantage": ADVANTAGES.names(), "lookahead": lookahead_names(),
+            "chunks": [*chunker_names(menu=True, without_curve=True), "or sizes"]}
+
+
 def register(subparsers) -> None:
     """Add the `train` command: its flags are TrainConfig's fields (names, types and help from the dataclass)."""
     from workbench.core.fields import field_docs
@@ -65,9 +76,11 @@ def register(subparsers) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the memory estimate of an iteration (docs/methods.md) and whether it fits the device; "
                         "loads no weights and starts nothing")
-    docs = field_docs(TrainConfig)
+    docs, registered = field_docs(TrainConfig), _registered()
     for f in fields(TrainConfig):  # every flag defaults to None = "keep the preset's value"
         kind, flag, text = f.type.removesuffix(" | None"), "--" + f.name.replace("_", "-"), _help(docs[f.name])
+        if f.name in registered:
+            text += f" Registered: {', '.join(registered[f.name])}."
         if f.name == "prompts":
             p.add_argument("--prompt", dest="prompts", action="append", help="a training prompt (repeatable)")
         elif kind == "bool" and f.default is None:  # unset = the documented automatic choice

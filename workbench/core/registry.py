@@ -47,7 +47,7 @@ class Registry(Generic[F]):
     def info(self, name: str):
         """The description registered with `name` (None if none was given)."""
         self.get(name)
-        return self._info[name]
+        return self._info.get(name)
 
     def get(self, name: str) -> F:
         if name not in self._items:

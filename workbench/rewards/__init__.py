@@ -17,18 +17,22 @@ from workbench.rewards.base import (
                                     Accepts,
                                     RewardFn,
                                     RewardFunction,
+                                    RewardInfo,
                                     build_reward,
                                     check_folders,
                                     check_reward_images,
+                                    default_note,
                                     default_reward,
                                     folder_args,
                                     model_kind,
                                     parse_reward_spec,
                                     reward_accepts,
+                                    reward_help,
+                                    reward_info,
                                     reward_names,
                                     rewards_for,
 )
 
 __all__ = ["MODEL_REWARDS", "REWARDS", "Accepts", "RewardFn", "RewardFunction", "build_reward", "check_folders",
            "check_reward_images", "default_reward", "folder_args", "model_kind", "parse_reward_spec",
-           "reward_accepts", "reward_names", "rewards_for"]
+           "reward_accepts", "reward_names", "rewards_for", "RewardInfo", "default_note", "reward_help", "reward_info"]

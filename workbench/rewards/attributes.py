@@ -12,9 +12,11 @@ from functools import cache, lru_cache
 import numpy as np
 import torch
 
-from workbench.rewards.base import REWARDS, TOY, accepts
+from workbench.rewards.base import REWARDS, TOY, Accepts, RewardInfo
 from workbench.toyworld.perception import Detection, detect
 from workbench.toyworld.world import BACKGROUNDS, COLORS, GRID_CENTERS, IMAGE_SIZE, Scene, parse_prompt, render
+
+TOY_IMAGES = Accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))  # 32x32 renders of the toy world's prompts
 
 COLOR_SCALE = 0.12  # RGB distance (0-1 units) scoring exp(-1/2); the closest palette pair is 0.28 apart
 POSITION_SCALE = 4.0  # pixels; the neighbouring grid cell (8 px away) scores exp(-2) = 0.14
@@ -90,8 +92,7 @@ def _mean_scores(images: torch.Tensor, prompts: list[str], attributes: tuple[str
     return torch.tensor(out, dtype=torch.float32, device=images.device)  # (B,)
 
 
-@REWARDS.register("adherence")
-@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
+@REWARDS.register("adherence", info=RewardInfo("prompt adherence of a toy-world image, in [0, 1]", TOY_IMAGES))
 def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Prompt adherence in [0, 1]: the mean of the continuous attribute scores the prompt specifies.
 
@@ -107,8 +108,7 @@ def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, tuple(ATTRIBUTE_SCORES))
 
 
-@REWARDS.register("color_match")
-@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
+@REWARDS.register("color_match", info=RewardInfo("colour score of adherence, in [0, 1]", TOY_IMAGES))
 def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Colour score of `adherence` alone, in [0, 1] (1 if the prompt names no colour and an object is drawn).
 
@@ -119,8 +119,7 @@ def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, ("color",))
 
 
-@REWARDS.register("shape_match")
-@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
+@REWARDS.register("shape_match", info=RewardInfo("shape score of adherence, in [0, 1]", TOY_IMAGES))
 def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Shape score of `adherence` alone, in [0, 1]: (IoU_target / IoU_best)^20.
 
@@ -131,8 +130,7 @@ def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, ("shape",))
 
 
-@REWARDS.register("position_match")
-@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
+@REWARDS.register("position_match", info=RewardInfo("position score of adherence, in [0, 1]", TOY_IMAGES))
 def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Position score of `adherence` alone, in [0, 1] (1 if the prompt names no position and an object is drawn).
 
@@ -143,8 +141,7 @@ def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, ("position",))
 
 
-@REWARDS.register("size_match")
-@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
+@REWARDS.register("size_match", info=RewardInfo("size score of adherence, in [0, 1]", TOY_IMAGES))
 def size_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Size score of `adherence` alone, in [0, 1] (1 if the prompt names no size and an object is drawn).
 

@@ -6,8 +6,13 @@ of B strings, scores (B,) float32 with a documented range. Weight-free rewards a
 the one setting naming their local model folder (`clip.py`). A spec such as "adherence:1,sharpness:0.5"
 names a weighted sum of rewards, built by `build_reward`.
 
-Each reward declares the models it serves and the images it accepts (`Accepts`, set with `@accepts`; a
-model-based reward's on its `ModelReward` record): the toy world's rewards serve only the embedded model (its
+Each reward is registered with a record, `RewardInfo` (one line that says what it scores, and `Accepts`: the models
+it serves and the images it accepts; a model-based reward's `ModelReward` names them too), that the spec check, the
+app's reward lists, the CLI's help and `check_images` read:
+
+    @REWARDS.register("brightness", info=RewardInfo("mean pixel value", Accepts(serves=(TOY, REAL))))
+
+The toy world's rewards serve only the embedded model (its
 32x32 renders of its own prompts, "toy"), the pixel statistics every model, CLIP-family rewards real SD3 / FLUX
 models ("real") and, since they resize any picture, the embedded one too; an undeclared reward serves every model
 and takes any size and any prompt. A spec whose rewards cannot score a model's images is refused before any
@@ -55,29 +60,51 @@ class Accepts:
     toy_prompts: bool = False  # it parses the prompt with the toy world's grammar (`toyworld.world.parse_prompt`)
     serves: tuple[str, ...] = (TOY, REAL)  # the model kinds whose images it means something for (MODEL_KINDS)
 
+    def __post_init__(self):
+        unknown = sorted(set(self.serves) - set(MODEL_KINDS))
+        if unknown or not self.serves:
+            raise WorkbenchError(f"serves must name some of {', '.join(MODEL_KINDS)}, got {self.serves!r}")
+
     def describe(self) -> str:
         size = "any size" if self.size is None else f"{self.size}x{self.size} px images"
         return size + (" of the toy world's prompts" if self.toy_prompts else "")
 
 
-def accepts(size: int | None = None, toy_prompts: bool = False, serves: tuple[str, ...] = (TOY, REAL)):
-    """Decorator: declare the models a reward function serves and the images it accepts (rewards without it serve
-    every model and take any image)."""
-    unknown = sorted(set(serves) - set(MODEL_KINDS))
-    if unknown or not serves:
-        raise ValueError(f"serves must name some of {', '.join(MODEL_KINDS)}, got {serves!r}")
+@dataclass(frozen=True)
+class RewardInfo:
+    """One reward's description (see the module doc); a reward registered without one serves every model and
+    takes any image."""
 
-    def decorate(fn: RewardFn) -> RewardFn:
-        fn.accepts = Accepts(size, toy_prompts, tuple(serves))
-        return fn
-    return decorate
+    label: str
+    """One line for help and menus: what it scores, its range and its source."""
+    accepts: Accepts = Accepts()
+    """The models it serves and the images it can score."""
+
+
+def reward_info(name: str) -> RewardInfo:
+    """The record of a named reward, weight-free or model-based (model-based rewards resize: any size)."""
+    if name in MODEL_REWARDS:
+        entry = MODEL_REWARDS.get(name)
+        return RewardInfo(entry.label or f"a model from {entry.folder_arg}", Accepts(serves=entry.serves))
+    return REWARDS.info(name) or RewardInfo(name)
 
 
 def reward_accepts(name: str) -> Accepts:
-    """What the named reward serves and accepts (model-based rewards resize: any size)."""
-    if name in MODEL_REWARDS:
-        return Accepts(serves=MODEL_REWARDS.get(name).serves)
-    return getattr(REWARDS.get(name), "accepts", Accepts())
+    """What the named reward serves and accepts."""
+    return reward_info(name).accepts
+
+
+def reward_help(toy_world: bool | None = None) -> str:
+    """'adherence: ...; sharpness: ...': the rewards (that serve this kind of model, when given) with their labels,
+    for help texts."""
+    names = reward_names() if toy_world is None else rewards_for(toy_world)
+    return "; ".join(f"{name}: {reward_info(name).label}" for name in names)
+
+
+def default_note() -> str:
+    """What an empty reward spec means, for placeholders and help."""
+    return (f"the model's default ({default_reward(True)} for the embedded model, {default_reward(False)} for "
+            "SD3 / FLUX)")
 
 
 def any_size_rewards(toy_world: bool | None = None) -> list[str]:
@@ -105,16 +132,18 @@ class ModelReward:
     check: Callable[[str, str | None], Path]  # (reward name, folder or None) -> the folder, else WorkbenchError
     load: Callable[[str, Path], RewardFn]  # (reward name, checked folder) -> the reward (loads lazily)
     serves: tuple[str, ...] = (REAL,)  # the model kinds it serves (MODEL_KINDS)
+    label: str = ""  # what it scores, for help and menus
 
 
 MODEL_REWARDS: Registry[ModelReward] = Registry("model-based reward")
 
 
 def register_model_reward(name: str, folder_arg: str, check: Callable[[str, str | None], Path],
-                          serves: tuple[str, ...] = (REAL,)):
+                          serves: tuple[str, ...] = (REAL,), label: str = ""):
     """Decorator: register `load(name, folder) -> RewardFn` as the model-based reward `name`, serving `serves`."""
     def decorate(load: Callable[[str, Path], RewardFn]):
-        MODEL_REWARDS.register(name)(ModelReward(folder_arg, check, load, tuple(serves)))
+        Accepts(serves=tuple(serves))  # an unknown model kind is refused here
+        MODEL_REWARDS.register(name)(ModelReward(folder_arg, check, load, tuple(serves), label))
         return load
     return decorate
 

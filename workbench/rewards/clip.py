@@ -100,13 +100,15 @@ class ClipReward:
 
 
 # CLIP-family rewards serve real models; they resize any picture, so the embedded model may use them too
-@register_model_reward("clip_score", folder_arg="clip_path", check=check_clip_folder, serves=(REAL, TOY))
+@register_model_reward("clip_score", folder_arg="clip_path", check=check_clip_folder, serves=(REAL, TOY),
+                       label="CLIPScore of image and prompt, from a CLIP folder")
 def clip_score(name: str, folder: Path) -> ClipReward:
     """CLIPScore (Hessel et al. 2021): cosine of CLIP's image and text embeddings, in [-1, 1]."""
     return ClipReward(name, folder, logit_scaled=False)
 
 
-@register_model_reward("pickscore", folder_arg="pickscore_path", check=check_clip_folder, serves=(REAL, TOY))
+@register_model_reward("pickscore", folder_arg="pickscore_path", check=check_clip_folder, serves=(REAL, TOY),
+                       label="PickScore human preference, from a PickScore folder")
 def pickscore(name: str, folder: Path) -> ClipReward:
     """PickScore (arXiv 2305.01569): exp(logit_scale) * cosine of its CLIP-H embeddings."""
     return ClipReward(name, folder, logit_scaled=True)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from workbench.core.imaging import to_uint8
-from workbench.rewards.base import REWARDS
+from workbench.rewards.base import REWARDS, RewardInfo
 from workbench.toyworld.world import Scene, render  # noqa: F401 (used by the doctests)
 
 CLEAN_SCALE = 0.05  # RMS colour deviation of the background scoring exp(-1/2) in `composition`
@@ -25,7 +25,7 @@ def _background_and_distance(images: torch.Tensor) -> tuple[torch.Tensor, torch.
     return background, distance
 
 
-@REWARDS.register("sharpness")
+@REWARDS.register("sharpness", info=RewardInfo("edge sharpness, in [0, 1]"))
 def sharpness(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Edge sharpness in [0, 1]: the |g|-weighted mean of |g| / C over all pixel differences g.
 
@@ -64,7 +64,7 @@ def _largest_blob_fraction(mask: torch.Tensor) -> torch.Tensor:
     return torch.stack(fractions).float()  # (B,)
 
 
-@REWARDS.register("composition")
+@REWARDS.register("composition", info=RewardInfo("a clean background with exactly one object, in [0, 1]"))
 def composition(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Global composition in [0, 1]: a clean background times "exactly one object".
 
@@ -95,7 +95,7 @@ def _jpeg_kilobytes(images: torch.Tensor) -> torch.Tensor:
     return torch.tensor(sizes, dtype=torch.float32, device=images.device)
 
 
-@REWARDS.register("jpeg_compressibility")
+@REWARDS.register("jpeg_compressibility", info=RewardInfo("minus the JPEG size in kB, DDPO"))
 def jpeg_compressibility(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Minus the JPEG size in kB (DDPO, arXiv 2305.13301): about -0.6 (flat) to -1.9 (uniform noise) at 32x32.
 
@@ -106,7 +106,7 @@ def jpeg_compressibility(images: torch.Tensor, prompts: list[str]) -> torch.Tens
     return -_jpeg_kilobytes(images)
 
 
-@REWARDS.register("jpeg_incompressibility")
+@REWARDS.register("jpeg_incompressibility", info=RewardInfo("the JPEG size in kB, DDPO"))
 def jpeg_incompressibility(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """The JPEG size in kB (DDPO, arXiv 2305.13301): about 0.6 (flat) to 1.9 (uniform noise) at 32x32.
 

@@ -6,12 +6,14 @@ trained transitions. The chunk log-ratio is the mean of the step log-ratios insi
 
 Chunkers are registered in `CHUNKERS` with one signature,
 `fn(num_steps, l1_rel=None, **options) -> list[int]`, where l1_rel (T,) is GCPO's relative L1 change
-||x_t - x_{t-1}||_1 / ||x_t||_1 per step, averaged over trajectories:
+||x_t - x_{t-1}||_1 / ||x_t||_1 per step, averaged over trajectories, and a `ChunkerInfo` record that the
+app, the CLI and chunk specs read (rl/chunker_info.py). A chunk spec is sizes or a chunker with its options:
 
     CHUNKERS.get("temporal")(16)  # [2, 3, 4, 7]
     CHUNKERS.get("uniform")(10, size=4)  # [4, 4, 2]
+    schedule("uniform:size=4", 10)  # [4, 4, 2]; schedule("2,3,4,7", 16) is [2, 3, 4, 7]
 
-The Chunks tab edits a schedule by hand with `split_at`, `merge_at` and `toggle_boundary` (section 5).
+The Chunks tab edits a schedule by hand with `split_at`, `merge_at` and `toggle_boundary` (section 6).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.registry import Registry
+from workbench.rl.chunker_info import ChunkerInfo, ChunkOption
 
 CHUNKERS = Registry("chunker")
 
@@ -147,7 +150,8 @@ def _check_l1_rel(l1_rel: torch.Tensor | None, num_steps: int, who: str) -> torc
 
 # 3. Chunkers
 
-@CHUNKERS.register("uniform")
+@CHUNKERS.register("uniform", info=ChunkerInfo("chunks of one size", (ChunkOption("size", "chunk size", 4),),
+                                               order=10))
 def uniform(num_steps: int, l1_rel: torch.Tensor | None = None, size: int = 4) -> list[int]:
     """Chunks of `size` steps; the last chunk takes the remainder ([4, 4, 2] for T=10). size=1 is step GRPO."""
     _check_num_steps(num_steps)
@@ -157,7 +161,8 @@ def uniform(num_steps: int, l1_rel: torch.Tensor | None = None, size: int = 4) -
     return [size] * full + ([rest] if rest else [])
 
 
-@CHUNKERS.register("fixed")
+@CHUNKERS.register("fixed", info=ChunkerInfo("the sizes given", (ChunkOption("sizes", "sizes, e.g. 2,3,4,7",
+                                                                                kind=str),), in_menu=False, order=50))
 def fixed(num_steps: int, l1_rel: torch.Tensor | None = None, sizes: str | Sequence[int] | None = None
           ) -> list[int]:
     """The schedule given in `sizes` ("2,3,4,7" or a list), validated to sum to num_steps."""
@@ -166,7 +171,7 @@ def fixed(num_steps: int, l1_rel: torch.Tensor | None = None, sizes: str | Seque
     return parse_chunk_spec(sizes, num_steps)
 
 
-@CHUNKERS.register("temporal")
+@CHUNKERS.register("temporal", info=ChunkerInfo("GCPO's fixed temporal chunks", order=0))
 def temporal(num_steps: int, l1_rel: torch.Tensor | None = None) -> list[int]:
     """GCPO's fixed temporal chunking: [2, 3, 4, 7] for T=16 (short chunks at high noise).
 
@@ -226,7 +231,9 @@ def _split_adaptive(curve: torch.Tensor, start: int, size: int, order: int, max_
     return sizes
 
 
-@CHUNKERS.register("adaptive")
+@CHUNKERS.register("adaptive", info=ChunkerInfo("GCPO's adaptive chunks, cut by the L1_rel curve",
+                                                (ChunkOption("max_size", "largest chunk", 4, minimum=2),),
+                                                needs_curve=True, order=20))
 def adaptive(num_steps: int, l1_rel: torch.Tensor | None = None, max_size: int = 4) -> list[int]:
     """GCPO adaptive chunking (paper v3, no released code; this precise reading is ours).
 
@@ -247,7 +254,9 @@ def adaptive(num_steps: int, l1_rel: torch.Tensor | None = None, max_size: int =
     return _split_adaptive(curve, 0, num_steps, 1, max_size)
 
 
-@CHUNKERS.register("equal_mass")
+@CHUNKERS.register("equal_mass", info=ChunkerInfo("chunks of equal L1_rel mass",
+                                                  (ChunkOption("num_chunks", "number of chunks", 4),),
+                                                  needs_curve=True, order=30))
 def equal_mass(num_steps: int, l1_rel: torch.Tensor | None = None, num_chunks: int = 4) -> list[int]:
     """Contiguous chunks with about equal sum of l1_rel (T,); every chunk >= 1 step, min(num_chunks, T) chunks.
 
@@ -272,7 +281,69 @@ def equal_mass(num_steps: int, l1_rel: torch.Tensor | None = None, num_chunks: i
     return [b - a for a, b in zip(cuts, cuts[1:])]
 
 
-# 4. Weighted chunk sampling (GCPO)
+# 4. Chunk specs: sizes or a registered chunker with its options
+
+def chunker_info(name: str) -> ChunkerInfo:
+    """The record of a registered chunker (one registered without a record: a plain one, named by its name)."""
+    return CHUNKERS.info(name) or ChunkerInfo(name)
+
+
+def chunker_names(menu: bool = False, without_curve: bool = False) -> list[str]:
+    """The registered chunkers in menu order; menu: those the Chunks tab lists; without_curve: those a training
+    run can name (they do not read the L1_rel curve)."""
+    names = sorted(CHUNKERS.names(), key=lambda name: (chunker_info(name).order, name))
+    return [n for n in names if (chunker_info(n).in_menu or not menu)
+            and not (without_curve and chunker_info(n).needs_curve)]
+
+
+def is_chunker_spec(spec) -> bool:
+    """Whether a chunk spec names a chunker ("temporal", "uniform:size=4") rather than sizes ("2,3,4,7")."""
+    return isinstance(spec, str) and spec.strip()[:1].isalpha()
+
+
+def parse_chunker(spec: str) -> tuple[str, dict]:
+    """"uniform:size=4" -> ("uniform", {"size": 4}), "temporal" -> ("temporal", {}): the name and the options
+    checked against the chunker's record (options are separated by commas, so a text option holds none)."""
+    name, _, rest = (part.strip() for part in spec.strip().partition(":"))
+    if name not in CHUNKERS:
+        raise WorkbenchError(f"chunk spec {spec!r} is not a comma-separated list of integers like '2,3,4,7', nor a "
+                             f"chunker; valid chunkers: {', '.join(chunker_names())}")
+    known = {o.name: o for o in chunker_info(name).options}
+    takes = ", ".join(f"{k}=..." for k in known) or "no options"
+    options = {}
+    for item in (i.strip() for i in rest.split(",") if rest):
+        key, equals, text = (part.strip() for part in item.partition("="))
+        if key not in known or not equals:
+            raise WorkbenchError(f"chunk spec {spec!r}: the {name} chunker takes {takes}, written like "
+                                 f"'{name}:{next(iter(known), 'option')}=4'" if known else
+                                 f"chunk spec {spec!r}: the {name} chunker takes no options; write '{name}'")
+        option = known[key]
+        if option.kind is int:
+            try:
+                text = int(text)
+            except ValueError:
+                raise WorkbenchError(f"chunk spec {spec!r}: {key} must be a whole number, got {text!r}") from None
+            if text < option.minimum:
+                raise WorkbenchError(f"chunk spec {spec!r}: {key} must be at least {option.minimum}, got {text}")
+        options[key] = text
+    return name, options
+
+
+def schedule(spec: str | Sequence[int], num_steps: int, l1_rel: torch.Tensor | None = None) -> list[int]:
+    """Chunk sizes over num_steps from a chunk spec: sizes ("2,3,4,7" or a list) or a chunker with its options
+    ("temporal", "uniform:size=4"). A chunker that reads the L1_rel curve needs l1_rel (T,)."""
+    if not is_chunker_spec(spec):
+        return parse_chunk_spec(spec, num_steps)
+    name, options = parse_chunker(spec)
+    if chunker_info(name).needs_curve and l1_rel is None:
+        raise WorkbenchError(f"the {name} chunker cuts by the L1_rel curve, which is not measured here; give the "
+                             f"sizes `workbench chunks --method {name}` prints, or one of "
+                             f"{', '.join(chunker_names(menu=True, without_curve=True))}")
+    _check_num_steps(num_steps)
+    return parse_chunk_spec(CHUNKERS.get(name)(num_steps, l1_rel, **options), num_steps)
+
+
+# 5. Weighted chunk sampling (GCPO)
 
 def chunk_sampling_weights(sizes: Sequence[int], l1_rel: torch.Tensor) -> torch.Tensor:
     """(K,) probabilities mean_{t in j} l1_rel / sum_k mean_{t in k} l1_rel; uniform if l1_rel is all 0."""
@@ -314,7 +385,7 @@ def step_mask_from_chunks(sizes: Sequence[int], chosen: torch.Tensor | Sequence[
     return torch.isin(ids, chosen)  # (T,)
 
 
-# 5. Editing a schedule (the Chunks tab's split, merge and click-to-toggle)
+# 6. Editing a schedule (the Chunks tab's split, merge and click-to-toggle)
 
 def split_at(sizes: list[int], step: int) -> list[int]:
     """Cut the chunk that contains `step` so that a new chunk starts at `step` (1 <= step <= T - 1)."""

@@ -290,7 +290,7 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
                    estimator: str = "mc", crn: bool = True, precision: str = "auto") -> Credit:
     """Credit of a sampled group under `reward_fn` (a RewardFunction or any rewards callable).
 
-    estimator: "mc" (M = `continuations` per state), "ode" or "x0" (one look-ahead per state).
+    estimator: an ESTIMATORS name: mc (M = `continuations` per state), ode or x0 (one look-ahead per state).
     crn: common random numbers across the continuations of a trajectory (False: independent noise).
     precision: numerics of the continuations (core/precision.py): "auto" is bfloat16 where the device
     computes it natively (about twice as fast on such a CPU), else float32.
@@ -304,7 +304,7 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
     precision = resolve_precision(precision, policy.device, policy.dtype)
-    if estimator == "x0":  # it reuses the sampler's predictions: their numerics are the weights' own
+    if not ESTIMATORS.info(estimator).transformer:  # it reuses the sampler's predictions: the weights' numerics
         precision = str(policy.dtype).removeprefix("torch.")
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)

@@ -2,7 +2,9 @@
 
 Every estimator is `fn(policy, group, reward_fn, continuations, seed, crn, progress, precision) -> Estimate`
 (precision: the numerics of its transformer evaluations, core/precision.py) and values
-states 1..T-1 of every trajectory (and, for the look-ahead estimators, the start state 0):
+states 1..T-1 of every trajectory (and, for the look-ahead estimators, the start state 0). It is registered
+with an `EstimatorInfo` that the app's menu, the CLI's choices, the credit handlers and the training config
+read (`ESTIMATORS.register(name, info=EstimatorInfo(...))`):
 
 - `mc`  Monte-Carlo: the mean reward of M continuations sampled with the same policy (the reference);
 - `ode` ODE completion: the reward of the deterministic Euler completion from the state (TP-GRPO, arXiv
@@ -42,6 +44,38 @@ class Estimate:
 
 
 ESTIMATORS: Registry = Registry("credit estimator")
+
+
+@dataclass(frozen=True)
+class EstimatorInfo:
+    """One credit estimator's description (see the module doc)."""
+
+    label: str
+    """One line for menus and help: what values a state."""
+    continuations: bool = False
+    """It samples M continuations per state (Monte-Carlo); False: one look-ahead per state, M unused."""
+    transformer: bool = True
+    """It evaluates the transformer, in the chosen numerics; False: it reuses what the sampler computed (x0)."""
+    lookahead: bool = False
+    """A deterministic value of every state 0..T-1: a look-ahead reward dense_grpo can train with
+    (TrainConfig.lookahead)."""
+    order: int = 100
+    """Position in menus (lower first)."""
+
+
+def estimator_names() -> list[str]:
+    """The registered estimators in menu order."""
+    return sorted(ESTIMATORS.names(), key=lambda name: (ESTIMATORS.info(name).order, name))
+
+
+def lookahead_names() -> list[str]:
+    """The estimators dense_grpo can take its look-ahead reward from (`EstimatorInfo.lookahead`)."""
+    return [name for name in estimator_names() if ESTIMATORS.info(name).lookahead]
+
+
+def estimator_help() -> str:
+    """'mc (Monte-Carlo ...), ode (...), ...' for help texts and menus."""
+    return ", ".join(f"{name} ({ESTIMATORS.info(name).label})" for name in estimator_names())
 
 
 def noise_seed(seed: int, traj: int, k: int, step: int, start: int | None) -> int:
@@ -145,7 +179,8 @@ def continuation_cost(rows: torch.Tensor, steps: int, noisy: torch.Tensor | None
     return cost
 
 
-@ESTIMATORS.register("mc")
+@ESTIMATORS.register("mc", info=EstimatorInfo("Monte-Carlo: M continuations per state", continuations=True,
+                                                order=0))
 def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0, crn: bool = True,
                 progress=None, precision: str = "float32") -> Estimate:
     """M continuations from every state 1..T-1 with the group's own sampler; V = their mean reward.
@@ -165,7 +200,7 @@ def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0,
 
 # M, the seed and CRN only share the Monte-Carlo estimator's signature (the ODE has no noise, x0 no
 # continuation): mutants of their defaults are equivalent.
-@ESTIMATORS.register("ode")
+@ESTIMATORS.register("ode", info=EstimatorInfo("ODE completion", lookahead=True, order=10))
 def ode_completion(policy, group, reward_fn,
                    continuations: int = 1, seed: int = 0, crn: bool = True,  # pragma: no mutate (above)
                    progress=None, precision: str = "float32") -> Estimate:
@@ -181,7 +216,8 @@ def ode_completion(policy, group, reward_fn,
 
 # M, the seed and CRN only share the Monte-Carlo estimator's signature (the ODE has no noise, x0 no
 # continuation): mutants of their defaults are equivalent.
-@ESTIMATORS.register("x0")
+@ESTIMATORS.register("x0", info=EstimatorInfo("denoised prediction", transformer=False, lookahead=True,
+                                                order=20))
 @torch.no_grad()
 def denoised_prediction(policy, group, reward_fn,
                         continuations: int = 1, seed: int = 0, crn: bool = True,  # pragma: no mutate (above)

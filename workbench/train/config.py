@@ -16,7 +16,8 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.fields import check_types
 from workbench.flow.trajectory import SAMPLING_RANGES, SEED_RANGE, SamplingConfig, check_seed
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
-from workbench.rl.chunking import parse_chunk_spec
+from workbench.rl.chunking import schedule
+from workbench.rl.credit_estimators import lookahead_names
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
 from workbench.train.prompt_sets import is_pipeline_folder, read_prompt_file, real_prompts
 from workbench.train.tasks import TASKS
@@ -37,7 +38,8 @@ class TrainConfig:
     objective: str = "chunk_grpo"
     """Policy objective from OBJECTIVES: step_grpo (Flow-GRPO), chunk_grpo (GCPO arXiv 2510.21583), gspo, gpg, ..."""
     chunks: str = "2,3,4,7"
-    """Chunk sizes over the TRAINED steps, summing to their count (GCPO [2,3,4,7] of 16); used by chunk_grpo."""
+    """Chunk sizes over the TRAINED steps, summing to their count (GCPO [2,3,4,7] of 16), or a chunker from CHUNKERS
+    with its options ('temporal', 'uniform:size=4'; `chunking.schedule`); used by chunk_grpo."""
     reward: str | None = None
     """Reward names and weights, e.g. 'adherence:1,sharpness:0.5'; none given = the model's default: adherence for
     the embedded model's toy world, jpeg_compressibility for SD3 / FLUX (`rewards.default_reward`)."""
@@ -155,8 +157,8 @@ class TrainConfig:
     critic_epochs: int = 4
     """ppo: passes of the critic over each iteration's states, regressing on the GAE returns."""
     lookahead: str = "ode"
-    """dense_grpo: look-ahead reward R_t per state: ode (TP-GRPO, the ODE completion) or x0 (Stepwise-Flow-GRPO,
-    the reward of the x0 prediction; no extra sampling)."""
+    """dense_grpo: look-ahead reward R_t per state, an estimator registered as one (`EstimatorInfo.lookahead`): ode
+    (TP-GRPO, the ODE completion) or x0 (Stepwise-Flow-GRPO, the reward of the x0 prediction; no extra sampling)."""
     seed: int = 0
     """Seed of prompts, noise and minibatch order: everything derives from (seed, iteration)."""
     dtype: str = "float32"
@@ -307,14 +309,12 @@ class TrainConfig:
             raise WorkbenchError("last_step_sde makes the extra untrained last step an SDE step; it needs "
                                  "train_last_step=False and no window or mixgrpo")
         if self.chunk_sampling not in ("trajectory", "iteration"):
-            raise WorkbenchError(f"chunk_sampling must be 'trajectory' (GCPO) or 'iteration', "
-                                 f"got '{self.chunk_sampling}'")
+            raise WorkbenchError(f"chunk_sampling must be trajectory (GCPO) or iteration, not '{self.chunk_sampling}'")
         if (self.advantage == "gfpo") != (self.gfpo_metric is not None):
             raise WorkbenchError("advantage 'gfpo' and gfpo_metric go together: set both (e.g. gfpo_metric="
                                  "'sharpness') or neither")
         if not 0.0 <= self.gpg_threshold <= 1.0:
-            raise WorkbenchError(f"gpg_threshold is a fraction of the batch's groups, in [0, 1]; "
-                                 f"got {self.gpg_threshold}")
+            raise WorkbenchError(f"gpg_threshold is a fraction of the groups, in [0, 1]; got {self.gpg_threshold}")
         if self.max_sample_rounds is not None:
             if not self.refills:
                 raise WorkbenchError("max_sample_rounds caps the refill of DAPO dynamic sampling or GPG; set "
@@ -324,12 +324,12 @@ class TrainConfig:
         if self.gfpo_keep is not None and not 1 <= self.gfpo_keep <= self.group:
             raise WorkbenchError(f"gfpo_keep must be in 1..group ({self.group}), got {self.gfpo_keep}")
         if self.uses_chunks:
-            parse_chunk_spec(self.chunks, len(self.trained_steps(1)))
+            schedule(self.chunks, len(self.trained_steps(1)))
         if not (0 <= self.gae_gamma <= 1 and 0 <= self.gae_lambda <= 1 and self.critic_lr > 0
-                and self.critic_epochs >= 1 and self.lookahead in ("ode", "x0")):
+                and self.critic_epochs >= 1 and self.lookahead in lookahead_names()):
             raise WorkbenchError("need gae_gamma and gae_lambda in [0, 1], critic_lr > 0, critic_epochs >= 1 and "
-                                 f"lookahead 'ode' or 'x0'; got {self.gae_gamma}, {self.gae_lambda}, "
-                                 f"{self.critic_lr}, {self.critic_epochs}, '{self.lookahead}'")
+                                 f"lookahead one of {', '.join(lookahead_names())}; got {self.gae_gamma}, "
+                                 f"{self.gae_lambda}, {self.critic_lr}, {self.critic_epochs}, '{self.lookahead}'")
 
     def check_batches(self, world: int = 1) -> None:
         """Minibatches hold whole trajectories (chunk ratios need all steps) and split evenly over processes."""
@@ -410,12 +410,12 @@ class TrainConfig:
         """Chunk sizes over all sampled steps, for measuring a rollout's credit: the SDE window's chunks, with the
         steps before and after the window as one untrained chunk each (crosses: [1,2,2,3] + [9] over 17 steps)."""
         start, end = self.sde_window(1)
-        inner = parse_chunk_spec(self.chunks, end - start)
+        inner = schedule(self.chunks, end - start)
         return [s for s in (start, *inner, self.sampling_steps - end) if s > 0]
 
     def objective_settings(self) -> ObjectiveSettings:
         needs = OBJECTIVES.info(self.objective).needs_chunks
-        chunks = parse_chunk_spec(self.chunks, len(self.trained_steps(1))) if needs else None
+        chunks = schedule(self.chunks, len(self.trained_steps(1))) if needs else None
         return ObjectiveSettings(clip_low=self.clip_low, clip_high=self.clip_high, chunks=chunks,
                                  kl_beta=self.kl_beta)
 

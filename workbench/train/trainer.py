@@ -32,7 +32,7 @@ from workbench.flow.sampler import transition
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 from workbench.models.lora import lora_file
 from workbench.rl.advantages import ADVANTAGES
-from workbench.rl.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
+from workbench.rl.chunking import sample_chunks, schedule, step_mask_from_chunks
 from workbench.rl.objectives import OBJECTIVES, PolicyInputs, noise_aware_weights, transition_kl
 from workbench.train.config import TrainConfig
 from workbench.train.distributed import gather, init_distributed, sync_gradients
@@ -296,7 +296,7 @@ class Trainer:
         l1 = torch.cat([relative_change(grp.states) for grp in groups])[:, steps]  # (L, S)
         if cfg.chunk_weights == "uniform":  # GCPO's released script: every chunk equally likely
             l1 = torch.ones_like(l1)
-        sizes = parse_chunk_spec(cfg.chunks, len(steps))
+        sizes = schedule(cfg.chunks, len(steps))
         if cfg.chunk_sampling == "iteration":
             parts = gather((l1.sum(0), l1.shape[0]), self.dist)
             curve = sum(p[0] for p in parts) / sum(p[1] for p in parts)  # (S,)

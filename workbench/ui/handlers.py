@@ -15,7 +15,17 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import speckle, to_pil
 from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rl.chunking import CHUNKERS, chunk_boundaries, merge_at, parse_chunk_spec, split_at, toggle_boundary
+from workbench.rl.chunking import (
+    CHUNKERS,
+    chunk_boundaries,
+    chunker_info,
+    is_chunker_spec,
+    merge_at,
+    parse_chunk_spec,
+    schedule,
+    split_at,
+    toggle_boundary,
+)
 from workbench.rl.credit import Z
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
@@ -25,7 +35,6 @@ from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view, plots
 from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html
 
-CHUNKER_OPTION = {"uniform": "size", "adaptive": "max_size", "equal_mass": "num_chunks", "temporal": None}
 CHUNK_MAP_HINT = "measure credit in the Attribution tab to classify the chunks"  # the Chunks tab's map before credit
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
 REFINE_BUDGET_MAX = 10_000  # continuations one Refine press may spend (~20 default measurements; README)
@@ -148,16 +157,18 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
               z: float = Z, precision: str = "auto", progress=gr.Progress()):
     """Attribution tab -> (credit heatmap, rates Markdown, session, status).
 
-    estimator: mc (M continuations per state), ode or x0 (one look-ahead per state, M unused); crn: common
+    estimator: an ESTIMATORS name (M continuations per state, or one look-ahead per state, M unused); crn: common
     random numbers across a trajectory's continuations; precision: the continuations' numerics
     (core/precision.py)."""
     from workbench.rewards import build_reward
     from workbench.rl.credit import measure_credit
+    from workbench.rl.credit_estimators import ESTIMATORS
 
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     estimator = estimator or "mc"
+    info = ESTIMATORS.info(estimator)  # an unknown name: the message lists the valid ones
     group, policy = session.group, wb.policy(session.source)
     with wb.batched_threads():
         credit = measure_credit(policy, group, build_reward(session.reward_spec), continuations=k, chunks=session.sizes,
@@ -165,8 +176,8 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
                                 progress=_tracker(progress, "continuations from state"), precision=precision or "auto")
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
-    what = f"M={k} continuations" if estimator == "mc" else f"the {escape(estimator)} estimator"
-    if estimator != "x0":  # the x0 estimator evaluates no transformer: its numerics are the sampler's
+    what = f"M={k} continuations" if info.continuations else f"the {escape(estimator)} estimator"
+    if info.transformer:  # an estimator that evaluates no transformer (x0) has the sampler's numerics
         what += f" in {credit.precision}"
     seconds = credit.cost.get("seconds", 0.0)
     return credit_plot(session), rates_markdown(session), session, ok(f"measured credit with {what} ({seconds:.1f} s)")
@@ -297,16 +308,19 @@ def chunks_shown(wb: Workbench, session: Session):
 
 @guarded(5)
 def chunks_from_spec(wb: Workbench, spec: str, session: Session):
-    """Typed sizes such as "2,3,4,7"."""
-    return _edit(wb, session, lambda t: spec if spec is not None else "", "typed")
+    """Typed sizes such as "2,3,4,7", or a chunker such as "uniform:size=4" (cut by the model's curve)."""
+    def make(t: int):
+        if not is_chunker_spec(spec):
+            return spec if spec is not None else ""
+        return schedule(spec, t, wb.curve(t, _noise(session), session.source).mean)
+    return _edit(wb, session, make, "typed")
 
 
 @guarded(5)
 def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Session):
-    """A chunker (uniform, temporal, adaptive, equal_mass) with its one option."""
-    chunker = CHUNKERS.get(name)
-    key = CHUNKER_OPTION.get(name)
-    options = {} if key is None else {key: whole_number(option, f"the {name} option ({key})", 1)}
+    """A chunker of the menu with its one option (its ChunkerInfo names the option and its minimum)."""
+    chunker, key = CHUNKERS.get(name), chunker_info(name).option()
+    options = {} if key is None else {key.name: whole_number(option, f"the {name} option ({key.name})", key.minimum)}
 
     def make(t: int) -> list[int]:
         return chunker(t, wb.curve(t, _noise(session), session.source).mean, **options)

@@ -1,4 +1,5 @@
-"""The page: seven tabs and their wiring, in one place. Handlers live in `handlers`, `objectives` and `run_handlers`.
+"""The page: its tabs (registered in `ui.tabs.TABS`) and their wiring. Handlers live in `handlers`, `objectives` and
+`run_handlers`.
 
 `build_app(wb)` returns the `gr.Blocks`; `app.py` launches it. Per-user data is one `gr.State(Session())`,
 so two browser sessions never share a group, a credit measurement, a chunk schedule or a run.
@@ -16,10 +17,10 @@ from workbench.core.glossary import gloss
 from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rewards import default_reward, rewards_for
-from workbench.rl.chunking import parse_chunk_spec
+from workbench.rewards import default_note, default_reward, rewards_for
+from workbench.rl.chunking import chunker_info, chunker_names, parse_chunk_spec
 from workbench.rl.credit import Z
-from workbench.rl.credit_estimators import ESTIMATORS
+from workbench.rl.credit_estimators import estimator_help, estimator_names
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
@@ -42,10 +43,13 @@ from workbench.ui.mathml import font_css
 from workbench.ui.objectives import ROWS
 from workbench.ui.redraw import CARRIED_JS, REDRAW_JS, SHAPE_JS, preload_plotly_js
 from workbench.ui.state import Session
+from workbench.ui.tabs import TABS, Page, TabInfo, tab_ids
 from workbench.ui.welcome import (
+    ATTRIBUTION_INTRO,
     CHUNKS_INTRO,
     FINETUNE_INTRO,
     GENERATE_INTRO,
+    OBJECTIVES_INTRO,
     RUNS_INTRO,
     glossary_tab,
     go_to_learn,
@@ -68,7 +72,6 @@ HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events sha
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
               "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
-CHUNKERS_SHOWN = ["temporal", "uniform", "adaptive", "equal_mass"]
 SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a clean render scores about 0.02). "
                 "Flow-GRPO's SDE injects noise on its second-to-last step that the last, nearly noiseless step "
                 "cannot remove, so its final images carry speckle that the rewards score; the CPS sampler, or an SDE "
@@ -78,12 +81,14 @@ SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot
 REAL_VOCABULARY = ("SD3 / FLUX read any text. The examples come from the shipped real prompt set "
                    "(workbench/data/real_prompts.txt: objects, counts, colours and positions in GenEval's style), "
                    "which fine-tunes of a real model train on; the toy world's rewards and grammar do not apply.")
-DEFAULT_REWARD_NOTE = "the model's default (adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)"
+DEFAULT_REWARD_NOTE = default_note()
 
 
-def _generate_tab(wb, session) -> dict:
+@TABS.register("generate", info=TabInfo("Generate", order=10))
+def _generate_tab(page: Page) -> dict:
     """Generate tab; returns its button and outputs so the Attribution outputs can be wired after they exist. A real
     model's examples, hints and rewards come from the real prompt set and the rewards that serve it."""
+    wb, session = page.wb, page.session
     toy = not is_pipeline_folder(wb.model_path)
     examples = EXAMPLE_PROMPTS if toy else world_prompts(False, len(EXAMPLE_PROMPTS))
     gr.Markdown(GENERATE_INTRO, elem_id="generate-intro")
@@ -122,16 +127,6 @@ def _generate_tab(wb, session) -> dict:
                 shown=[prompt, group, steps, noise, seed, reward, sde, window, gallery, strip, logprob, status])
 
 
-ATTRIBUTION_INTRO = (
-    "Sample M continuations from every state of the group made in **Generate** and compare each step's measured "
-    "credit (left) with the one advantage GRPO gives the whole trajectory (right). Every cell has a standard "
-    "error: it is **misattributed** (x) or **aligned** (dot) only when its credit differs from 0 at the false-call "
-    "rate z sets (z = 2: 4.6 % of cells without credit are called; a Student-t test, since each error comes from "
-    "only M continuations), **undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more "
-    "continuations where cells are undetermined and tests a cell again at the rate divided by its looks. The "
-    "*ode* and *x0* estimators value each state with one deterministic look-ahead "
-    "(TP-GRPO; Stepwise-Flow-GRPO, DenseGRPO): cheaper, without Monte-Carlo error, and compared with your "
-    "Monte-Carlo measurement of the same group.")
 
 
 def _per_step_section(wb, session) -> list:
@@ -154,12 +149,13 @@ def _per_step_section(wb, session) -> list:
     return [plot, table, status]  # the section's view (`step_advantages_view`)
 
 
-def _attribution_tab(wb, session, choices: list) -> dict:
+@TABS.register("attribution", info=TabInfo("Attribution", order=20, needs_credit=True))
+def _attribution_tab(page: Page) -> dict:
+    wb, session, choices = page.wb, page.session, page.choices
     gr.Markdown(gloss(ATTRIBUTION_INTRO), elem_id="attribution-intro")
     with gr.Row():
         continuations = gr.Slider(1, 16, 4, step=1, label="Continuations per state M", elem_id="credit-k")
-        estimator = gr.Dropdown(ESTIMATORS.names(), value="mc", label="Credit estimator",
-                                info="mc: Monte-Carlo; ode: ODE completion; x0: denoised prediction",
+        estimator = gr.Dropdown(estimator_names(), value="mc", label="Credit estimator", info=estimator_help(),
                                 elem_id="credit-estimator")
         crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
                           elem_id="credit-crn")
@@ -207,19 +203,29 @@ def _attribution_tab(wb, session, choices: list) -> dict:
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
                   show_progress_on=[compare_plot], **HEAVY)
+    page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
+                    api_visibility="private", show_progress="hidden")  # flashes
+    page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private")
+    page.tab.select(**steps_view)  # each section shows the group it belongs to
+    gen = page.built["generate"]
+    gen["run"].click(partial(h.generate, wb), gen["inputs"], [*gen["outputs"], heatmap, rates, session, gen["status"]],
+                     api_name="generate", **HEAVY)
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
                 compare_text=compare_text, both=both, continuations=continuations, estimator=estimator,
                 steps_view=steps_view)
 
 
-def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
+@TABS.register("chunks", info=TabInfo("Chunks", order=30, needs_credit=True))
+def _chunks_tab(page: Page) -> gr.Textbox:
+    wb, session, tab, link = page.wb, page.session, page.tab, page.link
     gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
         apply = gr.Button("Apply sizes", elem_id="apply-spec-btn", scale=1)
     with gr.Row():
-        chunker = gr.Dropdown(CHUNKERS_SHOWN, value="temporal", label="Chunker", scale=2)
-        option = gr.Number(4, precision=0, label="size (uniform) / max size (adaptive) / chunks (equal_mass)",
+        chunker = gr.Dropdown(chunker_names(menu=True), value="temporal", label="Chunker", scale=2)
+        option = gr.Number(4, precision=0, label=" / ".join(f"{chunker_info(n).option().label} ({n})" for n in
+                                                             chunker_names(menu=True) if chunker_info(n).option()),
                            scale=2)
         use = gr.Button("Apply chunker", elem_id="apply-chunker-btn", scale=1)
     with gr.Row():
@@ -256,16 +262,6 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
     return spec
 
 
-OBJECTIVES_INTRO = (
-    "What each objective does to each step of the group made in **Generate**: the map of an objective shows "
-    "its push −w = −dL/d log p on every (trajectory, step), blue raising that step's log-prob, red lowering "
-    "it, on **one colour scale for all maps** (a map whose largest push is 10x or more below the scale's end "
-    "says so in its title: GPG and Dr. GRPO divide by more, so their maps look pale; choose *a scale per "
-    "objective* to see their pattern). The top row is the first update of an iteration (every ratio "
-    "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "
-    "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
-    "**Click a cell** (trajectory i, step t; or set them below) to see that objective's formula with the cell's "
-    "numbers.")
 # The cell formula's math font, served by Gradio from the package (launch's allowed_paths) and asked for as the page
 # loads, so the first formula is drawn in it
 MATH_FONT_URL = f"gradio_api/file={MATH_FONT.as_posix()}"
@@ -303,7 +299,9 @@ def queued(demo: gr.Blocks, **options) -> gr.Blocks:
     return demo
 
 
-def _objectives_tab(wb, session, tab) -> None:
+@TABS.register("objectives", info=TabInfo("Objectives", order=40, needs_credit=True))
+def _objectives_tab(page: Page) -> None:
+    wb, session, tab = page.wb, page.session, page.tab
     view = gr.State(None)  # ui.objectives.ObjectivesView of this session
     gr.Markdown(gloss(OBJECTIVES_INTRO), elem_id="objectives-intro")
     with gr.Row():
@@ -353,8 +351,10 @@ def _objectives_tab(wb, session, tab) -> None:
     api.click(partial(ob.objectives_cell, wb), cell_inputs, [maps, formula, view, status], api_name="objectives_cell")
 
 
-def _finetune_tab(wb, session, tab) -> None:
+@TABS.register("finetune", info=TabInfo("Fine-tune", order=50))
+def _finetune_tab(page: Page) -> None:
     """Every control starts at TrainConfig's default and says what its field's docstring says."""
+    wb, session, tab = page.wb, page.session, page.tab
     defaults, docs = TrainConfig(), field_docs(TrainConfig)
     gr.Markdown(FINETUNE_INTRO, elem_id="finetune-intro")
 
@@ -376,7 +376,8 @@ def _finetune_tab(wb, session, tab) -> None:
                             placeholder=f"the model's default ({default_reward(False)})" if real_model
                             else DEFAULT_REWARD_NOTE,
                             info=hint("reward"))
-        chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
+        chunks = gr.Textbox(defaults.chunks, label="Chunk schedule: sizes (sum = trained steps) or a chunker ("
+                            + ", ".join(chunker_names(menu=True, without_curve=True)) + ", uniform:size=4)",
                             elem_id="train-chunks", info=hint("chunks"))
     with gr.Row():
         lr = gr.Number(defaults.lr, label="Learning rate", info=hint("lr"))
@@ -434,7 +435,9 @@ def _finetune_tab(wb, session, tab) -> None:
     shown.input(partial(rh.show_run, wb), [shown, session], [*panel, session, status], api_name="show_run")
 
 
-def _runs_tab(wb, tab) -> None:
+@TABS.register("runs", info=TabInfo("Runs", order=60))
+def _runs_tab(page: Page) -> None:
+    wb, tab = page.wb, page.tab
     gr.Markdown(RUNS_INTRO, elem_id="runs-intro")
     refresh = gr.Button("Refresh", elem_id="refresh-runs-btn")
     status = gr.Markdown(elem_id="runs-status")
@@ -467,6 +470,11 @@ def _runs_tab(wb, tab) -> None:
     prepare.click(partial(rh.download, wb), [pick], [files, status], api_name="download_run")
 
 
+TABS.register("learn", info=TabInfo("Learn", order=70))(
+    lambda page: learn_tab(page.wb, page.session, page.built["generate"]["shown"], HEAVY))
+TABS.register("glossary", info=TabInfo("Glossary", order=80))(lambda page: glossary_tab())
+
+
 def build_app(wb: Workbench) -> gr.Blocks:
     """The whole workbench page around one shared `Workbench` (model, curves, training jobs)."""
     parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
@@ -478,31 +486,11 @@ def build_app(wb: Workbench) -> gr.Blocks:
         welcome, start = welcome_panel()
         link = share.share_row()
         with gr.Tabs() as tabs:
-            with gr.Tab("Generate", id="generate"):
-                gen = _generate_tab(wb, session)
-            with gr.Tab("Attribution", id="attribution") as attribution_tab:
-                attribution = _attribution_tab(wb, session, choices)
-            attribution_tab.select(partial(h.attribution_view, wb), [session],  # a redraw: no progress flashes
-                                   [attribution["heatmap"], attribution["rates"], attribution["status"]],
-                                   api_visibility="private", show_progress="hidden")
-            attribution_tab.select(partial(pol.comparison_view, wb), [session], attribution["both"],
-                                   api_visibility="private")
-            attribution_tab.select(**attribution["steps_view"])  # each section shows the group it belongs to
-            gen["run"].click(partial(h.generate, wb), gen["inputs"],
-                             [*gen["outputs"], attribution["heatmap"], attribution["rates"], session, gen["status"]],
-                             api_name="generate", **HEAVY)
-            with gr.Tab("Chunks", id="chunks") as chunks_tab:
-                spec = _chunks_tab(wb, session, chunks_tab, link["link"])
-            with gr.Tab("Objectives", id="objectives") as objectives_tab:
-                _objectives_tab(wb, session, objectives_tab)
-            with gr.Tab("Fine-tune", id="finetune") as finetune_tab:
-                _finetune_tab(wb, session, finetune_tab)
-            with gr.Tab("Runs", id="runs") as runs_tab:
-                _runs_tab(wb, runs_tab)
-            with gr.Tab("Learn", id="learn"):
-                learn_tab(wb, session, gen["shown"], HEAVY)
-            with gr.Tab("Glossary", id="glossary"):
-                glossary_tab()
+            built: dict = {}
+            for name in tab_ids():
+                with gr.Tab(TABS.info(name).label, id=name) as tab:
+                    built[name] = TABS.get(name)(Page(wb, session, tab, link["link"], choices, built))
+        gen, attribution, spec = built["generate"], built["attribution"], built["chunks"]
         start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)
         prompt, group, steps, noise, seed, reward, _, sde, window = gen["inputs"]
         k, estimator = attribution["continuations"], attribution["estimator"]

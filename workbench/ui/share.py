@@ -20,16 +20,15 @@ import gradio as gr
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sde import SDE_KINDS
-from workbench.rl.chunking import parse_chunk_spec
+from workbench.rewards import parse_reward_spec
+from workbench.rl.chunking import schedule
 from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.ui import handlers as h
 from workbench.ui.guard import escape, guarded, ok, parse_window
 from workbench.ui.state import BASE, Session, format_sizes
+from workbench.ui.tabs import TABS, check_tab, tab_id
 from workbench.ui.workbench import Workbench
 
-TABS = {"Generate": "generate", "Attribution": "attribution", "Chunks": "chunks", "Objectives": "objectives",
-        "Fine-tune": "finetune", "Runs": "runs", "Learn": "learn", "Glossary": "glossary"}  # label -> tab id
-NEEDS_CREDIT = ("attribution", "chunks", "objectives")  # tabs whose view shows measured credit
 CURRENT_TAB_JS = """(...args) => [...args.slice(0, -2),
   document.querySelector('button[role="tab"][aria-selected="true"]')?.textContent.trim() ?? '',
   window.location.origin + window.location.pathname]"""
@@ -72,7 +71,7 @@ def view_link(prompt: str, group: float, steps: float, noise: float, seed: float
     query = {"model": session.source, "prompt": (prompt or "").strip(), "seed": int(seed), "G": int(group),
              "T": int(steps), "noise": f"{float(noise):g}", "sampler": sde or "", "window": (window or "").strip(),
              "reward": (reward or "").strip(), "chunks": format_sizes(session.sizes),
-             "continuations": int(continuations), "estimator": estimator or "mc", "tab": TABS.get(tab, tab or "")}
+             "continuations": int(continuations), "estimator": estimator or "mc", "tab": tab_id(tab or "")}
     return (base or "") + "?" + urlencode({k: v for k, v in query.items() if v != ""})
 
 
@@ -124,10 +123,14 @@ def parse_query(params: dict) -> dict:
     if view["estimator"] not in ESTIMATORS.names():
         raise WorkbenchError(f"the link's estimator={view['estimator']!r} is not one of "
                              f"{', '.join(ESTIMATORS.names())}")
-    if view["tab"] not in TABS.values():
-        raise WorkbenchError(f"the link's tab={view['tab']!r} is not one of {', '.join(TABS.values())}")
+    check_tab(view["tab"])
+    if view["reward"].strip():
+        try:
+            parse_reward_spec(view["reward"])
+        except WorkbenchError as err:
+            raise WorkbenchError(f"the link's reward={view['reward']!r}: {err}") from None
     parse_window(view["window"])
-    view["sizes"] = parse_chunk_spec(params["chunks"], view["T"]) if params.get("chunks") else None
+    view["sizes"] = schedule(params["chunks"], view["T"]) if params.get("chunks") else None  # sizes or a chunker
     return view
 
 
@@ -158,7 +161,7 @@ def open_link(wb: Workbench, session: Session, query: str, progress=gr.Progress(
     gallery, strip, logprob, heatmap, rates = out[:5]
     if view["sizes"] is not None:
         session = session.with_sizes(view["sizes"])
-    if view["tab"] in NEEDS_CREDIT:
+    if TABS.info(view["tab"]).needs_credit:
         measured = h.attribute(wb, view["continuations"], session, view["estimator"], progress=progress)
         session = _sampled(measured)
         heatmap, rates = measured[:2]

@@ -34,6 +34,28 @@ CHUNKS_INTRO = gloss(
     "chunk credit and the misattribution rates update at once (the stored credit and its errors are "
     "re-chunked, nothing is sampled again).")
 
+ATTRIBUTION_INTRO = (
+    "Sample M continuations from every state of the group made in **Generate** and compare each step's measured "
+    "credit (left) with the one advantage GRPO gives the whole trajectory (right). Every cell has a standard "
+    "error: it is **misattributed** (x) or **aligned** (dot) only when its credit differs from 0 at the false-call "
+    "rate z sets (z = 2: 4.6 % of cells without credit are called; a Student-t test, since each error comes from "
+    "only M continuations), **undetermined** (grey) otherwise; hover a cell for its error. **Refine** spends more "
+    "continuations where cells are undetermined and tests a cell again at the rate divided by its looks. The "
+    "*ode* and *x0* estimators value each state with one deterministic look-ahead "
+    "(TP-GRPO; Stepwise-Flow-GRPO, DenseGRPO): cheaper, without Monte-Carlo error, and compared with your "
+    "Monte-Carlo measurement of the same group.")
+
+OBJECTIVES_INTRO = (
+    "What each objective does to each step of the group made in **Generate**: the map of an objective shows "
+    "its push −w = −dL/d log p on every (trajectory, step), blue raising that step's log-prob, red lowering "
+    "it, on **one colour scale for all maps** (a map whose largest push is 10x or more below the scale's end "
+    "says so in its title: GPG and Dr. GRPO divide by more, so their maps look pale; choose *a scale per "
+    "objective* to see their pattern). The top row is the first update of an iteration (every ratio "
+    "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "
+    "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
+    "**Click a cell** (trajectory i, step t; or set them below) to see that objective's formula with the cell's "
+    "numbers.")
+
 RUNS_INTRO = gloss(
     "Every fine-tuning run on disk, from this app or the command line: its objective (GRPO, Chunk-GRPO, ...), "
     "how far it got, its reward and its held-out accuracy. Choose runs to compare a metric across them; "
