@@ -251,11 +251,9 @@ class Credit:
         h = int(k.min()) // 2
         own = self.start_continuations
         starts = (None, None) if own is None else (own[:, :h], own[:, h:2 * h])
-        rewards = self.continuation_rewards
-        return (replace(self, continuation_rewards=rewards[..., :h], start_continuations=starts[0], looks=None,
-                        look_rounds=None),
-                replace(self, continuation_rewards=rewards[..., h:2 * h], start_continuations=starts[1], looks=None,
-                        look_rounds=None))
+        rewards, fresh = self.continuation_rewards, dict(looks=None, look_rounds=None)
+        return (replace(self, continuation_rewards=rewards[..., :h], start_continuations=starts[0], **fresh),
+                replace(self, continuation_rewards=rewards[..., h:2 * h], start_continuations=starts[1], **fresh))
 
     def misattribution(self, z: float = Z) -> dict[str, float]:
         """The plain sign rates (earlier figures) with their errors, beside the significance-aware rates."""
