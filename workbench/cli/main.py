@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="independent continuations instead of common random numbers across a trajectory's states")
     p.add_argument("--rescore", type=positive_int, default=0, metavar="R",
                    help="score every final image R more times and value it by the mean (for a stochastic reward, "
-                        "whose noise the last step's credit would hold otherwise; default 0)")
+                        "whose noise the last step's credit would hold otherwise; default: scored once)")
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="numerics of the continuations (default auto: bfloat16 where the device has it natively, "
                         "about 2x faster, else float32; docs/methods.md 'Continuation numerics')")
