@@ -1,6 +1,6 @@
 """False calls of the credit classification under null rewards (docs/methods.md "False-call rate").
 
-    OMP_NUM_THREADS=1 python scripts/null_calibration.py               # synthetic groups, ~4 CPU-minutes
+    OMP_NUM_THREADS=1 python scripts/null_calibration.py               # synthetic groups, ~80 CPU-s
     OMP_NUM_THREADS=1 python scripts/null_calibration.py --embedded    # the embedded model, ~6 CPU-minutes
 
 A null reward does not depend on the state, so no cell that ends before the image has credit, and the share
@@ -200,12 +200,12 @@ def embedded(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--groups", type=int, default=None, help="groups per row (default 1500; --embedded 40)")
-    p.add_argument("--refine-groups", type=int, default=300, help="groups per refinement row (default 300)")
+    p.add_argument("--groups", type=int, default=None, help="groups per row (default 250; --embedded 40)")
+    p.add_argument("--refine-groups", type=int, default=60, help="groups per refinement row (default 60)")
     p.add_argument("--z", type=float, default=2.0)
     p.add_argument("--embedded", action="store_true", help="continuations from the embedded model (slower)")
     args = p.parse_args()
-    args.groups = args.groups or (40 if args.embedded else 1500)
+    args.groups = args.groups or (40 if args.embedded else 250)
     torch.set_num_threads(1)
     start = time.process_time()
     (embedded if args.embedded else synthetic)(args)
