@@ -113,12 +113,13 @@ def test_null_false_calls_hold_after_refinement_rounds(crn, kind):
 
 
 # --------------------------------------------------------------------------- the last step
-def noisy_credit(k: int, kind: str, rescore: int, seed: int) -> Credit:
+def noisy_credit(k: int, kind: str, rescore: int, seed: int, g: int = 500) -> Credit:
     """A reward that is pure noise, a new draw each time anything is scored: the final image's value is one
-    draw, or the mean of 1 + rescore draws (`final_scores`)."""
+    draw, or the mean of 1 + rescore draws (`final_scores`). 500 trajectories: the step from the group-mean
+    start pools all their rewards in its permutation test, whose cost grows with them."""
     gen = torch.Generator().manual_seed(seed)
-    continuations = _reward(torch.randn(G, T - 1, k, generator=gen), kind)
-    scores = _reward(torch.randn(G, 1 + rescore, generator=gen), kind)  # (G, 1 + R)
+    continuations = _reward(torch.randn(g, T - 1, k, generator=gen), kind)
+    scores = _reward(torch.randn(g, 1 + rescore, generator=gen), kind)  # (G, 1 + R)
     rewards = scores.mean(1)
     return Credit("noise", rewards, rewards - rewards.mean(), continuations, [2, T - 2], crn=False,
                   final_scores=scores if rescore else None)
