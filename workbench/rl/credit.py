@@ -11,8 +11,8 @@ measured here from the value of the states around it:
 
 The credits of a trajectory telescope to r_i - V(x_T). Every cell has a standard error from the spread
 of the continuation rewards (`workbench.rl.credit_stats`), and is misattributed (against A_i), aligned
-(with it) or undetermined by a Student-t test at the false-call rate that z stands for
-(`workbench.rl.significance`). A unit from x_T to the image under a shared start has credit r_i - mean r,
+(with it) or undetermined by a Student-t test (exact where rewards tie) at the false-call rate that z stands
+for (`workbench.rl.significance`). A unit from x_T to the image under a shared start has credit r_i - mean r,
 the raw advantage: its class is fixed by construction and flagged (`Credit.chunk_fixed`). Steps that are not trained and
 trajectories with A_i = 0 are left out of every rate. Cheaper estimators (`credit_estimators`) fill the
 same `Credit`; `refine` spends a budget of continuations where cells are still undetermined.
