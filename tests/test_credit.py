@@ -103,9 +103,11 @@ def test_plain_rates_by_hand():
     assert m["chunk_misattribution"] == pytest.approx(1 / 4)
     # identical continuations: no Monte-Carlo error inside; only the first step carries the start value's error
     assert c.step_se[:, 1:].abs().max() == 0 and c.step_se[:, 0].min() > 0
-    classes = c.classify(2.0)  # first step: |d| = 0.3 or 0.2 against an error of sqrt(0.5 / 2) = 0.5
-    assert classes.step.tolist() == [[0, 1, 1], [0, -1, 1]]
-    assert classes.chunk.tolist() == [[0, 1], [0, 1]]  # chunk 1: 0.8 and -0.3 with error 0 (A_1 < 0)
+    # first step: |d| = 0.3 or 0.2 against an error of sqrt(0.5 / 2) = 0.5. The others have error 0 only because
+    # the two continuations agree: they tie, so the exact sign-flip test decides, and two equal differences have
+    # p = P(both signs agree) = 2 / 2^2 = 0.5; an infinite t once called them all determined
+    classes = c.classify(2.0)
+    assert classes.step.tolist() == [[0, 0, 0], [0, 0, 0]] and classes.chunk.tolist() == [[0, 0], [0, 0]]
 
 
 def test_untrained_steps_are_left_out_of_every_rate():
@@ -273,3 +275,27 @@ def test_the_halves_line_counts_their_determined_cells_and_warns_when_few():
     assert line.startswith("**Spread over continuation noise:**") and max(counts) < FEW_CELLS
     assert f"of {counts[0]} and " in line and f"of {counts[1]} determined steps" in line and "of 8 steps" in line
     assert f"fewer than {FEW_CELLS} cells" in line
+
+
+def test_rescoring_values_the_image_by_the_mean_of_its_scores(random_policy, group):
+    """A reward that gives another number each time (here: the call's index plus the red mean): with rescore=2 the
+    image is scored three times, in the first three calls, before any continuation; its value is the mean
+    (offset 1), the telescoping still holds, and the last step's error includes the scores' spread: Var(mean of
+    0, 1, 2 offsets) = 1 / 3, so se >= sqrt(1/3) however the continuations agree."""
+    calls = []
+
+    def noisy(images, prompts):
+        calls.append(len(images))
+        return mean_red(images, prompts) + (len(calls) - 1)
+
+    credit = measure_credit(random_policy, group, noisy, continuations=2, chunks="2,3", rescore=2)
+    base = mean_red(group.images, [PROMPT] * 4)
+    assert credit.final_scores.shape == (4, 3) and calls[:3] == [4, 4, 4]
+    assert torch.allclose(credit.final_scores - base[:, None], torch.tensor([0.0, 1.0, 2.0]).expand(4, 3), atol=1e-6)
+    assert torch.allclose(credit.rewards, base + 1, atol=1e-6)
+    assert torch.allclose(credit.step_credit.sum(1), credit.rewards - credit.rewards.mean(), atol=1e-5)
+    assert bool((credit.step_se[:, -1] >= (1 / 3) ** 0.5 - 1e-6).all())
+    once = measure_credit(random_policy, group, mean_red, continuations=2, chunks="2,3")
+    assert once.final_scores is None
+    with pytest.raises(WorkbenchError, match="rescore"):
+        measure_credit(random_policy, group, mean_red, continuations=2, rescore=-1)

@@ -74,7 +74,8 @@ def test_the_table_counts_the_determined_cells_and_says_when_a_difference_has_no
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
 
     def credit(noisy_from: int) -> Credit:  # trajectories from noisy_from on: continuations too noisy to determine
-        continuations = torch.full((4, 1, 4), 0.5)
+        # a small spread, no two rewards equal (tied rewards would go to the exact test, which 4 values cannot pass)
+        continuations = 0.5 + torch.tensor([0.001, -0.001, 0.002, -0.002]).expand(4, 1, 4).clone()
         continuations[noisy_from:, 0] += torch.tensor([-3.0, 3.0, -3.0, 3.0])
         return Credit("p", rewards, rewards - rewards.mean(), continuations, [1, 1])
 

@@ -89,3 +89,22 @@ def test_push_credit_correlation_by_hand():
     expected = statistics.correlation(push, credit[mask].tolist())
     assert ex.correlation(credit)[0].item() == pytest.approx(expected, abs=1e-6)
     assert torch.isnan(ex.correlation(torch.ones(2, 3)))[0]  # a constant credit map: undefined
+
+
+def test_gspo_sequence_ratio_is_the_geometric_mean_over_the_trained_steps():
+    """GSPO (arXiv 2507.18071, eq. 7): s_i = (pi_theta / pi_old)^(1 / |y_i|), the log-ratio averaged over the
+    trajectory's trained steps, not summed. Trajectory 0: log-ratios 0.1, 0.2, 0.3 -> s = exp(0.2); trajectory
+    1 trains steps 0 and 2 only (l = 0.1, 0.3; step 1's 5.0 is not trained) -> s = exp(0.2) as well, where a
+    sum would give exp(0.6) and exp(0.4). Clip range 0.5: nothing clipped. Loss -mean_i A_i s_i with A = (1, 2);
+    d loss / d log p_t = -A_i s_i / (B T_i) on trained steps (the registry's formula), 0 elsewhere."""
+    old = torch.zeros(2, 3)
+    log_prob = torch.tensor([[0.1, 0.2, 0.3], [0.1, 5.0, 0.3]], requires_grad=True)
+    mask = torch.tensor([[True, True, True], [True, False, True]])
+    inputs = PolicyInputs(log_prob, old, torch.tensor([1.0, 2.0]), step_mask=mask)
+    out = OBJECTIVES.get("gspo")(inputs, ObjectiveSettings(clip_low=0.5))
+    s = torch.exp(torch.tensor(0.2))
+    assert torch.allclose(out.step_ratio, torch.tensor([[s, s, s], [s, 1.0, s]]))
+    assert out.loss.item() == pytest.approx(float(-(1 * s + 2 * s) / 2), rel=1e-6)
+    out.loss.backward()
+    expected = torch.tensor([[-1 * s / (2 * 3)] * 3, [-2 * s / (2 * 2), 0.0, -2 * s / (2 * 2)]])
+    assert torch.allclose(log_prob.grad, expected, atol=1e-7)

@@ -1,13 +1,24 @@
-"""Student-t tails, Welch-Satterthwaite and per-cell degrees of freedom against hand values
-(docs/methods.md "False-call rate")."""
+"""Student-t tails, Welch-Satterthwaite, per-cell degrees of freedom and the exact tests of tied rewards against
+hand values and complete enumeration (docs/methods.md "False-call rate")."""
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from workbench.rl.credit_stats import credit_dof
-from workbench.rl.significance import determined, false_call_rate, incomplete_beta, t_two_sided, welch_dof
+from workbench.rl.significance import (
+    determined,
+    false_call_rate,
+    has_ties,
+    incomplete_beta,
+    permutation_p,
+    sign_flip_p,
+    t_two_sided,
+    welch_dof,
+)
 
 INF = float("inf")
 
@@ -91,3 +102,81 @@ def test_t_tails_for_one_and_two_degrees_of_freedom_by_closed_form():
     assert torch.allclose(t_two_sided(t, torch.ones(6)), cauchy, atol=1e-12)
     assert torch.allclose(t_two_sided(-t, torch.full((6,), 2.0)), two, atol=1e-12)
     assert t_two_sided(torch.tensor([INF]), torch.tensor([3.0])).item() == 0.0
+
+
+# --------------------------------------------------------------------------- exact tests where rewards tie
+def _brute_sign_flip(d: list[float]) -> float:
+    """P(|sum e_k |d_k|| >= |sum d_k|) over all 2^m sign patterns, counted one by one."""
+    observed, hits = abs(sum(d)), 0
+    for signs in itertools.product((-1, 1), repeat=len(d)):
+        hits += abs(sum(s * abs(v) for s, v in zip(signs, d))) >= observed - 1e-12
+    return hits / 2 ** len(d)
+
+
+def _brute_permutation(a: list[float], b: list[float]) -> float:
+    """The share of the C(n, n_b) ways to pick b's part of the pooled values whose |mean(b) - mean(a)| is at
+    least the observed one, counted one by one."""
+    pooled, nb = a + b, len(b)
+    observed = abs(sum(b) / nb - sum(a) / len(a))
+    hits = total = 0
+    for part in itertools.combinations(range(len(pooled)), nb):
+        pb = [pooled[k] for k in part]
+        pa = [pooled[k] for k in range(len(pooled)) if k not in part]
+        hits += abs(sum(pb) / nb - sum(pa) / len(pa)) >= observed - 1e-12
+        total += 1
+    return hits / total
+
+
+def test_sign_flip_by_hand():
+    assert sign_flip_p(np.array([1.0, 1.0])) == pytest.approx(0.5)  # both signs agree: 2 of 4 patterns
+    assert sign_flip_p(np.array([1.0, 1, 1, 1])) == pytest.approx(2 / 16)  # M = 4 pairs can never reach 4.6 %
+    assert sign_flip_p(np.array([0.5] * 6)) == pytest.approx(2 / 64)  # six agreeing pairs can: 3.1 %
+    assert sign_flip_p(np.array([1.0, 2.0, 3.0])) == pytest.approx(2 / 8)  # only +-(1 + 2 + 3) reach 6
+    assert sign_flip_p(np.array([0.0, 1.0, 1.0])) == pytest.approx(0.5)  # a zero difference adds nothing
+    assert sign_flip_p(np.array([1.0, -1.0, 1.0])) == 1.0 and sign_flip_p(np.zeros(3)) == 1.0
+
+
+def test_permutation_by_hand():
+    # 0/1 rewards, 4 against 4: only the two most extreme of the C(8, 4) = 70 splits
+    assert permutation_p(np.zeros(4), np.ones(4)) == pytest.approx(2 / 70)
+    # a = (0, 0, 0, 1), b = (1, 1, 1, 1): b holds x of the five 1s with weight C(5, x) C(3, 4 - x) (x = 1..4:
+    # 5, 30, 30, 5); as extreme as x = 4 are x = 1 and x = 4: 10 / 70 (Fisher's exact test)
+    assert permutation_p(np.array([0.0, 0, 0, 1]), np.ones(4)) == pytest.approx(10 / 70)
+    assert permutation_p(np.ones(3), np.ones(2)) == 1.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_p_values_equal_counting_every_pattern(seed):
+    gen = np.random.default_rng(seed)
+    d = list(gen.choice([-2.0, -1.0, 0.0, 1.0, 1.5, 3.0], size=7))  # few values: ties, zeros
+    assert sign_flip_p(np.array(d)) == pytest.approx(_brute_sign_flip(d), abs=1e-12)
+    a, b = list(gen.choice([0.0, 0.25, 1.0], size=4)), list(gen.choice([0.0, 0.25, 0.5, 1.0], size=5))
+    assert permutation_p(np.array(a), np.array(b)) == pytest.approx(_brute_permutation(a, b), abs=1e-12)
+
+
+def test_large_supports_are_sampled_with_a_valid_p_value():
+    gen = np.random.default_rng(0)
+    d = np.arange(1, 18) / 10 * np.where(gen.random(17) < 0.75, 1, -1)  # 17 distinct |d|: 2^17 patterns > 2^16
+    exact = _brute_sign_flip_numpy(d)
+    sampled = sign_flip_p(d)
+    assert abs(sampled - exact) < 4 * math.sqrt(exact * (1 - exact) / 9999) + 1e-4 and sampled >= 1 / 10000
+    a, b = np.round(gen.normal(0, 1, 12), 1), np.round(gen.normal(0.8, 1, 12), 1)
+    p = permutation_p(a, b)
+    assert 1 / 10000 <= p < 0.2  # sampled relabellings: never 0
+
+
+def _brute_sign_flip_numpy(d: np.ndarray) -> float:
+    signs = np.array(list(itertools.product((-1, 1), repeat=len(d))))  # (2^m, m)
+    return float((np.abs(signs @ np.abs(d)) >= abs(d.sum()) - 1e-9).mean())
+
+
+def test_ties_are_found_among_non_padding_values():
+    x = torch.tensor([[1.0, 2.0, 2.0], [1.0, 2.0, math.nan], [math.nan, math.nan, 3.0], [0.0, 0.0, math.nan]])
+    assert has_ties(x).tolist() == [True, False, False, True]
+
+
+def test_an_exact_p_value_decides_where_it_is_given():
+    credit, se, dof = torch.tensor([1.0, 1.0, 1.0]), torch.tensor([0.0, 0.0, 0.1]), torch.full((3,), 3.0)
+    exact = torch.tensor([0.125, 0.03, math.nan])  # a zero spread alone no longer determines a cell
+    assert determined(credit, se, dof, 2.0, exact=exact).tolist() == [False, True, True]
+    assert determined(credit, se, dof, 2.0, torch.full((3,), 2.0), exact).tolist() == [False, False, True]

@@ -100,6 +100,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     from workbench.rl.credit import measure_credit
     from workbench.rl.credit_estimators import ESTIMATORS
     from workbench.rl.significance import false_call_rate
+    from workbench.viz.credit_view import last_step_text
 
     config, info = sampling_config(args), ESTIMATORS.info(args.estimator)
     try:
@@ -117,7 +118,8 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     group = sample_group(policy, args.prompt, config)
     credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=sizes,
                             advantage=args.advantage, seed=args.seed, progress=_progress("continuations"),
-                            estimator=args.estimator, crn=not args.no_crn, precision=args.precision)
+                            estimator=args.estimator, crn=not args.no_crn, precision=args.precision,
+                            rescore=args.rescore)
     summary = credit.summary(args.z)
     if args.json:
         print(to_json({k: _round_or_none(v) if isinstance(v, (list, float)) and k != "chunks"
@@ -129,7 +131,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
           f"{'independent' if args.no_crn else 'common random numbers'}{numerics}) chunks {credit.sizes}, z={args.z:g}")
     rate = 100 * false_call_rate(args.z)
     print(f"  steps: x misattributed, + aligned, ? undetermined (not significant at a {rate:.1f} % false-call rate, "
-          "Student t), - not counted")
+          "Student t, or exact where rewards tie), - not counted")
     classes, valid = credit.step_classes(args.z).tolist(), credit.step_valid.tolist()
     for i, a in enumerate(credit.advantages.tolist()):
         marks = "".join("-" if not v else "x+?"[[-1, 1, 0].index(c)] for c, v in zip(classes[i], valid[i]))
@@ -144,6 +146,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
               "the raw advantage, so it never disagrees with A")
     print("+- is over trajectories; measuring the same group with other continuation noise moves the rates by "
           "several points more (docs/misattribution.md)")
+    print(last_step_text(credit))
     return 0
 
 
@@ -241,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "cells are tested with Student-t quantiles (M - 1 degrees of freedom under CRN)")
     p.add_argument("--no-crn", action="store_true",
                    help="independent continuations instead of common random numbers across a trajectory's states")
+    p.add_argument("--rescore", type=positive_int, default=0, metavar="R",
+                   help="score every final image R more times and value it by the mean (for a stochastic reward, "
+                        "whose noise the last step's credit would hold otherwise; default: scored once)")
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="numerics of the continuations (default auto: bfloat16 where the device has it natively, "
                         "about 2x faster, else float32; docs/methods.md 'Continuation numerics')")

@@ -76,7 +76,10 @@ TERMS = (
     Term("credit", ("credit",),
          "What a step really did for the reward: the value of the state after the step minus the value "
          "before it, a value being the mean reward of continuations from that state. The credits of an "
-         "image add up to its reward minus the group mean.", "Monte-Carlo credit"),
+         "image add up to its reward minus the group mean. The last step (and the last chunk) ends at the "
+         "image, whose reward is taken as exact: if the reward model gives another number each time it scores "
+         "the same image, that noise lands in the last step's credit (re-scoring the image, `rescore`, "
+         "measures it).", "Monte-Carlo credit"),
     Term("continuation", ("continuation", "continuations"),
          "A completion of a trajectory from an intermediate state to a final image, with fresh noise. Each "
          "state is valued by the mean reward of its M continuations (`--continuations`); more continuations, "
@@ -84,8 +87,9 @@ TERMS = (
          "Monte-Carlo credit"),
     Term("determined", ("determined", "undetermined"),
          "A cell (step or chunk of one image) whose credit differs from 0 beyond its standard error at the "
-         "false-call rate z sets (a Student-t test). Undetermined cells (grey) cannot be told apart from "
-         "noise.", "Credit uncertainty"),
+         "false-call rate z sets (a Student-t test; an exact test where the continuation rewards tie, as a "
+         "0/1 reward's do, since a few agreeing continuations have a spread of 0 by chance). Undetermined cells "
+         "(grey) cannot be told apart from noise.", "Credit uncertainty"),
     Term("misattributed", ("misattributed", "misattribution"),
          "A determined cell whose credit has the opposite sign of its image's advantage: GRPO pushes the "
          "step the wrong way (marked x).", "Credit uncertainty"),

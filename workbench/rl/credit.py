@@ -11,8 +11,8 @@ measured here from the value of the states around it:
 
 The credits of a trajectory telescope to r_i - V(x_T). Every cell has a standard error from the spread
 of the continuation rewards (`workbench.rl.credit_stats`), and is misattributed (against A_i), aligned
-(with it) or undetermined by a Student-t test at the false-call rate that z stands for
-(`workbench.rl.significance`). A unit from x_T to the image under a shared start has credit r_i - mean r,
+(with it) or undetermined by a Student-t test (exact where rewards tie) at the false-call rate that z stands
+for (`workbench.rl.significance`). A unit from x_T to the image under a shared start has credit r_i - mean r,
 the raw advantage: its class is fixed by construction and flagged (`Credit.chunk_fixed`). Steps that are not trained and
 trajectories with A_i = 0 are left out of every rate. Cheaper estimators (`credit_estimators`) fill the
 same `Credit`; `refine` spends a budget of continuations where cells are still undetermined.
@@ -39,9 +39,12 @@ from workbench.rl.credit_stats import (
     classify,
     credit_dof,
     credit_variance,
+    exact_p,
+    grow_looks,
     rates,
     state_counts,
     state_means,
+    unit_looks,
 )
 from workbench.rl.significance import false_call_rate
 
@@ -85,6 +88,8 @@ class Credit:
     start_continuations: torch.Tensor | None = None  # (G, M) continuations from each own x_T (no shared start noise)
     looks: torch.Tensor | None = None  # (G, T - 1) refinement rounds that grew each state; None = 0
     precision: str = "float32"  # numerics of the continuations' transformer evaluations (core/precision.py)
+    look_rounds: torch.Tensor | None = None  # (G, T - 1) int64: bit r set when refinement round r grew the state
+    final_scores: torch.Tensor | None = None  # (G, R) scores of each final image (`rescore`); rewards = their mean
     # classes and halves already computed, by key (a Credit is never changed in place: edits make a new one)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -132,22 +137,29 @@ class Credit:
         if self.deterministic:
             return torch.zeros(self.rewards.shape[0], len(edges) - 1)
         start_var, _ = self._start_var()
-        return credit_variance(self.continuation_rewards, start_var, edges, self.crn, self.start_continuations).sqrt()
+        return credit_variance(self.continuation_rewards, start_var, edges, self.crn, self.start_continuations,
+                               self.final_scores).sqrt()
 
     def _dof(self, edges: list[int]) -> torch.Tensor:
         """(G, J) degrees of freedom of each unit's error (`credit_stats.credit_dof`)."""
         if self.deterministic:
             return torch.full((self.rewards.shape[0], len(edges) - 1), torch.inf, dtype=torch.float64)
         start_var, start_dof = self._start_var()
-        return credit_dof(self.continuation_rewards, start_var, start_dof, edges, self.crn, self.start_continuations)
+        return credit_dof(self.continuation_rewards, start_var, start_dof, edges, self.crn, self.start_continuations,
+                          self.final_scores)
+
+    def _exact(self, edges: list[int]) -> torch.Tensor | None:
+        """(G, J) exact p-values of the units whose rewards tie, NaN elsewhere (`credit_stats.exact_p`); they do
+        not depend on z, so they are kept with the edges."""
+        if self.deterministic:
+            return None
+        return self._remember(("exact", tuple(edges)), lambda: exact_p(
+            self.continuation_rewards, self.rewards, edges, self.crn, self.start_continuations, self.final_scores,
+            self.start))
 
     def _looks(self, edges: list[int]) -> torch.Tensor:
-        """(G, J) times each unit has been tested: 1 + the refinement rounds that grew either end state."""
-        g = self.rewards.shape[0]
-        grown = torch.zeros(g, self.num_steps + 1)
-        if self.looks is not None:
-            grown[:, 1:-1] = self.looks
-        return 1 + grown[:, edges[:-1]] + grown[:, edges[1:]]
+        """(G, J) times each unit has been tested (`credit_stats.unit_looks`)."""
+        return unit_looks(self.looks, self.look_rounds, edges, self.rewards.shape[0])
 
     @property
     def _step_edges(self) -> list[int]:
@@ -192,13 +204,13 @@ class Credit:
         """(G, T) int8: -1 misattributed, 0 undetermined, +1 aligned (`credit_stats.classify`)."""
         edges = self._step_edges
         return self._remember(("step", z), lambda: classify(self.step_credit, self.step_se, self.advantages, z,
-                                                            self._dof(edges), self._looks(edges)))
+                                                            self._dof(edges), self._looks(edges), self._exact(edges)))
 
     def chunk_classes(self, z: float = Z) -> torch.Tensor:
         """(G, K) int8 classes of the chunk credits."""
         edges = self._chunk_edges
         return self._remember(("chunk", z), lambda: classify(self.chunk_credit, self.chunk_se, self.advantages, z,
-                                                             self._dof(edges), self._looks(edges)))
+                                                             self._dof(edges), self._looks(edges), self._exact(edges)))
 
     def classify(self, z: float = Z) -> CreditClasses:
         """Step and chunk classes at z (cells that count in no rate keep their class; see step_valid)."""
@@ -218,7 +230,7 @@ class Credit:
         and the halves, which do not depend on the chunks, come along already computed."""
         sizes = parse_chunk_spec(spec, self.num_steps)
         out = replace(self, sizes=sizes)
-        out._memo.update({k: v for k, v in self._memo.items() if k[0] == "step"})
+        out._memo.update({k: v for k, v in self._memo.items() if k[0] in ("step", "exact")})
         if ("halves",) in self._memo:
             split = self._memo[("halves",)]
             out._memo[("halves",)] = None if split is None else tuple(half.rechunk(sizes) for half in split)
@@ -238,9 +250,9 @@ class Credit:
         h = int(k.min()) // 2
         own = self.start_continuations
         starts = (None, None) if own is None else (own[:, :h], own[:, h:2 * h])
-        rewards = self.continuation_rewards
-        return (replace(self, continuation_rewards=rewards[..., :h], start_continuations=starts[0], looks=None),
-                replace(self, continuation_rewards=rewards[..., h:2 * h], start_continuations=starts[1], looks=None))
+        rewards, fresh = self.continuation_rewards, dict(looks=None, look_rounds=None)
+        return (replace(self, continuation_rewards=rewards[..., :h], start_continuations=starts[0], **fresh),
+                replace(self, continuation_rewards=rewards[..., h:2 * h], start_continuations=starts[1], **fresh))
 
     def misattribution(self, z: float = Z) -> dict[str, float]:
         """The plain sign rates (earlier figures) with their errors, beside the significance-aware rates."""
@@ -287,31 +299,40 @@ def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, 
 
 def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                    chunks="2,3,4,7", advantage: str = "grpo", seed: int = 0, progress=None,
-                   estimator: str = "mc", crn: bool = True, precision: str = "auto") -> Credit:
+                   estimator: str = "mc", crn: bool = True, precision: str = "auto", rescore: int = 0) -> Credit:
     """Credit of a sampled group under `reward_fn` (a RewardFunction or any rewards callable).
 
     estimator: an ESTIMATORS name: mc (M = `continuations` per state), ode or x0 (one look-ahead per state).
     crn: common random numbers across the continuations of a trajectory (False: independent noise).
     precision: numerics of the continuations (core/precision.py): "auto" is bfloat16 where the device
     computes it natively (about twice as fast on such a CPU), else float32.
+    rescore: for a stochastic reward (another number each time it scores the same image), score every final
+    image R more times; its value is then the mean of the 1 + R scores, with their error, so the last step's
+    credit no longer holds the reward's noise as if it were the step's (docs/methods.md "The last step").
+    The shipped rewards are functions of the image: for them re-scoring only repeats the same number.
     """
     from workbench.rl.advantages import ADVANTAGES
 
     fn = ESTIMATORS.get(estimator)
     if continuations < 1:
         raise WorkbenchError(f"continuations (M) must be a positive integer, got {continuations}")
+    if not isinstance(rescore, int) or isinstance(rescore, bool) or rescore < 0:
+        raise WorkbenchError(f"rescore must be a whole number of extra scores >= 0, got {rescore!r}")
     if group.num_steps < 2:
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
     precision = resolve_precision(precision, policy.device, policy.dtype)
     if not ESTIMATORS.info(estimator).transformer:  # it reuses the sampler's predictions: the weights' numerics
         precision = str(policy.dtype).removeprefix("torch.")
-    rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32).cpu()
+    prompts = [group.prompt] * group.group_size
+    scores = torch.stack([torch.as_tensor(reward_fn(group.images, prompts), dtype=torch.float32).cpu()
+                          for _ in range(1 + rescore)], dim=1)  # (G, 1 + R)
+    rewards = scores.mean(1)  # (G,) the value of each final image
     advantages = ADVANTAGES.get(advantage)(rewards[None]).values[0]  # (G,)
     est = fn(policy, group, reward_fn, continuations, seed, crn, progress, precision)
     return Credit(group.prompt, rewards, advantages, est.continuation_rewards, sizes, seed, group.config.sde_mask(),
                   crn, estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
-                  est.start_continuations, precision=precision)
+                  est.start_continuations, precision=precision, final_scores=scores if rescore else None)
 
 
 REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
@@ -374,10 +395,8 @@ def _with_rows(credit: Credit, rows: torch.Tensor, rewards: torch.Tensor) -> Cre
     grown[..., :k] = credit.continuation_rewards
     grown[rows[:, 0], rows[:, 1] - 1, rows[:, 2]] = rewards
     cost = {**credit.cost, "nfe": credit.cost.get("nfe", 0) + continuation_cost(rows, credit.num_steps, credit.trained)}
-    looks = torch.zeros(g, s) if credit.looks is None else credit.looks.clone()  # (G, T - 1)
-    grew = (rows[:, 0], rows[:, 1] - 1)
-    looks[grew] = looks[grew] + 1  # once per state and round, however many rows it got (values read before writing)
-    return replace(credit, continuation_rewards=grown, cost=cost, looks=looks)
+    looks, rounds = grow_looks(credit.looks, credit.look_rounds, rows[:, 0], rows[:, 1] - 1, (g, s))  # (G, T - 1)
+    return replace(credit, continuation_rewards=grown, cost=cost, looks=looks, look_rounds=rounds)
 
 
 def refine_rounds(credit: Credit, policy: FlowPolicy, group: TrajectoryGroup, reward_fn, budget: int,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from workbench.rl.significance import determined, welch_dof
+from workbench.rl.significance import determined, has_ties, permutation_p, sign_flip_p, welch_dof
 
 MISATTRIBUTED, UNDETERMINED, ALIGNED = -1, 0, 1
 
@@ -52,20 +53,22 @@ def _paired_covariance(xa: torch.Tensor, xb: torch.Tensor) -> torch.Tensor:
 
 
 def credit_variance(continuations: torch.Tensor, start_var: torch.Tensor, edges: list[int], paired: bool,
-                    start_continuations: torch.Tensor | None = None) -> torch.Tensor:
+                    start_continuations: torch.Tensor | None = None,
+                    final_scores: torch.Tensor | None = None) -> torch.Tensor:
     """Variance (G, J) of the credit V(e_{j+1}) - V(e_j) of every unit between consecutive edges.
 
     continuations: (G, T - 1, M) continuation rewards of states 1..T-1, NaN-padded; start_var (G,): variance of
     V(x_T) (state 0), or start_continuations (G, M): the start's own continuations (trajectories that do not share
-    x_T), which then count like any state; the final state's value is the reward itself (variance 0).
-    edges: state indices 0 = e_0 < ... < e_J = T. paired: continuations share noise (CRN), so Cov(V_a, V_b)
-    is subtracted:
+    x_T), which then count like any state; the final state's value is the reward itself (variance 0), or the
+    mean of its `final_scores` (G, R) when a stochastic reward scored the image R times (variance S^2 / R,
+    sharing no noise with the continuations). edges: state indices 0 = e_0 < ... < e_J = T. paired:
+    continuations share noise (CRN), so Cov(V_a, V_b) is subtracted:
 
         Var(V_b - V_a) = s_a^2 / n_a + s_b^2 / n_b - 2 m c_ab / (n_a n_b)
 
     NaN where a state has fewer than 2 continuations.
     """
-    var, ext = _extended(continuations, start_var, start_continuations)
+    var, ext = _extended(continuations, start_var, start_continuations, final_scores)
     a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,) each
     total = var[:, a] + var[:, b]  # (G, J)
     if paired:
@@ -73,10 +76,11 @@ def credit_variance(continuations: torch.Tensor, start_var: torch.Tensor, edges:
     return total.clamp_min(0)
 
 
-def _extended(continuations: torch.Tensor, start_var: torch.Tensor,
-              start_continuations: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _extended(continuations: torch.Tensor, start_var: torch.Tensor, start_continuations: torch.Tensor | None = None,
+              final_scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Variances of the means (G, T + 1) of states 0..T and the continuations (G, T + 1, M) with the final
-    state, and the start state unless it has continuations of its own, as empty (NaN) rows."""
+    state, and the start state unless it has continuations of its own, as empty (NaN) rows (the final scores
+    pair with no continuation, so they are not among them)."""
     g, s, k = continuations.shape
     k = k if start_continuations is None else max(k, start_continuations.shape[1])
     pad = torch.full((g, 1, k), torch.nan, dtype=continuations.dtype)
@@ -88,33 +92,35 @@ def _extended(continuations: torch.Tensor, start_var: torch.Tensor,
     var = _mean_variance(ext)  # (G, T + 1)
     if start_continuations is None:
         var[:, 0] = start_var
-    var[:, -1] = 0.0
+    var[:, -1] = 0.0 if final_scores is None else final_scores.var(-1) / final_scores.shape[-1]
     return var, ext
 
 
 def credit_dof(continuations: torch.Tensor, start_var: torch.Tensor, start_dof: float, edges: list[int],
-               paired: bool, start_continuations: torch.Tensor | None = None) -> torch.Tensor:
+               paired: bool, start_continuations: torch.Tensor | None = None,
+               final_scores: torch.Tensor | None = None) -> torch.Tensor:
     """Degrees of freedom (G, J) of each unit's variance estimate (`credit_variance`), for its Student t.
 
     A state with n continuations has n - 1; the start value V(x_T) `start_dof` (G - 1 for the group mean, inf
-    for a look-ahead value; n - 1 with start_continuations), the final reward inf (no error). Independent
-    continuations, and units that touch the final state: Welch-Satterthwaite over the two terms
-    (`significance.welch_dof`). Units from the group-mean start: min(nu_a, nu_b) (Hsu's conservative bound;
-    the start's term is ~1/G of the variance, and Welch's estimate jumps to G - 1 whenever a state's few
-    continuations happen to agree, which overshoots the rate at M = 2). Paired (CRN) units between two states
-    with continuations: m - 1, m the pairs (the variance of m paired differences). NaN where a state has fewer
-    than 2 continuations.
+    for a look-ahead value; n - 1 with start_continuations), the final reward inf (no error; R - 1 with R
+    `final_scores`). Independent continuations, and units that touch the final state: Welch-Satterthwaite over
+    the two terms (`significance.welch_dof`). Units from the group-mean start, and to an image scored several
+    times: min(nu_a, nu_b) (Hsu's conservative bound; Welch's estimate jumps towards the other side's degrees of
+    freedom whenever a state's few continuations happen to agree, which overshoots the rate at M = 2). Paired
+    (CRN) units between two states with continuations: m - 1, m the pairs (the variance of m paired
+    differences). NaN where a state has fewer than 2 continuations.
     """
-    var, ext = _extended(continuations, start_var, start_continuations)
+    var, ext = _extended(continuations, start_var, start_continuations, final_scores)
     n = state_counts(ext).double()  # (G, T + 1)
     dof = n - 1
     if start_continuations is None:
         dof[:, 0] = start_dof
-    dof[:, -1] = torch.inf
+    dof[:, -1] = torch.inf if final_scores is None else final_scores.shape[-1] - 1.0
     a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,) each
     out = welch_dof(var[:, a].double(), dof[:, a], var[:, b].double(), dof[:, b])  # (G, J)
-    if start_continuations is None:  # Hsu's bound min(nu_a, nu_b) next to the group mean (see docs/methods.md)
-        out = torch.where((a == 0)[None, :], torch.minimum(dof[:, a], dof[:, b]), out)
+    # Hsu's bound min(nu_a, nu_b) next to the group-mean start and the image's scores (see docs/methods.md)
+    hsu = ((a == 0) & (start_continuations is None)) | ((b == a.new_tensor(edges[-1])) & (final_scores is not None))
+    out = torch.where(hsu[None, :], torch.minimum(dof[:, a], dof[:, b]), out)
     if paired:
         lowest = 0 if start_continuations is not None else 1
         inner = ((a >= lowest) & (b < ext.shape[1] - 1))[None, :]  # (1, J): both ends have continuations
@@ -123,15 +129,106 @@ def credit_dof(continuations: torch.Tensor, start_var: torch.Tensor, start_dof: 
     return torch.where(var[:, a].isnan() | var[:, b].isnan(), torch.nan, out)
 
 
+def _samples(continuations: torch.Tensor, edges: list[int], first: torch.Tensor, final: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rewards behind the two values of every unit, (G, J, N) each, NaN-padded: `first` (G, N_0) those of
+    state 0, continuations (G, T - 1, M) those of states 1..T-1, `final` (G, R) those of the image."""
+    g, s, m = continuations.shape
+    rows = torch.full((g, s + 2, max(m, first.shape[1], final.shape[1])), torch.nan)  # (G, T + 1, N): states 0..T
+    rows[:, 0, : first.shape[1]] = first
+    rows[:, 1:-1, :m] = continuations
+    rows[:, -1, : final.shape[1]] = final
+    return rows[:, edges[:-1]], rows[:, edges[1:]]
+
+
+def exact_p(continuations: torch.Tensor, rewards: torch.Tensor, edges: list[int], paired: bool,
+            start_continuations: torch.Tensor | None = None, final_scores: torch.Tensor | None = None,
+            start: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact p-values (G, J) of the units whose rewards tie, NaN for the others (the t test decides those).
+
+    A unit from a to b compares the rewards behind V_a and V_b (`_samples`). Under common random numbers,
+    when both are states with continuations, the m = min(n_a, n_b) paired differences D_k go to the sign-flip
+    test (p = 1 when n_a != n_b and their mean has the other sign than d). Against a value without error (the
+    final reward scored once; a look-ahead `start` (G,)) the differences from that value go to the sign-flip
+    test. Otherwise (independent continuations; the group-mean start, whose rewards are the G `rewards`; the
+    image's `final_scores` (G, R)) the two samples go to the two-sample permutation test. A unit ties when
+    the absolute differences (what the sign-flip test holds fixed), or the pooled rewards (what the
+    permutation test holds fixed), hold two equal values: the choice of test then depends only on what the
+    chosen test conditions on, so each keeps its exact level.
+    """
+    g = rewards.shape[0]
+    first = (start_continuations if start_continuations is not None
+             else start[:, None] if start is not None else rewards[None, :].expand(g, -1))  # (G, N_0)
+    final = rewards[:, None] if final_scores is None else final_scores  # (G, R)
+    xa, xb = _samples(continuations, edges, first, final)  # (G, J, N) each
+    a, b = torch.tensor(edges[:-1]), torch.tensor(edges[1:])  # (J,)
+    own_start = start_continuations is not None
+    both = (a >= (0 if own_start else 1)) & (b < edges[-1]) & paired  # (J,) paired continuations at both ends
+    fixed_b = (b == edges[-1]) & (final_scores is None)  # (J,) the image's reward, scored once
+    fixed_a = (a == 0) & (start is not None and not own_start)  # (J,) a look-ahead start value
+    fixed = torch.where(fixed_b[None, :, None], xb[..., :1], xa[..., :1])  # (G, J, 1)
+    sample = torch.where(fixed_b[None, :, None], xa, xb)  # (G, J, N)
+    diffs = torch.where(both[None, :, None], xb - xa,  # (G, J, N) whose sum has the sign of d
+                        torch.where(fixed_b[None, :, None], fixed - sample, sample - fixed))
+    one = (both | fixed_a | fixed_b)[None, :]  # (1, J) a one-sample (sign-flip) test
+    tied = torch.where(one, has_ties(diffs.abs()), has_ties(torch.cat([xa, xb], -1)))  # (G, J)
+    out = torch.full(tied.shape, torch.nan, dtype=torch.float64)
+    d_all, a_all, b_all = (x.double().numpy() for x in (diffs, xa, xb))  # NumPy: ~1 us an index, not ~5
+    for i, j in tied.nonzero().tolist():
+        if bool(one[0, j]):
+            d = d_all[i, j][~np.isnan(d_all[i, j])]
+            out[i, j] = sign_flip_p(d)
+            if bool(both[j]) and np.sign(d.sum()) != np.sign(np.nanmean(b_all[i, j]) - np.nanmean(a_all[i, j])):
+                out[i, j] = 1.0  # the pairs point the other way than the means of all continuations
+        else:
+            out[i, j] = permutation_p(a_all[i, j][~np.isnan(a_all[i, j])], b_all[i, j][~np.isnan(b_all[i, j])])
+    return out
+
+
+def grow_looks(looks: torch.Tensor | None, look_rounds: torch.Tensor | None, rows: torch.Tensor, states: torch.Tensor,
+               shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The per-state look counts (G, S) and round masks (G, S) int64 after one refinement round that grew the
+    states (rows[k], states[k]): each grown state counts the round once, however many continuations it got,
+    and its mask gets the round's bit (the next unused one: rounds so far = the highest bit in use + 1)."""
+    looks = torch.zeros(shape) if looks is None else looks.clone()
+    rounds = torch.zeros(shape, dtype=torch.int64) if look_rounds is None else look_rounds.clone()
+    done = int(rounds.max()).bit_length() if rounds.numel() else 0  # bits 0..done-1 are in use
+    if done >= 62:  # each round doubles M somewhere: no budget comes near this
+        raise ValueError("more than 62 refinement rounds")
+    grew = (rows, states)
+    looks[grew] = looks[grew] + 1  # indexing reads before it writes: repeated (row, state) pairs count once
+    rounds[grew] = rounds[grew] | (1 << done)
+    return looks, rounds
+
+
+def unit_looks(looks: torch.Tensor | None, look_rounds: torch.Tensor | None, edges: list[int], g: int) -> torch.Tensor:
+    """(G, J) times each unit between consecutive edges has been tested: once when measured, and again in every
+    refinement round that grew either of its end states, a round that grew both counted once, from the round
+    masks (G, T - 1) of states 1..T-1. From the per-state counts `looks` alone (no masks): 1 + their sum, an
+    upper bound that counts such a round twice."""
+    a, b = edges[:-1], edges[1:]
+    t = edges[-1]
+    if look_rounds is not None:
+        rounds = torch.zeros(g, t + 1, dtype=torch.int64)
+        rounds[:, 1:-1] = look_rounds
+        either = rounds[:, a] | rounds[:, b]  # (G, J)
+        return 1 + sum((either >> r) & 1 for r in range(63)).double()
+    grown = torch.zeros(g, t + 1)
+    if looks is not None:
+        grown[:, 1:-1] = looks
+    return 1 + grown[:, a] + grown[:, b]
+
+
 def classify(credit: torch.Tensor, se: torch.Tensor, advantages: torch.Tensor, z: float,
-             dof: torch.Tensor | None = None, looks: torch.Tensor | None = None) -> torch.Tensor:
+             dof: torch.Tensor | None = None, looks: torch.Tensor | None = None,
+             exact: torch.Tensor | None = None) -> torch.Tensor:
     """Classes (G, J) int8: MISATTRIBUTED (-1) or ALIGNED (+1) when d sign(A) is significant at the two-sided
     false-call rate alpha(z) = P(|N(0, 1)| > z) against a Student t with `dof` (G, J) degrees of freedom
-    (None: normal), alpha divided by `looks` (G, J) for refined cells; else UNDETERMINED (0). A NaN error
-    (no estimate) is undetermined."""
+    (None: normal), or by the exact p-value in `exact` (G, J) where it is not NaN (`exact_p`), alpha divided
+    by `looks` (G, J) for refined cells; else UNDETERMINED (0). A NaN error (no estimate) is undetermined."""
     signed = credit * advantages.sign()[:, None]  # (G, J)
     dof = torch.full(credit.shape, torch.inf, dtype=torch.float64) if dof is None else dof
-    sure = determined(signed, se, dof, z, looks)  # (G, J) bool
+    sure = determined(signed, se, dof, z, looks, exact)  # (G, J) bool
     cls = torch.where(signed > 0, ALIGNED, MISATTRIBUTED)
     return torch.where(sure, cls, UNDETERMINED).to(torch.int8)
 

@@ -53,7 +53,8 @@ each credit a standard error: a cell is *misattributed* (marked x) when its cred
 against the image's advantage, *aligned* (dot) when it is significantly with it, and *undetermined*
 (grey) otherwise: there the continuations cannot tell the sign apart from noise. "Significantly" means
 that a step with no credit at all would be called either way only 4.6 % of the time (a Student-t test:
-an error estimated from four continuations is itself uncertain, so "two errors" would not be enough).
+an error estimated from four continuations is itself uncertain, so "two errors" would not be enough;
+an exact test where a 0/1 reward makes the continuations tie).
 
 **What chunking changes.** Chunk-GRPO (GCPO, arXiv 2510.21583) groups consecutive steps into chunks
 and gives each chunk one importance ratio (the geometric mean of its steps' ratios). Summing credit over

@@ -71,6 +71,7 @@ def classified_trace_dicts(credit: torch.Tensor, se: torch.Tensor, classes: torc
     scale = float(credit.abs().max().clamp_min(1e-6)) if scale is None else scale
     se_text = [[("no estimate" if s != s else f"{s:.4f}") for s in r] for r in se.tolist()]
     names = [f"{unit} {n}" + span_text(edges[n], edges[n + 1], unit) for n in range(j)]
+    names[-1] += " (ends at the image: its reward taken as exact)"
     labels = class_labels(classes, valid)
     custom = [[[s, c, name] for s, c, name in zip(rs, rc, names)] for rs, rc in zip(se_text, labels)]
     traces = [dict(type="heatmap", z=credit.tolist(), x=edges, y=list(range(g)), colorscale=red_blue(), zmid=0,
@@ -172,11 +173,24 @@ def rates_line(label: str, r: Rates) -> str:
 
 
 def rule_text(credit: Credit, z: float) -> str:
-    """What a determined cell means at z, in words."""
-    looks = "" if credit.looks is None else " Refined cells are tested at that rate divided by their looks."
+    """What a determined cell means at z, and what the last step's credit holds, in words."""
+    looks = "" if credit.looks is None else (" Refined cells are tested at that rate divided by their looks (1 + "
+                                             "the rounds that grew either end state).")
     return (f" A cell is determined when its credit differs from 0 at a false-call rate of "
             f"{100 * false_call_rate(z):.1f} % (z={z:g}): a Student-t test with the cell's degrees of freedom "
-            f"(M - 1 under common random numbers, Welch-Satterthwaite for independent continuations).{looks}")
+            f"(M - 1 under common random numbers, Welch-Satterthwaite for independent continuations), or an exact "
+            f"sign-flip or permutation test where the continuation rewards tie (a few-valued reward: a few "
+            f"continuations that agree have a spread of 0 by chance).{looks} {last_step_text(credit)}")
+
+
+def last_step_text(credit: Credit) -> str:
+    """What the last step's and the last chunk's credit holds: the image's reward is taken as exact."""
+    if credit.final_scores is not None:
+        return (f"The last step ends at the image, scored {credit.final_scores.shape[1]} times: its value is their "
+                "mean, with their error.")
+    return ("The last step (and the last chunk) ends at the image, whose reward is taken as exact: if the reward "
+            "gives another number each time it scores the same image, that noise is in the last step's credit "
+            "(re-score the image: `measure_credit(rescore=R)`, `workbench attribute --rescore R`).")
 
 
 FEW_CELLS = 10  # determined cells below which the halves' line warns that their shares are noise-dominated

@@ -1,0 +1,85 @@
+"""The trainer's per-step advantages against hand values (docs/methods.md "Per-step advantages"): the discount
+and lambda a ppo run is configured with are the ones its GAE uses, and dense_grpo normalises each step's gains
+within the group, not all steps together."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from workbench.flow.sampler import sample_group
+from workbench.models.embedded import EmbeddedPolicy, build_embedded
+from workbench.rl.step_advantages import lookahead_advantages
+from workbench.train import TrainConfig, Trainer, preset
+
+SMALL = dict(group=2, steps=3, chunks="1,2", prompts_per_iteration=1, eval_prompts=0, iterations=1)
+
+
+def fresh_policy() -> EmbeddedPolicy:
+    model = build_embedded(seed=0)
+    model.text_encoder.eval().requires_grad_(False)
+    return EmbeddedPolicy(model)
+
+
+def test_ppo_advantages_use_the_configured_discount_and_lambda():
+    """A critic that values every state c = 0.3 (V = 0 after the image); T = 4 transitions (3 trained and the
+    untrained last one, Flow-GRPO's), gamma 0.5, lambda 0.8:
+
+        delta_t = gamma c - c = -0.15 (t < 3),   delta_3 = r - c,   A_t = delta_t + gamma lambda A_{t+1} (0.4)
+        r = 1: A_3 = 0.7, A_2 = -0.15 + 0.28 = 0.13, A_1 = -0.15 + 0.4 x 0.13 = -0.098, A_0 = -0.1892
+        r = 0: A_3 = -0.3, A_2 = -0.27, A_1 = -0.258, A_0 = -0.15 + 0.4 x (-0.258) = -0.2532
+
+    gamma and lambda swapped give A_2 = -0.06 + 0.28 = 0.22 for r = 1; the defaults (1, 0.95) 0.665."""
+    config = replace(preset("ppo"), **SMALL, gae_gamma=0.5, gae_lambda=0.8)
+    assert TrainConfig.from_dict(config.to_dict()).gae_gamma == 0.5  # a resumed run reads them back
+    assert TrainConfig.from_dict(config.to_dict()).gae_lambda == 0.8
+    trainer = Trainer(config, None, fresh_policy())
+    head = trainer.step_credit.critic.head[-1]
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(0.3)
+    group = sample_group(trainer.policy, trainer.pool[0], config.sampling_config(1))
+    rewards = torch.tensor([[1.0, 0.0]])  # (L = 1, G = 2)
+    adv, returns, values, _ = trainer.step_credit.gae([group], rewards)
+    expected = torch.tensor([[-0.1892, -0.098, 0.13, 0.7], [-0.2532, -0.258, -0.27, -0.3]])
+    assert torch.allclose(values, torch.full((2, 4), 0.3), atol=1e-6)
+    assert torch.allclose(adv.cpu(), expected, atol=1e-6) and torch.allclose(returns.cpu(), expected + 0.3, atol=1e-6)
+    # the advantages the objective gets: those of the trained steps, normalised over them (mean 0, std 1)
+    steps = config.trained_steps(1)
+    assert steps == [0, 1, 2]
+    trained, _ = trainer.step_credit(1, [group], rewards, torch.tensor(steps))
+    cells = expected[:, steps]
+    assert torch.allclose(trained.cpu(), (cells - cells.mean()) / cells.std(unbiased=False), atol=1e-4)
+
+
+def test_dense_grpo_normalises_each_steps_gains_in_the_group_by_hand():
+    """Gains d = R_{t+1} - R_t of G = 3: step 0 (1, 0, -1), step 1 (0.01, 0, -0.01). Each step on its own scale:
+    (d - mean) / (std + 1e-4), std over the group (population): 1 / sqrt(2/3) = 1.2247 for step 0 and
+    0.01 / (0.0081650 + 0.0001) = 1.2099 for step 1. Normalised over both steps together, step 1 would be
+    ~0.012."""
+    values = torch.tensor([[0.0, 1.0, 1.01], [0.0, 0.0, 0.0], [0.0, -1.0, -1.01]])  # (G, T + 1): R_0, R_1, r
+    adv = lookahead_advantages(values)
+    s0, s1 = (2 / 3) ** 0.5, 0.01 * (2 / 3) ** 0.5
+    top = [1 / (s0 + 1e-4), 0.01 / (s1 + 1e-4)]
+    expected = torch.tensor([top, [0.0, 0.0], [-top[0], -top[1]]])
+    assert torch.allclose(adv, expected, atol=1e-5)
+    assert adv[0, 1] == pytest.approx(1.2099, abs=1e-4)
+
+
+def test_dense_grpo_advantages_in_the_trainer_are_normalised_per_step():
+    """Through the trainer: every trained step's advantages over the group have mean 0 and the spread of that
+    step's own gains divided by itself (+ 1e-4), whatever the other steps' scale."""
+    config = replace(preset("dense_grpo"), **{**SMALL, "group": 4})
+    trainer = Trainer(config, None, fresh_policy())
+    group = sample_group(trainer.policy, trainer.pool[0], config.sampling_config(1))
+    rewards = trainer.reward_fn(group.images, [group.prompt] * 4)
+    steps = torch.tensor(config.trained_steps(1))  # (S,) = 0, 1, 2 of T = 4 transitions
+    adv, _ = trainer.step_credit(1, [group], rewards[None], steps)  # (G, S)
+    values, _ = trainer.step_credit.values(group, rewards)  # (G, T + 1) look-ahead rewards, then r_i
+    gains = values.diff(dim=1)[:, steps]  # (G, S)
+    spread = gains.std(dim=0, unbiased=False)  # (T,)
+    assert float(spread.max() / spread.min()) > 1.5  # steps on different scales: a pooled normalisation differs
+    assert torch.allclose(adv.mean(dim=0), torch.zeros(3), atol=1e-5)
+    assert torch.allclose(adv.std(dim=0, unbiased=False), spread / (spread + 1e-4), atol=1e-4)
