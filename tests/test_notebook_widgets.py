@@ -178,3 +178,28 @@ def test_01_subplot_titles_do_not_overlap_in_jupyterlab(notebook):
     maps = [f for f in shown if getattr(f, "layout", None) is not None and "objective pushes" in str(f.layout.title)]
     assert len(maps) == 1, [type(f) for f in shown]
     assert overlapping_titles(maps[0], NOTEBOOK_WIDTH) == []
+
+
+def test_03_an_interrupt_during_the_lesson_re_enables_the_button(notebook, monkeypatch):
+    """Kernel > Interrupt raises KeyboardInterrupt inside the training loop: the button comes back, the status
+    says so, and the cells below use the shipped result again."""
+    import contextlib
+
+    import workbench.train
+
+    monkeypatch.setattr(workbench.train, "TrainConfig",
+                        partial(workbench.train.TrainConfig, group=2, prompts_per_iteration=1, eval_prompts=2))
+    ns, _ = notebook("03_finetune.ipynb", cells=4, ITERATIONS=1)
+    button, status = ns["button"], ns["status"]
+    ns["preset"] = lambda name: workbench.train.preset(name, iterations=2, eval_every=1, eval_prompts=2,
+                                                       sample_every=1, prompts_per_iteration=1, group=2)
+
+    def interrupt(event):  # the trainer's callback runs inside its loop, where a kernel interrupt lands
+        if event.kind == "iteration" and event.iteration >= 1:
+            raise KeyboardInterrupt
+
+    ns["report"] = interrupt
+    with contextlib.suppress(KeyboardInterrupt):  # the unfixed notebook let it out, with the button still disabled
+        button.click()
+    assert not button.disabled and status.value.startswith("interrupted"), (button.disabled, status.value)
+    assert ns["LESSON_MODEL"] == ns["result"].model
