@@ -71,6 +71,30 @@ def save_image(image: Image.Image, path: str | Path) -> Path:
     return path
 
 
+CHECKER_THRESHOLD = 0.02  # a 2x2 block's checkerboard response |x00 - x01 - x10 + x11| / 4 (pixel units in [0, 1])
+# above which it counts as checkered: 2.5-3.5 % of the shipped crosses lesson's held-out blocks before training, 48-52 %
+# after its 80 iterations (docs/methods.md "Reward hacking")
+
+
+def checkerboard_share(images: torch.Tensor, threshold: float = CHECKER_THRESHOLD) -> torch.Tensor:
+    """Per-image share of 2x2 pixel blocks that carry a checkerboard: |x00 - x01 - x10 + x11| / 4, averaged over the
+    colour channels, above `threshold`.
+
+    images (B, 3, H, W) in [0, 1] -> (B,) in [0, 1]. The response is 0 on flat colour, on horizontal and vertical
+    edges and on linear ramps, and a for a 2x2 alternation of amplitude a: it counts the patch-grid texture a model
+    learns when its reward pays for it (docs/methods.md "Reward hacking"), not the object's outline, which `speckle`
+    counts too.
+
+    >>> flat = torch.full((1, 3, 4, 4), 0.5)
+    >>> checker = flat + 0.1 * (torch.arange(4)[:, None] + torch.arange(4)).remainder(2)
+    >>> checkerboard_share(torch.cat([flat, checker]))
+    tensor([0., 1.])
+    """
+    x = images.detach().float().clamp(0, 1)  # (B, 3, H, W)
+    response = (x[..., :-1, :-1] - x[..., :-1, 1:] - x[..., 1:, :-1] + x[..., 1:, 1:]).abs().mean(dim=1) / 4
+    return (response > threshold).flatten(1).float().mean(dim=1)  # (B, H - 1, W - 1) -> (B,)
+
+
 def speckle(images: torch.Tensor) -> torch.Tensor:
     """Per-image noise: the mean absolute difference between horizontally and vertically neighbouring pixels.
 

@@ -25,6 +25,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import with_header
 from workbench.models.lora import LORA_FILE
 from workbench.train import PRESETS
+from workbench.train.hacking import run_verdict
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
 from workbench.ui import train_form as tf
 from workbench.ui.guard import escape, guarded, ok
@@ -145,6 +146,9 @@ def describe(view: RunView) -> str:
         line += f", reward/mean {view.metrics[-1][DEFAULT_METRIC]:.3f}"
     for key, (its, values) in plots.heldout_series(view.metrics).items():
         line += f", {escape(key)} {values[-1]:.2f} (iteration {its[-1]})"
+    verdict = run_verdict(view.metrics)
+    if verdict is not None:
+        line += f"  \n{'⚠ ' if verdict.flagged else ''}{escape(verdict.text)}"
     return line + (f"  \n⚠ {escape(view.message)}" if view.message else "")
 
 
