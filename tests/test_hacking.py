@@ -88,3 +88,4 @@ def test_every_held_out_evaluation_records_the_checkerboard_share(random_policy)
     images = ode_sample(random_policy, prompts, steps=3, seed=EVAL_SEED, shift=None, guidance_scale=1.0)
     assert out.metrics["eval/checkerboard"] == pytest.approx(checkerboard_share(images).mean().item())
     assert 0 <= out.metrics["eval_cfg/checkerboard"] <= 1
+

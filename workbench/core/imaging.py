@@ -46,16 +46,19 @@ HEADER = 36  # pixels of the strip `with_header` puts above a grid for its colum
 
 def with_header(image: Image.Image, labels: list[str], cell_w: int, pad: int = 2, height: int = HEADER) -> Image.Image:
     """`image` (a grid of columns `cell_w` pixels apart after `pad`) under a white strip that writes labels[c]
-    above column c, at its bottom: the top of the strip is left free for a viewer's own label badge."""
-    from PIL import ImageDraw
+    above column c, at its bottom: the top of the strip is left free for a viewer's own label badge. The labels are
+    a quarter of a column wide in height (at most the strip's height less 12 px): a 16-column filmstrip is shown
+    at about 3/4 of its width, where the 11-px default font read as 8 px."""
+    from PIL import ImageDraw, ImageFont
 
     canvas = Image.new("RGB", (image.width, image.height + height), "white")
     canvas.paste(image, (0, height))
     draw = ImageDraw.Draw(canvas)
+    font = ImageFont.load_default(size=max(11, min(cell_w // 4, height - 12)))
     for c, text in enumerate(labels):
-        left, top, right, bottom = draw.textbbox((0, 0), text)
+        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
         x = pad + c * cell_w + (cell_w - pad - (right - left)) // 2
-        draw.text((x, height - (bottom - top) - 4), text, fill="black")
+        draw.text((x - left, height - bottom - 4), text, fill="black", font=font)
     return canvas
 
 
