@@ -39,8 +39,8 @@ class HackingVerdict:
                   f"{self.reward[1]:.2f} while the share of checkered pixel blocks went {100 * self.checkered[0]:.0f} %"
                   f" -> {100 * self.checkered[1]:.0f} %")
         if self.flagged:
-            return (f"Reward hacking: {change}. The model is learning a texture the reward pays for, not better "
-                    "pictures: compare Before and Now.")
+            return (f"Reward hacking: {change}. Part of the reward is paying for a texture nobody asked for, "
+                    "beside or instead of better pictures: compare Before and Now.")
         return (f"No sign of reward hacking: {change} (flagged when the reward rises while that share rises by "
                 f"{100 * self.rise:.0f} points or more).")
 
