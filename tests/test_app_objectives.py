@@ -99,7 +99,7 @@ def test_another_press_on_the_same_group_reuses_its_advantages(wb, sampled, comp
     """Changing N, the learning rate or the inner objective runs the inner updates again, not the group's advantages
     (ppo's fitted critic, dense_grpo's look-ahead): the previous view's, the same numbers as computed anew. A view
     of another group is not reused."""
-    import workbench.train.step_compare as step_compare
+    import workbench.train.explained as step_compare  # where the tab's advantages call per_step_advantages
 
     calls, real = [], step_compare.per_step_advantages
     monkeypatch.setattr(step_compare, "per_step_advantages", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -169,7 +169,7 @@ def test_a_colour_scale_per_objective_and_the_note_on_the_shared_one(wb, sampled
     titles = [a.text for a in shared_figure.layout.annotations]
     for o, name in enumerate(rows[0][2].names):
         own = max(float(ex.weight[o].abs().max()) for _, _, ex in rows)
-        noted = [t for t in titles if t.startswith(name + "<br>") and "of the scale" in t]
+        noted = [t for t in titles if t.startswith(name + "<br>") and "<br>max 1/" in t]
         assert bool(noted) == (own > 0 and top / own >= 10), (name, top / own, noted)
     assert "'shared' or 'each'" in msg(ob.objectives_scale(wb, "nope", view, sampled))
 
@@ -200,8 +200,10 @@ def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
 
 def test_a_click_explains_the_maps_once_per_schedule(wb, sampled, computed, monkeypatch):
     """The maps' explanations are kept for the view's last schedule, shared by the views a click or a scale makes."""
-    calls, real = [], ob.explain
-    monkeypatch.setattr(ob, "explain", lambda *a, **k: calls.append(1) or real(*a, **k))
+    import workbench.train.explained as explained  # where the tab's rows call explain
+
+    calls, real = [], explained.explain
+    monkeypatch.setattr(explained, "explain", lambda *a, **k: calls.append(1) or real(*a, **k))
     view = replace(computed[3], explained={})  # nothing kept yet
     rows = ob.explanations(view, sampled.sizes)
     assert len(calls) == 2  # one per row: at ratio 1, after the updates

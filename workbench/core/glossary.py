@@ -99,6 +99,11 @@ TERMS = (
     Term("push (-w)", ("push", "−w", "-w"),
          "-dL/d log p of one step: how hard an objective's gradient raises (blue, > 0) or lowers (red, < 0) "
          "that step's log-prob. 0 where the step is clipped or untrained.", "Objectives"),
+    Term("reward hacking", ("reward hacking", "Reward hacking"),
+         "The policy raising its reward by something the reward pays for but nobody wanted: here a checkerboard "
+         "texture and shifted colours that the shape reward scores as a better cross. The Fine-tune and Runs tabs "
+         "say it when the held-out reward rises while the share of checkered pixel blocks rises too.",
+         "Reward hacking"),
     Term("chunk_grpo", ("chunk_grpo", "Chunk-GRPO"),
          "GCPO's objective: the clipped ratio objective per chunk, each chunk's ratio the geometric mean of "
          "its steps', weighted by A / (B K |c|) for K chunks of size |c|.", "Objectives"),

@@ -46,16 +46,19 @@ HEADER = 36  # pixels of the strip `with_header` puts above a grid for its colum
 
 def with_header(image: Image.Image, labels: list[str], cell_w: int, pad: int = 2, height: int = HEADER) -> Image.Image:
     """`image` (a grid of columns `cell_w` pixels apart after `pad`) under a white strip that writes labels[c]
-    above column c, at its bottom: the top of the strip is left free for a viewer's own label badge."""
-    from PIL import ImageDraw
+    above column c, at its bottom: the top of the strip is left free for a viewer's own label badge. The labels are
+    a quarter of a column wide in height (at most the strip's height less 12 px): a 16-column filmstrip is shown
+    at about 3/4 of its width, where the 11-px default font read as 8 px."""
+    from PIL import ImageDraw, ImageFont
 
     canvas = Image.new("RGB", (image.width, image.height + height), "white")
     canvas.paste(image, (0, height))
     draw = ImageDraw.Draw(canvas)
+    font = ImageFont.load_default(size=max(11, min(cell_w // 4, height - 12)))
     for c, text in enumerate(labels):
-        left, top, right, bottom = draw.textbbox((0, 0), text)
+        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
         x = pad + c * cell_w + (cell_w - pad - (right - left)) // 2
-        draw.text((x, height - (bottom - top) - 4), text, fill="black")
+        draw.text((x - left, height - bottom - 4), text, fill="black", font=font)
     return canvas
 
 
@@ -69,6 +72,30 @@ def save_image(image: Image.Image, path: str | Path) -> Path:
         raise WorkbenchError(f"cannot write {path}: {getattr(err, 'strerror', None) or err}; "
                              "choose a writable path ending in .png or .jpg") from None
     return path
+
+
+CHECKER_THRESHOLD = 0.02  # a 2x2 block's checkerboard response |x00 - x01 - x10 + x11| / 4 (pixel units in [0, 1])
+# above which it counts as checkered: 2.5-3.5 % of the shipped crosses lesson's held-out blocks before training, 48-52 %
+# after its 80 iterations (docs/methods.md "Reward hacking")
+
+
+def checkerboard_share(images: torch.Tensor, threshold: float = CHECKER_THRESHOLD) -> torch.Tensor:
+    """Per-image share of 2x2 pixel blocks that carry a checkerboard: |x00 - x01 - x10 + x11| / 4, averaged over the
+    colour channels, above `threshold`.
+
+    images (B, 3, H, W) in [0, 1] -> (B,) in [0, 1]. The response is 0 on flat colour, on horizontal and vertical
+    edges and on linear ramps, and a for a 2x2 alternation of amplitude a: it counts the patch-grid texture a model
+    learns when its reward pays for it (docs/methods.md "Reward hacking"), not the object's outline, which `speckle`
+    counts too.
+
+    >>> flat = torch.full((1, 3, 4, 4), 0.5)
+    >>> checker = flat + 0.1 * (torch.arange(4)[:, None] + torch.arange(4)).remainder(2)
+    >>> checkerboard_share(torch.cat([flat, checker]))
+    tensor([0., 1.])
+    """
+    x = images.detach().float().clamp(0, 1)  # (B, 3, H, W)
+    response = (x[..., :-1, :-1] - x[..., :-1, 1:] - x[..., 1:, :-1] + x[..., 1:, 1:]).abs().mean(dim=1) / 4
+    return (response > threshold).flatten(1).float().mean(dim=1)  # (B, H - 1, W - 1) -> (B,)
 
 
 def speckle(images: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from PIL import Image
 
-from workbench.core.imaging import grid
+from workbench.core.imaging import checkerboard_share, grid
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.sampler import ode_sample
 from workbench.rewards import RewardFunction
@@ -23,7 +23,8 @@ GRID_PROMPTS = 8  # held-out prompts in the before/after grid of every evaluatio
 
 @dataclass
 class Evaluation:
-    metrics: dict[str, float]  # {space}/reward_mean, {space}/<reward>/mean, {space}/<task metric>, time/eval_(cpu_)s
+    metrics: dict[str, float]  # {space}/reward_mean, {space}/checkerboard, {space}/<reward>/mean, {space}/<task
+    # metric>, time/eval_(cpu_)s
     grid: Image.Image  # the first GRID_PROMPTS held-out images, one row per CFG scale
     grid_prompts: list[str]
 
@@ -40,6 +41,7 @@ def evaluate(policy: FlowPolicy, prompts: list[str], reward_fn: RewardFunction, 
                             guidance_scale=scale)  # (E, 3, H, W)
         comps = reward_fn.components(images, prompts)
         out |= {f"{space}/reward_mean": reward_fn.combine(comps).mean().item()}
+        out |= {f"{space}/checkerboard": checkerboard_share(images).mean().item()}  # quality beside the reward
         out |= {f"{space}/{k}/mean": v.mean().item() for k, v in comps.items()}
         out |= {f"{space}/{k}": v for k, v in (task.metrics(images, prompts) if task else {}).items()}
         rows.append(images[:GRID_PROMPTS])

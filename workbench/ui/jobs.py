@@ -21,8 +21,8 @@ from pathlib import Path
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import write_json
 from workbench.core.threads import PASSIVE_WAIT
-from workbench.rl.objectives import OBJECTIVES
 from workbench.train.config import TrainConfig
+from workbench.train.explained import ordered_objectives
 from workbench.train.store import RunInfo, RunStore, list_runs
 
 TRAIN_COMMAND = (sys.executable, "-m", "workbench", "train")
@@ -31,12 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # so `-m workbench` imports thi
 
 
 def objective_names() -> list[str]:
-    """Registered objectives in the order their registrations give (`ObjectiveInfo.order`), then by name."""
-    def order(name: str) -> int:
-        info = OBJECTIVES.info(name)
-        return info.order if info is not None else 1_000
-
-    return sorted(OBJECTIVES.names(), key=lambda n: (order(n), n))
+    """Registered objectives in the order their registrations give, then by name (`train.explained`)."""
+    return ordered_objectives()
 
 
 @dataclass

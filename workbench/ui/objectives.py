@@ -23,6 +23,7 @@ from workbench.rl.credit import Credit
 from workbench.rl.explain import Explanation, explain, moved_log_probs, paired_advantages, paired_estimator
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config import TrainConfig
+from workbench.train.explained import ROWS, correlation_text, explain_rows, objective_advantages, objective_numbers
 from workbench.train.presets import gfpo_scores
 from workbench.ui.clicks import clicked_point
 from workbench.ui.formulas import cell, formula_html
@@ -36,7 +37,6 @@ from workbench.viz.explain_plots import SELECTED, objective_maps_figure, selecti
 from workbench.viz.plots import empty_figure
 
 PLOT = "objectives-plot"  # the maps' elem_id
-ROWS = (("ratio1", "at ratio 1"), ("moved", "after the inner updates"))  # (key, label) of the two rows of maps
 NO_VIEW = "Press **Compute** to explain the group made in **Generate**."
 STALE = "The group changed since these maps were computed: press **Compute** to explain the new group."
 SCALES = (("one scale for all maps", "shared"), ("a scale per objective", "each"))  # (label, key) of the radio
@@ -74,14 +74,7 @@ def explanations(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str,
 
 
 def _explain(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str, Explanation]]:
-    group = view.group
-    settings = ObjectiveSettings(clip_low=view.clip, chunks=list(sizes))
-    old = group.log_probs  # (G, T)
-    mask = group.config.sde_mask().expand_as(old)  # (G, T) trained steps
-    names = objective_names()
-    return [(key, title if key == "ratio1" else f"after {view.updates} update{'' if view.updates == 1 else 's'}",
-             explain(new, old, view.advantages, settings, names, mask))
-            for (key, title), new in zip(ROWS, (old, view.moved))]
+    return explain_rows(view.group, view.advantages, view.moved, sizes, view.clip, view.updates, objective_names())
 
 
 def _current(view: ObjectivesView | None, session: Session) -> ObjectivesView:
@@ -102,15 +95,13 @@ def _advantage_name(name: str) -> str:
 
 def _summary(rows, credit: torch.Tensor | None, view: ObjectivesView) -> str:
     """Markdown table: per objective its advantage, clipped steps and correlation with the credit."""
-    (_, _, first), (_, title, moved) = rows
-    corr = [ex.correlation(credit).tolist() if credit is not None else None for ex in (first, moved)]
+    title = rows[1][1]
     head = ("| objective | advantage | clipped steps " + title + " | corr. with credit at ratio 1 | corr. " + title
             + " |\n|---|---|---|---|---|")
     lines = [head]
-    for o, name in enumerate(moved.names):
-        clipped = float(moved.clipped[o][moved.step_mask].float().mean())
-        cells = [f"{c[o]:+.2f}" if c is not None and c[o] == c[o] else "n/a" for c in corr]  # NaN: a constant map
-        lines.append(f"| {name} | {_advantage_name(name)} | {100 * clipped:.0f} % | {cells[0]} | {cells[1]} |")
+    for n in objective_numbers(rows, credit):
+        cells = [correlation_text(c) for c in (n.corr_at_one, n.corr_moved)]
+        lines.append(f"| {n.name} | {_advantage_name(n.name)} | {100 * n.clipped:.0f} % | {cells[0]} | {cells[1]} |")
     how = (f"Inner updates: {view.updates} AdamW step(s) of **{view.inner}** (lr {view.lr:g}, chunks "
            f"{format_sizes(view.inner_sizes)}) on a copy of the model; clip range ε = {view.clip:g}. ")
     note = ("Correlation: Pearson, over the trained cells, between the push −w and the measured credit."
@@ -196,11 +187,9 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
 def _advantages(wb: Workbench, group: TrajectoryGroup, session: Session, names: list[str]) -> dict:
     """Paired (G,) advantages, and (G, T) per-step ones for ppo (a critic fitted on the group) and dense_grpo."""
     from workbench.rewards import build_reward
-    from workbench.train.step_compare import per_step_advantages
 
-    advantages = paired_advantages(session.rewards, names, metric=gfpo_scores(group))
-    return advantages | per_step_advantages(wb.policy(session.source), group, session.rewards, names,
-                                            build_reward(session.reward_spec), batched=wb.batched_threads)
+    return objective_advantages(wb.policy(session.source), group, session.rewards, names,
+                                build_reward(session.reward_spec), batched=wb.batched_threads)
 
 
 def _ratio_one(group: TrajectoryGroup, rewards: torch.Tensor, sizes: list[int], clip: float) -> Explanation:

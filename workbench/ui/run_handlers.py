@@ -25,6 +25,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import with_header
 from workbench.models.lora import LORA_FILE
 from workbench.train import PRESETS
+from workbench.train.hacking import run_verdict
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
 from workbench.ui import train_form as tf
 from workbench.ui.guard import escape, guarded, ok
@@ -52,7 +53,8 @@ LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one
                           "progress bar shows the time left as it runs"}
 # the CPU-s by experiments/crosses.py; the minutes by bench/browser.py --lesson on this machine class's two
 # processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
-GRID_ZOOM = 4  # the 32-pixel before/after pictures are shown 4x larger, nearest-neighbour (pixels stay pixels)
+GRID_ZOOM = 2  # the before/after grids (32-pixel pictures drawn 4x) shown 2x larger, nearest-neighbour: pixels stay
+# pixels in the 340-px viewer, and the PNG is a quarter of 4x's 4168x1174, which left the viewer blank while it loaded
 
 
 def lesson_time(wb: Workbench, lesson: str, iterations: int) -> str:
@@ -145,6 +147,9 @@ def describe(view: RunView) -> str:
         line += f", reward/mean {view.metrics[-1][DEFAULT_METRIC]:.3f}"
     for key, (its, values) in plots.heldout_series(view.metrics).items():
         line += f", {escape(key)} {values[-1]:.2f} (iteration {its[-1]})"
+    verdict = run_verdict(view.metrics)
+    if verdict is not None:
+        line += f"  \n{'⚠ ' if verdict.flagged else ''}{escape(verdict.text)}"
     return line + (f"  \n⚠ {escape(view.message)}" if view.message else "")
 
 
@@ -301,6 +306,11 @@ def runs_show(wb: Workbench, name: str | None):
     return figure, before, now, held_out, bar, describe(view), ok(f"showing run {escape(name)}")
 
 
+def _share(value: float | None) -> float | None:
+    """A held-out accuracy as the Runs table shows it: two decimals (0.65, not 0.6530612244897959)."""
+    return None if value is None else round(value, 2)
+
+
 def run_choices(wb: Workbench, session: Session):
     """Fine-tune opened -> the Show run menu with the runs on disk now (the session's run selected)."""
     try:
@@ -331,7 +341,7 @@ def refresh_runs(wb: Workbench):
         held_out = {key.split("/")[0]: values[-1] for key, (_, values) in plots.heldout_series(r.metrics).items()
                     if plots.TASK_METRIC.match(key)}
         rows.append([r.name, state, r.iteration, str(r.config.get("objective", "")),
-                     round(last[-1], 4) if last else None, held_out.get("eval"), held_out.get("eval_cfg"),
+                     round(last[-1], 3) if last else None, *(_share(held_out.get(k)) for k in ("eval", "eval_cfg")),
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
                      if isinstance(started, (int, float)) and not isinstance(started, bool) else ""])
     names = [r.name for r in listed]

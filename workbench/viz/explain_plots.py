@@ -56,8 +56,8 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
     corr = {key: ex.correlation(c).tolist() if c is not None else None for (key, _, ex), c in zip(rows, credits)}
     titles = []
     for r, (key, title, _) in enumerate(rows):
-        first = f"<b>{title}</b><br>" + ("log-ratio l(i,t)" if r > 0 and not per_row else (
-            "credit d(i,t)" if shown[r] is not None else "no credit yet"))  # two short lines: the column is narrow
+        first = "<br>".join(f"<b>{line}</b>" for line in _short_lines(title)) + "<br>" + (
+            "log-ratio l" if r > 0 and not per_row else ("credit d(i,t)" if shown[r] is not None else "no credit"))
         titles += [first] + [n + (f"<br>corr {_corr(corr[key][o])}" if corr[key] is not None else "")
                              + ("" if scale_each else _smaller(rows, o)) for o, n in enumerate(names)]
     fig = make_subplots(rows=len(rows), cols=len(names) + 1, subplot_titles=titles, horizontal_spacing=0.012,
@@ -72,22 +72,24 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
     outline = selection_outline(rows, selected) if selected is not None else None
     if outline is not None:
         shapes.append(outline)
+    legend = "rows of a map: trajectories i; columns: steps t; x: a clipped unit (no gradient)" + (
+        "" if scale_each else "; max 1/N: a push at most 1/N of the scale's end")
+    # Short title lines in 9 px: 11 columns are ~58 px apart in a notebook at 1280x800 (tests/test_notebook_widgets)
     fig.update_layout(coloraxis=dict(colorscale="RdBu", cmid=0, cmin=-scale, cmax=scale,
                                      colorbar=dict(title=PUSH, x=1.0, thickness=10, len=0.9)),
                       coloraxis2=dict(colorscale="RdBu", cmid=0, colorbar=dict(title="credit", x=-0.04, y=0.8,
                                                                                 xanchor="right", thickness=8,
                                                                                 len=0.4)),
-                      coloraxis3=dict(colorscale="PuOr", cmid=0, colorbar=dict(title="l", x=-0.04, y=0.2,
+                      coloraxis3=dict(colorscale="PuOr", cmid=0, colorbar=dict(title="log-ratio l", x=-0.04, y=0.2,
                                                                                xanchor="right", thickness=8,
                                                                                len=0.4)),
                       shapes=shapes, height=230 * len(rows) + 160, showlegend=False,
                       title=dict(text="What each objective pushes on each step: −dL/d log p(i,t), "
                                       + ("each map on its own colour scale" if scale_each else "one colour scale")
-                                      + "<br><sup>rows of a map: trajectories i; columns: steps t; "
-                                        "x: a clipped unit (no gradient)</sup>", x=0.5, xanchor="center", y=1,
-                                 yanchor="top", pad=dict(t=12)),
+                                      + f"<br><sup>{legend}</sup>", x=0.5, xanchor="center", y=1, yanchor="top",
+                                 pad=dict(t=12)),
                       **{**LAYOUT, "margin": dict(l=120, r=95, t=130, b=60)})  # the room plotly needs: no second draw
-    fig.update_annotations(font_size=10)
+    fig.update_annotations(font_size=9)
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_yaxes(showticklabels=True, dtick=2, col=1)
     fig.update_xaxes(tickvals=list(range(0, t, max(1, t // 2))))  # 0 and T/2: a tick at T-1 ran into the next map
@@ -99,11 +101,23 @@ def _smaller(rows, o: int) -> str:
     """A subplot title's note when objective o's largest push is 10x or more below the shared scale's end."""
     top = _scale(*[-ex.weight for _, _, ex in rows])
     own = max(float(ex.weight[o].abs().max()) for _, _, ex in rows)
-    return f"<br>max 1/{top / own:.0f} of the scale" if own > 0 and top / own >= 10 else ""
+    return f"<br>max 1/{top / own:.0f}" if own > 0 and top / own >= 10 else ""
 
 
 def _corr(value: float) -> str:
-    return "n/a (a constant map)" if value != value else f"{value:+.2f}"
+    return "n/a" if value != value else f"{value:+.2f}"  # n/a: a constant map (every unit clipped)
+
+
+def _short_lines(title: str, most: int = 10) -> list[str]:
+    """A row title cut into lines of at most `most` characters at its spaces ("after 3 updates" -> "after 3",
+    "updates"), for the narrow first column."""
+    lines: list[str] = []
+    for word in title.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= most:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 def _first_column(fig: go.Figure, r: int, ex: Explanation, credit: torch.Tensor | None, t: int,

@@ -49,6 +49,7 @@ TRAIN_PANELS = (
 CHUNK_RATIO = re.compile(r"^chunk/ratio_mean_(\d+)$")
 TASK_METRIC = re.compile(r"^eval(_cfg)?/\w+_accuracy$")  # a task's held-out success, e.g. eval_cfg/cross_accuracy
 HELDOUT_NAMES = {"eval": "no CFG", "eval_cfg": "model's CFG"}
+CHECKERED = ": share of checkered pixel blocks, lower is better"  # the legend of eval/checkerboard
 
 
 def _boundary_shapes(sizes: Sequence[int], xref: str = "x") -> list[dict]:
@@ -148,9 +149,11 @@ def training_figure(rows: list[dict], title: str) -> go.Figure:
 
 def heldout_series(rows: list[dict]) -> dict[str, tuple[list[int], list[float]]]:
     """{metric: (iterations, values)} of a run's held-out evaluation: the task's accuracies (e.g.
-    eval/cross_accuracy, eval_cfg/cross_accuracy) when it has a task, else eval/ and eval_cfg/reward_mean."""
+    eval/cross_accuracy, eval_cfg/cross_accuracy) when it has a task, else eval/ and eval_cfg/reward_mean; then the
+    images' checkerboard share (eval/checkerboard: a quality signal beside the reward, `core.imaging`)."""
     keys = sorted({k for r in rows for k in r if TASK_METRIC.match(k)})
     keys = keys or [k for k in ("eval/reward_mean", "eval_cfg/reward_mean") if any(k in r for r in rows)]
+    keys += [k for k in ("eval/checkerboard", "eval_cfg/checkerboard") if any(k in r for r in rows)]  # image quality
     return {k: metric_series(rows, k) for k in keys if metric_series(rows, k)[0]}
 
 
@@ -161,8 +164,10 @@ def heldout_figure(rows: list[dict], title: str) -> go.Figure:
         return empty_figure(title, "no held-out evaluation yet (it runs before training and every few iterations)")
     fig = go.Figure()
     for key, (x, y) in series.items():
-        space = key.split("/")[0]
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"{key} ({HELDOUT_NAMES[space]})"))
+        space, name = key.split("/")
+        checkered = name == "checkerboard"
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", line=dict(dash="dot") if checkered else None,
+                                 name=f"{key} ({HELDOUT_NAMES[space]}{CHECKERED if checkered else ''})"))
     accuracy = any(TASK_METRIC.match(k) for k in series)
     fig.update_layout(title=title, xaxis_title="iteration",
                       yaxis_title="share of held-out prompts right" if accuracy else "held-out reward",
