@@ -17,6 +17,7 @@ from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.chunking import CHUNKERS, chunk_boundaries, merge_at, parse_chunk_spec, split_at, toggle_boundary
 from workbench.rl.credit import Z
+from workbench.ui.classroom import held
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
 from workbench.ui.redraw import carried_relayout
@@ -91,6 +92,7 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
     config = SamplingConfig(group=whole_number(group, "group size", 1), steps=whole_number(steps, "steps", 1),
                             noise_level=number(noise_level, "noise level"), seed=whole_number(seed, "seed", 0),
                             sde=sde or "", window=parse_window(window))
+    held(wb, group=config.group, steps=config.steps)  # class mode: the teacher's caps
     session = _sample(wb, prompt or "", config, reward_spec, session, progress)
     group = session.group
     figure = plots.logprob_figure(group.log_probs, session.rewards, group.stds)
@@ -158,6 +160,7 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     estimator = estimator or "mc"
+    held(wb, continuations=k)  # class mode: the teacher's caps
     group, policy = session.group, wb.policy(session.source)
     with wb.batched_threads():
         credit = measure_credit(policy, group, build_reward(session.reward_spec), continuations=k, chunks=session.sizes,
@@ -195,6 +198,7 @@ def refine_credit(wb: Workbench, budget: float, session: Session, z: float = Z, 
     if n > REFINE_BUDGET_MAX:
         raise WorkbenchError(f"budget (continuations) is at most {REFINE_BUDGET_MAX} per press (got {n}); "
                              "press Refine again to spend more")
+    held(wb, refine_budget=n)
     before = credit.rates(z).step.determined
     track = _tracker(progress, "continuations")
     reward_fn = build_reward(session.reward_spec)
