@@ -94,8 +94,9 @@ def record(classroom: ClassRoom, request, session: Session, continuations, estim
     window = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
     link = share.view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, window,
                            session.reward_spec, continuations, estimator, session, "attribution", "/")
+    m = int(continuations) if (estimator or "mc") == "mc" else 1  # a look-ahead estimator: one per state
     return classroom.record(request, rates.step.misattributed, rates.chunk.misattributed, session.sizes, c.group,
-                            c.steps, int(continuations), session.group.prompt, link)
+                            c.steps, m, session.group.prompt, link)
 
 
 def wire_stop(wb, triggers: list, session, stop: gr.Button) -> None:
@@ -126,7 +127,8 @@ def class_view(classroom: ClassRoom, request, seen=None):
     summary = (f"**{len(rows)} measured group(s).** Misattributed share of determined cells, mean ± sd across "
                f"students: steps {_pct(s.mean)} ± {_pct(s.sd)} (n = {s.n}), chunks {_pct(c.mean)} ± {_pct(c.sd)} "
                f"(n = {c.n}).")
-    table = "| student | prompt | G | T | M | chunks | steps | chunks | link |\n|---|---|---|---|---|---|---|---|---|\n"
+    table = ("| student | prompt | G | T | M | chunk schedule | steps misattributed | chunks misattributed | link |\n"
+             "|---|---|---|---|---|---|---|---|---|\n")
     table += "".join(f"| {m.student} | {escape(m.prompt)} | {m.group} | {m.steps} | {m.continuations} | "
                      f"{','.join(map(str, m.sizes))} | {_pct(m.step)} | {_pct(m.chunk)} | [open]({m.link}) |\n"
                      for m in rows)
