@@ -210,3 +210,29 @@ def test_outside_class_mode_a_single_user_needs_no_login(model_dir, tmp_path):
             assert answer.status == 200
     finally:
         demo.close()
+
+
+def test_the_teachers_link_opens_no_view(tmp_path, model_dir):
+    wb = class_workbench(tmp_path, model_dir)
+    assert share.open_link(wb, Session(), "?teacher=tok")[-1] == ""  # nothing sampled, no message
+
+
+def test_the_load_checks_section_replaces_itself_in_the_page(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "class_load.py"
+    spec = importlib.util.spec_from_file_location("class_load", bench)
+    load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(load)
+    row = {"n": 3, "wait_p50": 1.0, "wait_p95": 2.0, "time_p50": 3.0, "time_p95": 4.0, "wait_max": 2.0}
+    figures = {"students": 3, "date": "today", "cores": 2, "load_before": [1.0], "load_after": [2.0], "stagger_s": 1,
+               "errors": [], "wall_s": 9.0, "peak_rss_mb": 700.0, "summary": {k: row for k in (*load.STEPS, "all")}}
+    assert load.summary([{"call": "generate", "wait": w, "time": 2 * w} for w in (1, 2, 3, 4, 20)])["generate"][
+        "wait_p95"] == 20
+    page = tmp_path / "performance.md"
+    page.write_text("# Performance\n\n## Credit\n\ntext\n")
+    load.write_into(page, load.class_lines(figures))
+    load.write_into(page, load.class_lines({**figures, "errors": ["one"]}))
+    text = page.read_text()
+    assert text.count(load.SECTION) == 1 and "**1 errors**" in text and text.startswith("# Performance\n\n## Credit")
