@@ -167,7 +167,8 @@ def class_tab(wb, demo: gr.Blocks) -> None:
         figure = gr.Plot(label="The class's experiment", elem_id="class-plot")
         table = gr.Markdown(elem_id="class-table")
     seen, timer = gr.State(None), gr.Timer(VIEW_POLL_S)  # seen: the version of the class view this page shows
-    _wire(classroom, demo, locals())
+    _wire(classroom, demo, dict(tab=tab, caps_line=caps_line, share_box=share_box, token=token, unlock=unlock,
+                                status=status, teacher=teacher, caps=caps, apply=apply, shown=shown, clear=clear))
     gr.on([tab.select, timer.tick], _viewer(classroom), [seen], [summary, figure, table, seen],
           api_visibility="private", show_progress="hidden")
 
