@@ -52,6 +52,7 @@ def test_a_student_cannot_stop_another_students_run_the_starter_and_the_teacher_
                                            "teacher can stop it")
     assert not wb.jobs.view(run).done and not (wb.jobs.root / run / "STOP").exists()
     assert rh.CLASS_ELSEWHERE in rh.poll_run(wb, Session())[-1]  # Bob reads why his Stop is off
+    assert not cv.may_stop(wb, bob, Session()) and cv.may_stop(wb, alice, mine)  # Stop off in Bob's page only
     assert msg(stop(alice, mine)).startswith(f"✓ stop requested: run {run}")
     assert wait_for(lambda: wb.jobs.view(run).done)
 

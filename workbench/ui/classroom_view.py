@@ -107,9 +107,14 @@ def wire_stop(wb, triggers: list, session, stop: gr.Button) -> None:
         return
 
     def stop_state(request: gr.Request, session: Session):
-        run_id = rh.stop_target(wb, session)
-        return gr.Button(interactive=run_id is None or classroom.may_stop(run_id, request))
+        return gr.Button(interactive=may_stop(wb, request, session))
     gr.on(triggers, stop_state, [session], [stop], api_visibility="private", show_progress="hidden")
+
+
+def may_stop(wb, request, session: Session) -> bool:
+    """Whether this page's Stop would stop something it may stop (or finds nothing to stop, and says so)."""
+    run_id = rh.stop_target(wb, session)
+    return run_id is None or room(wb).may_stop(run_id, request)
 
 
 def class_view(classroom: ClassRoom, request, seen=None):
