@@ -175,8 +175,13 @@ def class_server(model_dir, tmp_path_factory):
     port = free_port()
     queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                         auth=room.login, **launch_options())
+    assert "class-intro" in ids(demo) and "class-teacher" in ids(demo)
     yield f"http://127.0.0.1:{port}/", wb
     demo.close()
+
+
+def ids(demo) -> set[str]:
+    return {c.get("props", {}).get("elem_id") for c in demo.config["components"]}
 
 
 def test_a_served_class_asks_for_its_password_and_holds_clients_to_the_caps(class_server):
@@ -203,7 +208,7 @@ def test_outside_class_mode_a_single_user_needs_no_login(model_dir, tmp_path):
     from workbench.ui.layout import queued
 
     demo, wb = create_app(str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"))
-    assert not hasattr(wb, "classroom") and "Class" not in demo.config["components"].__repr__()
+    assert not hasattr(wb, "classroom") and "class-intro" not in ids(demo)
     port = free_port()
     queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
