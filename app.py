@@ -56,7 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--teacher-token", default=os.environ.get("WORKBENCH_TEACHER_TOKEN"),
                    help="--class: the token that unlocks the teacher's controls (default: $WORKBENCH_TEACHER_TOKEN, "
                         "else generated)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    if not args.class_mode and any(a.split("=")[0] in ("--password", "--teacher-token") for a in given):
+        p.error("--password and --teacher-token belong to --class (a class's server); add --class")
+    return args
 
 
 def class_room(args: argparse.Namespace):

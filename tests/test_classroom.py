@@ -242,3 +242,14 @@ def test_the_load_checks_section_replaces_itself_in_the_page(tmp_path):
     load.write_into(page, load.class_lines({**figures, "errors": ["one"]}))
     text = page.read_text()
     assert text.count(load.SECTION) == 1 and "**1 errors**" in text and text.startswith("# Performance\n\n## Credit")
+
+
+def test_the_class_flags_need_class_mode(capsys):
+    from app import class_room, parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--password", "x"])
+    assert "--password and --teacher-token belong to --class" in capsys.readouterr().err
+    room = class_room(parse_args(["--class", "--teacher-token", "t"]))
+    assert room.token == "t" and room.password and room.login("anyone", room.password)
+    assert not room.login("anyone", room.password + "x")
