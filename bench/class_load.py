@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PASSWORD, TOKEN = "class-load", "class-load-teacher"
 STEPS = ("learn_example", "generate", "attribute")
 SECTION = "## A class on one server"
+CONNECT_S = 120.0  # gradio_client's HTTP timeout (its default, 5 s, is shorter than a busy server's answer)
 
 
 def free_port() -> int:
@@ -75,11 +76,12 @@ def timed(client, api_name: str, *args) -> dict:
     """Submit one request and follow its status: {wait, time, status}."""
     from gradio_client.utils import Status
 
+    working = (Status.PROCESSING, Status.ITERATING, Status.PROGRESS, Status.FINISHED)  # a generator: ITERATING
     submitted = time.perf_counter()
     job = client.submit(*args, api_name=api_name)
     started = None
     while not job.done():
-        if started is None and job.status().code == Status.PROCESSING:
+        if started is None and job.status().code in working:
             started = time.perf_counter()
         time.sleep(0.02)
     done = time.perf_counter()
@@ -92,18 +94,20 @@ def student(url: str, number: int, delay: float, results: list, errors: list) ->
     from gradio_client import Client
 
     time.sleep(delay)
-    try:
-        client = Client(url, auth=(f"student{number}", PASSWORD), verbose=False)
+    stage = "logging in"
+    try:  # a page waits for a busy server as long as it takes: no 5-second read timeout
+        client = Client(url, auth=(f"student{number}", PASSWORD), verbose=False, httpx_kwargs={"timeout": CONNECT_S})
         calls = {"learn_example": (), "generate": ("a large red circle in the top left on a white background", 8, 16,
                                                    0.7, number, "adherence"),
                  "attribute": (4, "mc", True, 2.0, "auto")}
         for name in STEPS:
+            stage = name
             result = timed(client, f"/{name}", *calls[name])
             results.append({"student": number, "call": name, **result})
             if result["status"].startswith("⚠"):
                 errors.append(f"student {number} {name}: {result['status']}")
     except Exception as err:  # noqa: BLE001 - a load check counts every failure
-        errors.append(f"student {number}: {type(err).__name__}: {err}")
+        errors.append(f"student {number}, {stage}: {type(err).__name__}: {err}")
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -166,7 +170,8 @@ def class_lines(f: dict | None) -> list[str]:
     s = f["summary"]
 
     def cell(name: str, kind: str) -> str:
-        return f"{s[name][f'{kind}_p50']:.1f} / {s[name][f'{kind}_p95']:.1f} s"
+        p50, p95 = s[name][f"{kind}_p50"], s[name][f"{kind}_p95"]
+        return "—" if p50 is None else f"{p50:.1f} / {p95:.1f} s"
     lines = [SECTION, "",
              f"`bench/class_load.py --students {f['students']}` ({f['date']}, {f['cores']} cores; load average "
              f"{f['load_before'][0]:.1f} when the students started and {f['load_after'][0]:.1f} when they were done, "
@@ -206,9 +211,9 @@ def main() -> None:
     if not 1 <= args.students <= 60 or not 0 < args.timeout <= 3600:
         raise SystemExit("--students must be in 1..60 and --timeout in (0, 3600]")
     figures = run(args.students, args.stagger, args.timeout, args.seed)
-    print("\n".join(class_lines(figures)))
     for error in figures["errors"][:20]:
         print("error:", error)
+    print("\n".join(class_lines(figures)))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     if args.into:
