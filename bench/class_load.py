@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -161,6 +162,7 @@ def run(students: int, stagger: float, timeout: float, seed: int) -> dict:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+        shutil.rmtree(runs, ignore_errors=True)
 
 
 def class_lines(f: dict | None) -> list[str]:
