@@ -2,6 +2,7 @@
 
 Opens http://127.0.0.1:7860 on the embedded model. The model loads in the background once the server
 is up, so the page is interactive at once. Importing this module builds nothing and launches nothing.
+`--class` serves one workbench to a class: a class password, a teacher's token, caps (ui/classroom.py).
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def create_app(model: str | None = None, device: str | None = None, runs_root: str = "runs", warm: bool = False,
-               dtype: str = "float32", resolution: int | None = None):
-    """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background."""
+               dtype: str = "float32", resolution: int | None = None, classroom=None):
+    """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background;
+    `classroom`: a `ui.classroom.ClassRoom` serves the app to a class (policies only from the allowed folders)."""
+    from workbench.ui.classroom import ClassWorkbench
     from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
-    wb = Workbench(model=model, device=device, runs_root=runs_root, dtype=dtype, resolution=resolution)
+    options = dict(model=model, device=device, runs_root=runs_root, dtype=dtype, resolution=resolution)
+    wb = Workbench(**options) if classroom is None else ClassWorkbench(**options, classroom=classroom)
     if warm:
         wb.warm_up()
     return build_app(wb), wb
@@ -44,7 +48,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     p.add_argument("--runs", default="runs", help="folder of fine-tuning runs (default runs/)")
-    return p.parse_args(argv)
+    p.add_argument("--class", dest="class_mode", action="store_true",
+                   help="serve a class: a class password, a teacher's token, caps on every request, the class's "
+                        "experiment (README, 'Hosting a class')")
+    p.add_argument("--password", default=os.environ.get("WORKBENCH_CLASS_PASSWORD"),
+                   help="--class: the password students type (default: $WORKBENCH_CLASS_PASSWORD, else generated)")
+    p.add_argument("--teacher-token", default=os.environ.get("WORKBENCH_TEACHER_TOKEN"),
+                   help="--class: the token that unlocks the teacher's controls (default: $WORKBENCH_TEACHER_TOKEN, "
+                        "else generated)")
+    args = p.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    if not args.class_mode and any(a.split("=")[0] in ("--password", "--teacher-token") for a in given):
+        p.error("--password and --teacher-token belong to --class (a class's server); add --class")
+    return args
+
+
+def class_room(args: argparse.Namespace):
+    """The ClassRoom of `--class`: the password and token given, or generated (printed at start)."""
+    import secrets
+
+    from workbench.ui.classroom import ClassRoom
+
+    return ClassRoom(args.password or secrets.token_urlsafe(6), args.teacher_token)
 
 
 def exit_on_terminate() -> None:
@@ -65,12 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     # first clicks.
     reuse_freed_memory()  # before the model loads: its passes reuse freed memory (workbench/core/heap.py)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)
+    classroom = class_room(args) if args.class_mode else None
+    demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution,
+                          classroom=classroom)
     atexit.register(wb.jobs.shutdown)
     exit_on_terminate()
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    login = {} if classroom is None else dict(auth=classroom.login, auth_message="The class password, any name")
+    if classroom is not None:
+        print(f"Class mode: students open http://{args.host}:{args.port} with the password {classroom.password}; "
+              f"the teacher opens http://{args.host}:{args.port}/?teacher={classroom.token}", file=sys.stderr,
+              flush=True)
     queued(demo, default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
-                                                     prevent_thread_lock=True, **launch_options())
+                                                     prevent_thread_lock=True, **login, **launch_options())
     wb.warm_up()  # after the server is up: importing diffusers and loading the model would delay the page
     demo.block_thread()
     return 0

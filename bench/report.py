@@ -34,6 +34,8 @@ import statistics
 from datetime import date
 from pathlib import Path
 
+from class_load import class_lines  # bench/class_load.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -444,6 +446,7 @@ def render(f: dict) -> str:
         lines.append(f"`bench/train_speed.py`: {train['seconds_per_iteration']:.2f} s per chunk_grpo iteration "
                      f"(threads {'/'.join(map(str, train.get('threads', [])))}), trainer / raw compute "
                      f"{train['ratio']:.2f}.")
+    lines += ["", *class_lines(f.get("class_load"))]  # bench/class_load.py
     return "\n".join(lines) + "\n"
 
 
@@ -478,6 +481,7 @@ def main() -> None:
     p.add_argument("--slow-page", nargs="+", action="append", default=[], metavar="LABEL JSON",
                    help="a row of the slowed page's table: its label, then the JSON of `bench/browser.py "
                         "[--slow-page F]` runs pooled (repeat the option for each row)")
+    p.add_argument("--class-load", default=None, help="the JSON of `bench/class_load.py --json` (its section)")
     p.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = p.parse_args()
     figures = json.loads(Path(args.figures).read_text())
@@ -519,6 +523,8 @@ def main() -> None:
         if not paths:
             raise SystemExit(f"--slow-page {label!r}: give the label, then the JSON of its runs")
         figures.setdefault("slow_page_runs", []).append((label, pooled(paths)))
+    if args.class_load:
+        figures["class_load"] = json.loads(Path(args.class_load).read_text())
     Path(args.out).write_text(render(figures))
     print(f"wrote {args.out}")
 

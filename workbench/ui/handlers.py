@@ -27,6 +27,7 @@ from workbench.rl.chunking import (
     toggle_boundary,
 )
 from workbench.rl.credit import Z
+from workbench.ui.classroom import held
 from workbench.ui.clicks import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
 from workbench.ui.redraw import carried_relayout
@@ -100,6 +101,7 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
     config = SamplingConfig(group=whole_number(group, "group size", 1), steps=whole_number(steps, "steps", 1),
                             noise_level=number(noise_level, "noise level"), seed=whole_number(seed, "seed", 0),
                             sde=sde or "", window=parse_window(window))
+    held(wb, group=config.group, steps=config.steps)  # class mode: the teacher's caps
     session = _sample(wb, prompt or "", config, reward_spec, session, progress)
     group = session.group
     figure = plots.logprob_figure(group.log_probs, session.rewards, group.stds)
@@ -169,6 +171,7 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
     k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
     estimator = estimator or "mc"
     info = ESTIMATORS.info(estimator)  # an unknown name: the message lists the valid ones
+    held(wb, continuations=k)  # class mode: the teacher's caps
     group, policy = session.group, wb.policy(session.source)
     with wb.batched_threads():
         credit = measure_credit(policy, group, build_reward(session.reward_spec), continuations=k, chunks=session.sizes,
@@ -206,6 +209,7 @@ def refine_credit(wb: Workbench, budget: float, session: Session, z: float = Z, 
     if n > REFINE_BUDGET_MAX:
         raise WorkbenchError(f"budget (continuations) is at most {REFINE_BUDGET_MAX} per press (got {n}); "
                              "press Refine again to spend more")
+    held(wb, refine_budget=n)
     before = credit.rates(z).step.determined
     track = _tracker(progress, "continuations")
     reward_fn = build_reward(session.reward_spec)

@@ -25,6 +25,7 @@ from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
 from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
+from workbench.ui import classroom_view as cv
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
@@ -145,7 +146,7 @@ def _per_step_section(wb, session) -> list:
     plot = gr.Plot(empty, label="Per-step advantages", elem_id="step-compare-plot")
     status = gr.Markdown(elem_id="step-compare-status")
     go_.click(partial(sh.compare_advantages, wb), [critic, session], [plot, table, session, status],
-              api_name="compare_advantages", **HEAVY)
+              api_name="compare_advantages", **cv.long_work(wb, HEAVY))
     return [plot, table, status]  # the section's view (`step_advantages_view`)
 
 
@@ -191,10 +192,11 @@ def _attribution_tab(page: Page) -> dict:
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_images, compare_text, status]
-    busy = dict(show_progress_on=[heatmap], **HEAVY)  # the progress text over the map, not over the rates' text
+    busy = dict(show_progress_on=[heatmap], **cv.long_work(wb, HEAVY))  # the progress text over the map, not over
+    # the rates' text
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
                       api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
-    run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z, precision], outputs,
+    run.click(cv.handler(wb, h.attribute), [continuations, session, estimator, crn, z, precision], outputs,
               api_name="attribute", **busy).then(**steps_view)
     refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy).then(
         **steps_view)
@@ -202,7 +204,7 @@ def _attribution_tab(page: Page) -> dict:
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
-                  show_progress_on=[compare_plot], **HEAVY)
+                  show_progress_on=[compare_plot], **cv.long_work(wb, HEAVY))
     page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
                     api_visibility="private", show_progress="hidden")  # flashes
     page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private")
@@ -330,7 +332,7 @@ def _objectives_tab(page: Page) -> None:
     point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
-              [maps, summary, formula, view, status], api_name="objectives", **HEAVY).then(
+              [maps, summary, formula, view, status], api_name="objectives", **cv.long_work(wb, HEAVY)).then(
         lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
         api_visibility="private", show_progress="hidden")
     scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
@@ -421,9 +423,10 @@ def _finetune_tab(page: Page) -> None:
     for control in [*form, lesson, *real]:  # the estimate follows the form, before Start
         control.change(**estimate)
     tab.select(**estimate)
-    start.click(partial(rh.start_run, wb), [*form, lesson, session, *real], [live, sample, session, timer, status],
+    start.click(cv.handler(wb, rh.start_run), [*form, lesson, session, *real], [live, sample, session, timer, status],
                 api_name="start_run", concurrency_id="train")
-    stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")
+    stop.click(cv.handler(wb, rh.stop_run), [session], [timer, status], api_name="stop_run")
+    cv.wire_stop(wb, [timer.tick, tab.select], session, stop)  # class mode: Stop only where it may stop
     shown_keys = gr.State(())  # what the panel's pictures are drawn from (run_handlers.panel_keys): sent once each
     panel = [live, sample, before, now, heldout, bar, timer, shown_keys, state]
     poll = dict(fn=partial(rh.poll_run, wb), inputs=[session, shown_keys], outputs=panel, api_visibility="private",
@@ -471,7 +474,7 @@ def _runs_tab(page: Page) -> None:
 
 
 TABS.register("learn", info=TabInfo("Learn", order=70))(
-    lambda page: learn_tab(page.wb, page.session, page.built["generate"]["shown"], HEAVY))
+    lambda page: learn_tab(page.wb, page.session, page.built["generate"]["shown"], cv.long_work(page.wb, HEAVY)))
 TABS.register("glossary", info=TabInfo("Glossary", order=80))(lambda page: glossary_tab())
 
 
@@ -490,6 +493,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
             for name in tab_ids():
                 with gr.Tab(TABS.info(name).label, id=name) as tab:
                     built[name] = TABS.get(name)(Page(wb, session, tab, link["link"], choices, built))
+            cv.class_tab(wb, demo)  # class mode only (app.py --class)
         gen, attribution, spec = built["generate"], built["attribution"], built["chunks"]
         start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)
         prompt, group, steps, noise, seed, reward, _, sde, window = gen["inputs"]

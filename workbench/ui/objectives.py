@@ -25,6 +25,7 @@ from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config import TrainConfig
 from workbench.train.explained import ROWS, correlation_text, explain_rows, objective_advantages, objective_numbers
 from workbench.train.presets import gfpo_scores
+from workbench.ui.classroom import held
 from workbench.ui.clicks import clicked_point
 from workbench.ui.formulas import cell, formula_html
 from workbench.ui.guard import guarded, number, ok, whole_number
@@ -164,6 +165,7 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     n = whole_number(updates, "inner updates N", 0)
+    held(wb, objective_updates=n)  # class mode: the teacher's caps
     lr = number(lr, "learning rate")
     if lr <= 0:
         raise WorkbenchError(f"the learning rate must be > 0, got {lr:g}")

@@ -20,6 +20,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.glossary import gloss
 from workbench.core.imaging import grid
 from workbench.rl.credit import Z
+from workbench.ui.classroom import held
 from workbench.ui.guard import escape, guarded, ok, whole_number
 from workbench.ui.handlers import _tracker, _z, rates_markdown
 from workbench.ui.state import BASE, Session
@@ -133,6 +134,7 @@ def compare(wb: Workbench, other: str | None, continuations: float, session: Ses
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
+    held(wb, continuations=k)  # class mode: the teacher's caps
     other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
     group = session.group
     comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,

@@ -53,6 +53,8 @@ LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one
                           "progress bar shows the time left as it runs"}
 # the CPU-s by experiments/crosses.py; the minutes by bench/browser.py --lesson on this machine class's two
 # processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
+ELSEWHERE = " (started elsewhere; Stop stops it)"
+CLASS_ELSEWHERE = " (started by another session: only that session or the teacher can stop it)"
 GRID_ZOOM = 2  # the before/after grids (32-pixel pictures drawn 4x) shown 2x larger, nearest-neighbour: pixels stay
 # pixels in the 340-px viewer, and the PNG is a quarter of 4x's 4168x1174, which left the viewer blank while it loaded
 
@@ -130,13 +132,20 @@ def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float
 @guarded(2)
 def stop_run(wb: Workbench, session: Session):
     """Stop -> (timer update, status): this session's run, or else the run using the device (any session's).
-    A second Stop ends a run that does not stop by itself."""
-    run_id = session.run_id
-    if run_id is None or wb.jobs.view(run_id).done:  # this session's run ended: stop the one using the device
-        run_id = wb.jobs.busy() or run_id
+    A second Stop ends a run that does not stop by itself. (Class mode asks first who may stop it:
+    `classroom_view`.)"""
+    run_id = stop_target(wb, session)
     if run_id is None:
         raise WorkbenchError("this session has not started a run and no run is using the device")
     return gr.Timer(active=True), ok(escape(wb.jobs.stop(run_id)))
+
+
+def stop_target(wb: Workbench, session: Session) -> str | None:
+    """The run Stop stops: the session's own while it runs, else the one using the device, else None."""
+    run_id = session.run_id
+    if run_id is None or wb.jobs.view(run_id).done:  # this session's run ended: stop the one using the device
+        run_id = wb.jobs.busy() or run_id
+    return run_id
 
 
 def describe(view: RunView) -> str:
@@ -255,7 +264,7 @@ def poll_run(wb: Workbench, session: Session, shown: tuple = (), opened: bool = 
     started = wb.jobs.started
     run_id, why = session.run_id, ""
     if run_id is None:
-        run_id, why = wb.jobs.busy(), " (started elsewhere; Stop stops it)"
+        run_id, why = wb.jobs.busy(), ELSEWHERE if getattr(wb, "classroom", None) is None else CLASS_ELSEWHERE
     if run_id is None:
         names = _run_names(wb)
         if not names:

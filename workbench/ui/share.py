@@ -149,6 +149,7 @@ def open_link(wb: Workbench, session: Session, query: str, progress=gr.Progress(
     from workbench.ui.policies import header
 
     params = {k: v[-1] for k, v in parse_qs((query or "").lstrip("?"), keep_blank_values=True).items()}
+    params.pop("teacher", None)  # class mode's teacher link (ui/classroom_view.py) describes no view
     if not params:
         return (gr.skip(),) * 20 + ("",)
     view = parse_query(params)
