@@ -19,7 +19,7 @@ from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
 from workbench.train.model_settings import check_model_settings, is_real_model
-from workbench.train.prompt_sets import is_pipeline_folder, read_prompt_file, real_prompts
+from workbench.train.prompt_sets import read_prompt_file, real_prompts
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
@@ -410,7 +410,7 @@ class TrainConfig:
             return read_prompt_file(self.prompt_file)
         if self.task is not None:
             return TASKS.get(self.task)().train_prompts
-        if is_pipeline_folder(self.model):
+        if is_real_model(self.model):
             return real_prompts()[0]
         from workbench.toyworld.world import split_scenes
         return [s.prompt() for s in split_scenes()[0]]
@@ -419,7 +419,7 @@ class TrainConfig:
         """The first eval_prompts held-out prompts: the task's, or the world's held-out scenes."""
         if self.task is not None:
             return TASKS.get(self.task)().eval_prompts[:self.eval_prompts]
-        if is_pipeline_folder(self.model):
+        if is_real_model(self.model):
             return real_prompts()[1][:self.eval_prompts]
         from workbench.toyworld.world import split_scenes
         return [s.prompt() for s in split_scenes()[1][:self.eval_prompts]]

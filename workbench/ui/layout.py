@@ -23,6 +23,7 @@ from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
+from workbench.train.model_settings import model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
@@ -348,7 +349,7 @@ def _objectives_tab(wb, session, tab) -> None:
 
 def _finetune_tab(wb, session, tab) -> None:
     """Every control starts at TrainConfig's default and says what its field's docstring says."""
-    defaults, docs = TrainConfig(), field_docs(TrainConfig)
+    defaults, docs = model_defaults(TrainConfig()), field_docs(TrainConfig)  # the embedded model's values
     gr.Markdown(FINETUNE_INTRO, elem_id="finetune-intro")
 
     def hint(name: str, limit: int = 150) -> str:

@@ -24,6 +24,7 @@ from PIL import Image
 from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import with_header
 from workbench.train import PRESETS, TrainConfig, preset
+from workbench.train.model_settings import model_defaults
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
 from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
 from workbench.ui.jobs import RunView
@@ -90,7 +91,8 @@ def form_config(wb: Workbench, objective: str, reward: str, chunks: str, lr, ite
 
 
 def lesson_form(config: TrainConfig) -> tuple:
-    """The form's values (FORM_FIELDS without the lesson) for a config."""
+    """The form's values (FORM_FIELDS without the lesson) for a config (its model's defaults resolved)."""
+    config = model_defaults(config)
     window = "" if config.window is None else f"{config.window[0]},{config.window[1]}"
     return (config.objective, config.reward, config.chunks, config.lr, config.iterations, config.group, config.steps,
             config.lora_rank, config.sde, window)
