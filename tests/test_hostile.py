@@ -927,3 +927,18 @@ def test_a_control_updated_by_a_refused_action_still_names_bad_input(app):
         with pytest.raises(gr.Error) as err:
             call_endpoint(demo, "chunks_split", state, Step=payload)
         assert err.value.message.startswith("Step must be a finite number"), err.value.message
+
+
+def test_a_toy_reward_on_a_32_px_real_model_is_refused_before_sampling(capsys, tmp_path):
+    """The 32 px tiny SD3 makes images of the toy world's size: the reward's declared model kind refuses adherence
+    (export used to score its images with it, after sampling)."""
+    from tiny_pipelines import save_tiny_sd3
+
+    sd3 = save_tiny_sd3(tmp_path / "sd3")
+    capsys.readouterr()
+    for command in (["export", "--out", str(tmp_path / "page.html")], ["attribute", "--chunks", "1,1"]):
+        assert main([*command, "--model", str(sd3), "--device", "cpu", "--prompt", "a green cross", "--group", "2",
+                     "--steps", "2", "--continuations", "2", "--reward", "adherence"]) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]  # beside
+        # diffusers' loading bars: one line, before any sampling (no continuations counted)
+        assert len(errors) == 1 and "reward 'adherence' serves the embedded model's toy world only" in errors[0]

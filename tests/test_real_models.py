@@ -58,7 +58,8 @@ def test_flux_sample_and_attribute_with_the_defaults(flux_dir, tmp_path, capsys)
     assert json.loads(capsys.readouterr().out)["step_determined"] is not None
     assert cli([*args, "--reward", "adherence"]) == 2
     err = capsys.readouterr().err
-    assert "reward 'adherence' scores 32x32 px" in err and "continuations: " not in err  # refused before sampling
+    assert "reward 'adherence' serves the embedded model's toy world only" in err  # any size: the model kind refuses
+    assert "continuations: " not in err  # refused before sampling
 
 
 def test_flux_train_resume_and_refusal(flux_dir, tmp_path):
@@ -74,7 +75,7 @@ def test_flux_train_resume_and_refusal(flux_dir, tmp_path):
     assert again.policy.max_sequence_length == 16  # and its T5 tokens (FLUX's default 512)
     assert again.run().iterations == 2
     bad = TrainConfig(model=str(flux_dir), iterations=1, reward="adherence", resolution=SIDE, **SMALL)
-    with pytest.raises(WorkbenchError, match="reward 'adherence' scores 32x32 px images"):
+    with pytest.raises(WorkbenchError, match="reward 'adherence' serves the embedded model's toy world only"):
         Trainer(bad, tmp_path / "bad")
     assert not (tmp_path / "bad" / "metrics.jsonl").exists()
 
@@ -90,7 +91,7 @@ def test_flux_app_generate_uses_the_model_default(flux_dir, tmp_path):
     assert "scored with `jpeg_compressibility`" in out[-1]
     assert out[5].group.images.shape[-1] == PX
     refused = handlers.generate(wb, "a photo of a cat", 2, 2, 0.7, 0, "adherence", Session())
-    assert "reward 'adherence' scores 32x32 px" in refused[-1]
+    assert "reward 'adherence' serves the embedded model's toy world only" in refused[-1]
     assert torch.is_tensor(out[5].rewards)
 
 
@@ -125,6 +126,7 @@ def test_app_releases_its_models_while_a_fine_tune_holds_the_gpu(tmp_path, monke
     wb = Workbench(device="cpu", runs_root=str(tmp_path / "runs"))
     wb.policy()
     monkeypatch.setattr(wb.jobs, "start", lambda config: SimpleNamespace(run_id="r1"))
+    monkeypatch.setattr("workbench.core.budget.free_bytes", lambda device: None)  # "cuda" below, on a CPU machine
     form = ("chunk_grpo", "", "2,3,4,7", 3e-5, 2, 2, 16, 0, "flow_grpo", "", "none")
     rh.start_run(wb, *form, Session())
     assert wb._policies  # on the CPU the app keeps its model (host memory is shared anyway)

@@ -127,6 +127,10 @@ def add_model_args(p: argparse.ArgumentParser, runs: bool = True) -> None:
             "runs/<id>/checkpoints/iter_N") if runs else ""
     p.add_argument("--model", default=None, help="local model folder (diffusers SD3/FLUX or embedded format)"
                    f"{more}; default: the embedded model")
+    p.add_argument("--lora", default=None, metavar="ADAPTER",
+                   help="a LoRA adapter folder applied to --model (an SD3 / FLUX base folder): diffusers' format "
+                        "(pytorch_lora_weights.safetensors, what a LoRA run's checkpoints hold) or PEFT's "
+                        "(adapter_config.json + adapter_model.safetensors, as Flow-GRPO saves them)")
     p.add_argument("--device", type=device, default=None, help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weights of an SD3 / FLUX model (default float32; the sampler's maths stays float32)")

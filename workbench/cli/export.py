@@ -17,31 +17,36 @@ from workbench.core.precision import PRECISIONS
 
 def model_curve(policy, group):
     """The model's L1_rel curve at the group's steps and noise: over 8 spread prompts of the toy world (as the app's
-    Chunks tab), else over the group's prompt."""
+    Chunks tab), else over the group's prompt (the real prompt set's would cost 16 trajectories of a large model)."""
     from dataclasses import replace
 
     from workbench.flow.dynamics import dynamics_curve
-    from workbench.toyworld.world import spread_prompts
+    from workbench.train.prompt_sets import world_prompts
 
-    prompts = spread_prompts(8) if getattr(policy, "toy_world", False) else [group.prompt]
+    prompts = world_prompts(True, 8) if getattr(policy, "toy_world", False) else [group.prompt]
     return dynamics_curve(policy, prompts, replace(group.config, group=2 if len(prompts) > 1 else 8))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from workbench.cli.main import check_memory, load_model, sampling_config
     from workbench.flow.sampler import sample_group
-    from workbench.rewards import build_reward
+    from workbench.rewards import build_reward, default_reward
     from workbench.rl.advantages import ADVANTAGES
     from workbench.rl.chunking import CHUNKERS, parse_chunk_spec
     from workbench.rl.credit import measure_credit
+    from workbench.train.sources import resolve_source
     from workbench.viz.page import write_page
 
-    policy = load_model(args, args.prompt)
     config = sampling_config(args)
     temporal = args.chunks.strip() == "temporal"
     sizes = CHUNKERS.get("temporal")(config.steps) if temporal else parse_chunk_spec(args.chunks, config.steps)
-    reward = build_reward(args.reward)
+    if args.reward is not None:
+        build_reward(args.reward)  # a bad spec is refused before the model loads
+    policy = load_model(args, args.prompt)
+    reward_spec = args.reward or default_reward(policy.toy_world)
+    reward = build_reward(reward_spec)
     policy.check_prompt(args.prompt)
+    reward.check_images(policy.image_size, [args.prompt], policy.toy_world)  # before any sampling
     check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
                  continuations=args.continuations if args.estimator == "mc" else 1)
     group = sample_group(policy, args.prompt, config)
@@ -49,8 +54,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]
     credit = measure_credit(policy, group, reward, continuations=args.continuations, chunks=sizes,
                             estimator=args.estimator, precision=args.precision)
-    settings = {"model": args.model or "embedded model", "prompt": args.prompt, "seed": args.seed, "G": config.group,
-                "T": config.steps, "noise level": config.noise_level, "sampler": config.sde, "reward": args.reward,
+    settings = {"model": resolve_source(args.model, args.lora).key or "embedded model", "prompt": args.prompt,
+                "seed": args.seed, "G": config.group, "T": config.steps, "noise level": config.noise_level,
+                "sampler": config.sde, "reward": reward_spec,
                 "chunks": ",".join(map(str, sizes)), "continuations": args.continuations,
                 "estimator": args.estimator, "precision": credit.precision, "z": args.z}
     out = write_page(policy, group, rewards, advantages, credit, args.z, settings, args.out,
@@ -74,7 +80,8 @@ def add_parser(sub) -> None:
                    metavar="M", help="old name of --continuations")
     p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7 "
                    "(default: GCPO's temporal chunking of T)")
-    p.add_argument("--reward", default="adherence", help="reward spec, e.g. adherence:1,sharpness:0.5")
+    p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
+                   "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
     p.add_argument("--estimator", default="mc", choices=["mc", "ode", "x0"], help="credit estimator (default mc)")
     p.add_argument("--precision", default="auto", choices=PRECISIONS,
                    help="numerics of the continuations (default auto: bfloat16 where the device has it natively)")

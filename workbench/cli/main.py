@@ -60,7 +60,8 @@ def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
 
 
 def load_model(args: argparse.Namespace, prompt: str | None = None):
-    """The policy --model names: a model folder, a run (its newest complete checkpoint) or one checkpoint.
+    """The policy --model (and --lora) names: a model folder, a base folder with a LoRA adapter, a run (its newest
+    complete checkpoint) or one checkpoint.
 
     With `prompt`, a model of the embedded format (no --model, such a folder, or a run on one) refuses a prompt
     outside its grammar before anything loads: the load imports diffusers, seconds a user waited for "unknown
@@ -69,7 +70,7 @@ def load_model(args: argparse.Namespace, prompt: str | None = None):
     from workbench.train.prompt_sets import is_pipeline_folder
     from workbench.train.sources import load_policy, resolve_source
 
-    source = resolve_source(args.model)
+    source = resolve_source(args.model, getattr(args, "lora", None))
     if prompt is not None and not is_pipeline_folder(source.model):
         from workbench.toyworld.world import parse_prompt
 
@@ -165,7 +166,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     policy = load_model(args, args.prompt)
     policy.check_prompt(args.prompt)
     reward = build_reward(args.reward or default_reward(policy.toy_world))
-    reward.check_images(policy.image_size, [args.prompt])
+    reward.check_images(policy.image_size, [args.prompt], policy.toy_world)
     check_memory(policy, config.group, config.steps, "--group, --steps or --continuations",
                  continuations=args.continuations if args.estimator == "mc" else 1)  # ode / x0: one look-ahead
     group = sample_group(policy, args.prompt, config)
@@ -213,13 +214,13 @@ def cmd_chunks(args: argparse.Namespace) -> int:
     from workbench.flow.dynamics import dynamics_curve
     from workbench.flow.trajectory import SamplingConfig
     from workbench.rl.chunking import CHUNKERS
-    from workbench.toyworld.world import spread_prompts
+    from workbench.train.prompt_sets import world_prompts
 
     chunker = CHUNKERS.get(args.method)
     options = {k: v for k, v in (("size", args.size), ("num_chunks", args.num_chunks),
                                  ("max_size", args.max_size), ("sizes", args.sizes)) if v is not None}
-    prompts = spread_prompts(args.prompts)
     policy = load_model(args)
+    prompts = world_prompts(policy.toy_world, args.prompts)  # the model's world: toy scenes or real prompts
     config = SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, seed=args.seed)
     check_memory(policy, config.group, config.steps, "--group or --steps", prompts=min(len(prompts), 16))
     curve = dynamics_curve(policy, prompts, config, metric=args.metric, progress=_progress("trajectories"))
@@ -292,7 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "chunks with a chunker (uniform, fixed, temporal, adaptive, equal_mass).")
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
     p.add_argument("--method", default="adaptive", help="chunker name (default adaptive)")
-    p.add_argument("--prompts", type=positive_int, default=32, help="prompts to average over (default 32)")
+    p.add_argument("--prompts", type=positive_int, default=32,
+                   help="prompts to average over: the toy world's scenes, or the shipped real prompts for SD3 / FLUX "
+                        "(default 32)")
     p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
     p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7, help="SDE noise level (default 0.7)")
     p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")

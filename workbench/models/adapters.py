@@ -113,6 +113,24 @@ def _latent_size(resolution: int | None, default: int, vae_scale: int, patch: in
     return pixels // vae_scale
 
 
+def pipeline_geometry(folder: str | Path) -> tuple[int, int]:
+    """(native resolution, multiple) of a diffusers SD3 / FLUX folder's square images, read from its configs without
+    loading weights: the side the policy draws by default and the step every resolution must be a multiple of (VAE
+    factor x patch; 16 for SD3.5 and FLUX.1), as `SD3Policy` / `FluxPolicy` compute them."""
+    folder = Path(folder).expanduser()
+    try:
+        index = json.loads((folder / "model_index.json").read_text())
+        transformer = json.loads((folder / "transformer" / "config.json").read_text())
+        vae = json.loads((folder / "vae" / "config.json").read_text())
+        factor = 2 ** (len(vae["block_out_channels"]) - 1)  # the pipelines' vae_scale_factor
+        if index.get("_class_name") == "FluxPipeline":
+            return 128 * factor, 2 * factor  # the pipeline's default_sample_size latents; 2x2 packed tokens
+        return int(transformer["sample_size"]) * factor, int(transformer["patch_size"]) * factor
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise WorkbenchError(f"cannot read the image size of {folder} from its configs ({err}); "
+                             "check that the model folder is complete") from None
+
+
 def _freeze(*modules: torch.nn.Module | None) -> None:
     for module in modules:
         if module is not None:

@@ -22,11 +22,13 @@ from workbench.rewards.base import (
                                     check_reward_images,
                                     default_reward,
                                     folder_args,
+                                    model_kind,
                                     parse_reward_spec,
                                     reward_accepts,
                                     reward_names,
+                                    rewards_for,
 )
 
 __all__ = ["MODEL_REWARDS", "REWARDS", "Accepts", "RewardFn", "RewardFunction", "build_reward", "check_folders",
-           "check_reward_images", "default_reward", "folder_args", "parse_reward_spec", "reward_accepts",
-           "reward_names"]
+           "check_reward_images", "default_reward", "folder_args", "model_kind", "parse_reward_spec",
+           "reward_accepts", "reward_names", "rewards_for"]

@@ -12,7 +12,7 @@ from functools import cache, lru_cache
 import numpy as np
 import torch
 
-from workbench.rewards.base import REWARDS, accepts
+from workbench.rewards.base import REWARDS, TOY, accepts
 from workbench.toyworld.perception import Detection, detect
 from workbench.toyworld.world import BACKGROUNDS, COLORS, GRID_CENTERS, IMAGE_SIZE, Scene, parse_prompt, render
 
@@ -91,7 +91,7 @@ def _mean_scores(images: torch.Tensor, prompts: list[str], attributes: tuple[str
 
 
 @REWARDS.register("adherence")
-@accepts(IMAGE_SIZE, toy_prompts=True)
+@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
 def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Prompt adherence in [0, 1]: the mean of the continuous attribute scores the prompt specifies.
 
@@ -108,7 +108,7 @@ def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("color_match")
-@accepts(IMAGE_SIZE, toy_prompts=True)
+@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
 def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Colour score of `adherence` alone, in [0, 1] (1 if the prompt names no colour and an object is drawn).
 
@@ -120,7 +120,7 @@ def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("shape_match")
-@accepts(IMAGE_SIZE, toy_prompts=True)
+@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
 def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Shape score of `adherence` alone, in [0, 1]: (IoU_target / IoU_best)^20.
 
@@ -132,7 +132,7 @@ def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("position_match")
-@accepts(IMAGE_SIZE, toy_prompts=True)
+@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
 def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Position score of `adherence` alone, in [0, 1] (1 if the prompt names no position and an object is drawn).
 
@@ -144,7 +144,7 @@ def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 
 @REWARDS.register("size_match")
-@accepts(IMAGE_SIZE, toy_prompts=True)
+@accepts(IMAGE_SIZE, toy_prompts=True, serves=(TOY,))
 def size_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Size score of `adherence` alone, in [0, 1] (1 if the prompt names no size and an object is drawn).
 

@@ -6,10 +6,12 @@ of B strings, scores (B,) float32 with a documented range. Weight-free rewards a
 the one setting naming their local model folder (`clip.py`). A spec such as "adherence:1,sharpness:0.5"
 names a weighted sum of rewards, built by `build_reward`.
 
-Each reward declares the images it accepts (`Accepts`, set with `@accepts`): the toy world's rewards
-score 32x32 renders of its own prompts; an undeclared reward takes any size and any prompt. A spec whose
-rewards cannot score a model's images is refused before any sampling (`RewardFunction.check_images`),
-and `default_reward` is a spec that works for every model.
+Each reward declares the models it serves and the images it accepts (`Accepts`, set with `@accepts`; a
+model-based reward's on its `ModelReward` record): the toy world's rewards serve only the embedded model (its
+32x32 renders of its own prompts, "toy"), the pixel statistics every model, CLIP-family rewards real SD3 / FLUX
+models ("real") and, since they resize any picture, the embedded one too; an undeclared reward serves every model
+and takes any size and any prompt. A spec whose rewards cannot score a model's images is refused before any
+sampling (`RewardFunction.check_images`), and `default_reward` is a spec that works for every model.
 
     reward = build_reward("adherence:1,sharpness:0.5")
     reward(images, prompts)             # (B,) weighted sum
@@ -34,36 +36,59 @@ TOY_REWARD = "adherence"  # the default for the embedded (toy-world) model
 ANY_IMAGE_REWARD = "jpeg_compressibility"  # the default for SD3 / FLUX: any size, no model folder (DDPO's task)
 
 
+TOY, REAL = "toy", "real"  # the models a reward serves: the embedded model's toy world, real SD3 / FLUX models
+MODEL_KINDS = {TOY: "the embedded model's toy world", REAL: "real SD3 / FLUX models"}
+THIS_MODEL = {TOY: "the embedded model", REAL: "a real SD3 / FLUX model"}
+
+
+def model_kind(toy_world: bool) -> str:
+    """TOY for a model of the toy world (`FlowPolicy.toy_world`), else REAL."""
+    return TOY if toy_world else REAL
+
+
 @dataclass(frozen=True)
 class Accepts:
-    """The images a reward can score: a square side in pixels (None = any) and the prompts it reads."""
+    """What a reward can score: the models it serves, a square side in pixels (None = any) and the prompts it
+    reads."""
 
     size: int | None = None  # the one image side it scores, e.g. the toy world's 32; None = any size
     toy_prompts: bool = False  # it parses the prompt with the toy world's grammar (`toyworld.world.parse_prompt`)
+    serves: tuple[str, ...] = (TOY, REAL)  # the model kinds whose images it means something for (MODEL_KINDS)
 
     def describe(self) -> str:
         size = "any size" if self.size is None else f"{self.size}x{self.size} px images"
         return size + (" of the toy world's prompts" if self.toy_prompts else "")
 
 
-def accepts(size: int | None = None, toy_prompts: bool = False):
-    """Decorator: declare the images a reward function accepts (rewards without it take any image)."""
+def accepts(size: int | None = None, toy_prompts: bool = False, serves: tuple[str, ...] = (TOY, REAL)):
+    """Decorator: declare the models a reward function serves and the images it accepts (rewards without it serve
+    every model and take any image)."""
+    unknown = sorted(set(serves) - set(MODEL_KINDS))
+    if unknown or not serves:
+        raise ValueError(f"serves must name some of {', '.join(MODEL_KINDS)}, got {serves!r}")
+
     def decorate(fn: RewardFn) -> RewardFn:
-        fn.accepts = Accepts(size, toy_prompts)
+        fn.accepts = Accepts(size, toy_prompts, tuple(serves))
         return fn
     return decorate
 
 
 def reward_accepts(name: str) -> Accepts:
-    """What the named reward accepts (model-based rewards resize: any size)."""
+    """What the named reward serves and accepts (model-based rewards resize: any size)."""
     if name in MODEL_REWARDS:
-        return Accepts()
+        return Accepts(serves=MODEL_REWARDS.get(name).serves)
     return getattr(REWARDS.get(name), "accepts", Accepts())
 
 
-def any_size_rewards() -> list[str]:
-    """The rewards that score images of every size and prompt."""
-    return [n for n in reward_names() if reward_accepts(n) == Accepts()]
+def any_size_rewards(toy_world: bool | None = None) -> list[str]:
+    """The rewards that score images of every size and prompt (and serve that kind of model, when given)."""
+    return [n for n in reward_names() if reward_accepts(n).size is None and not reward_accepts(n).toy_prompts
+            and (toy_world is None or model_kind(toy_world) in reward_accepts(n).serves)]
+
+
+def rewards_for(toy_world: bool) -> list[str]:
+    """The rewards that serve this kind of model: what the app offers and a spec may name for it."""
+    return [n for n in reward_names() if model_kind(toy_world) in reward_accepts(n).serves]
 
 
 def default_reward(toy_world: bool) -> str:
@@ -79,15 +104,17 @@ class ModelReward:
     folder_arg: str  # the setting that names the folder: build_reward's keyword, TrainConfig's field, the CLI flag
     check: Callable[[str, str | None], Path]  # (reward name, folder or None) -> the folder, else WorkbenchError
     load: Callable[[str, Path], RewardFn]  # (reward name, checked folder) -> the reward (loads lazily)
+    serves: tuple[str, ...] = (REAL,)  # the model kinds it serves (MODEL_KINDS)
 
 
 MODEL_REWARDS: Registry[ModelReward] = Registry("model-based reward")
 
 
-def register_model_reward(name: str, folder_arg: str, check: Callable[[str, str | None], Path]):
-    """Decorator: register `load(name, folder) -> RewardFn` as the model-based reward `name`."""
+def register_model_reward(name: str, folder_arg: str, check: Callable[[str, str | None], Path],
+                          serves: tuple[str, ...] = (REAL,)):
+    """Decorator: register `load(name, folder) -> RewardFn` as the model-based reward `name`, serving `serves`."""
     def decorate(load: Callable[[str, Path], RewardFn]):
-        MODEL_REWARDS.register(name)(ModelReward(folder_arg, check, load))
+        MODEL_REWARDS.register(name)(ModelReward(folder_arg, check, load, tuple(serves)))
         return load
     return decorate
 
@@ -172,19 +199,25 @@ class RewardFunction:
     def __call__(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         return self.combine(self.components(images, prompts))
 
-    def check_images(self, image_size: int, prompts: list[str] = ()) -> None:
-        """Refuse, before any sampling, a reward that cannot score `image_size` images of these prompts."""
-        check_reward_images(self.names, image_size, prompts)
+    def check_images(self, image_size: int, prompts: list[str] = (), toy_world: bool | None = None) -> None:
+        """Refuse, before any sampling, a reward that cannot score `image_size` images of these prompts (or that
+        does not serve this kind of model: `toy_world`, the policy's; None = not checked)."""
+        check_reward_images(self.names, image_size, prompts, toy_world)
 
 
-def check_reward_images(names, image_size: int, prompts=()) -> None:
-    """Every named reward accepts square images of `image_size` px and these prompts, else a WorkbenchError
-    that names the reward, what it accepts and the rewards that take any image."""
+def check_reward_images(names, image_size: int, prompts=(), toy_world: bool | None = None) -> None:
+    """Every named reward serves this kind of model (`toy_world`; None = either) and accepts square images of
+    `image_size` px and these prompts, else a WorkbenchError that names the reward, what it serves or accepts and
+    the rewards that take any image."""
     from workbench.toyworld.world import parse_prompt
 
-    fix = f"use rewards that take any image ({', '.join(any_size_rewards())})"
+    fix = f"use rewards that take any image ({', '.join(any_size_rewards(toy_world))})"
     for name in names:
         need = reward_accepts(name)
+        if toy_world is not None and model_kind(toy_world) not in need.serves:
+            served = " and ".join(MODEL_KINDS[k] for k in need.serves)
+            this = THIS_MODEL[model_kind(toy_world)]
+            raise WorkbenchError(f"reward '{name}' serves {served} only, and this is {this}; {fix}")
         if need.size is not None and need.size != image_size:
             raise WorkbenchError(f"reward '{name}' scores {need.describe()}, but this model makes {image_size}x"
                                  f"{image_size} px images; {fix}")

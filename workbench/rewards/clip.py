@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.core.errors import WorkbenchError
-from workbench.rewards.base import MODEL_REWARDS, register_model_reward
+from workbench.rewards.base import MODEL_REWARDS, REAL, TOY, register_model_reward
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's normalisation, if no preprocessor_config
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -99,13 +99,14 @@ class ClipReward:
         return (scale * cosine).float()
 
 
-@register_model_reward("clip_score", folder_arg="clip_path", check=check_clip_folder)
+# CLIP-family rewards serve real models; they resize any picture, so the embedded model may use them too
+@register_model_reward("clip_score", folder_arg="clip_path", check=check_clip_folder, serves=(REAL, TOY))
 def clip_score(name: str, folder: Path) -> ClipReward:
     """CLIPScore (Hessel et al. 2021): cosine of CLIP's image and text embeddings, in [-1, 1]."""
     return ClipReward(name, folder, logit_scaled=False)
 
 
-@register_model_reward("pickscore", folder_arg="pickscore_path", check=check_clip_folder)
+@register_model_reward("pickscore", folder_arg="pickscore_path", check=check_clip_folder, serves=(REAL, TOY))
 def pickscore(name: str, folder: Path) -> ClipReward:
     """PickScore (arXiv 2305.01569): exp(logit_scale) * cosine of its CLIP-H embeddings."""
     return ClipReward(name, folder, logit_scaled=True)

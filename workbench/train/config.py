@@ -19,7 +19,7 @@ from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
 from workbench.train.model_settings import check_model_settings, is_real_model
-from workbench.train.prompt_sets import read_prompt_file, real_prompts
+from workbench.train.prompt_sets import is_pipeline_folder, read_prompt_file, real_prompts
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
@@ -168,6 +168,10 @@ class TrainConfig:
     """cuda, mps or cpu; None = the best available."""
     model: str | None = None
     """Local model folder (SD3 / FLUX / embedded format); None = the shipped embedded model."""
+    lora: str | None = None
+    """A LoRA adapter folder (diffusers' pytorch_lora_weights.safetensors or PEFT's adapter_config.json +
+    adapter_model.safetensors, as Flow-GRPO saves them) merged into the SD3 / FLUX model before training: the run
+    fine-tunes model + adapter, which is also its KL reference; None = the model as it is."""
     lora_rank: int | str = "auto"
     """0 = full fine-tuning; > 0 = LoRA of this rank on the attention projections (Flow-GRPO r 32); auto: 32 for
     SD3 / FLUX, 0 (full fine-tuning) for the embedded model."""
@@ -253,9 +257,20 @@ class TrainConfig:
             raise WorkbenchError("give prompts or prompt_file, not both")
         if self.task is not None:
             TASKS.get(self.task)  # an unknown name lists the valid ones
+            if is_real_model(self.model):  # every task is a lesson of the toy world
+                raise WorkbenchError(f"the task '{self.task}' is a lesson of the embedded model's toy world, not of an "
+                                     "SD3 / FLUX model; drop the task (or the preset that brings it): a real model "
+                                     "trains on the shipped real prompts, or on prompts / prompt_file")
             if self.prompts is not None or self.prompt_file is not None:
                 raise WorkbenchError(f"the task '{self.task}' brings its own prompts; drop prompts / prompt_file "
                                      "or the task")
+        if self.lora is not None:
+            from workbench.models.lora import adapter_format
+
+            if not is_pipeline_folder(self.model):
+                raise WorkbenchError(f"lora {self.lora}: a LoRA adapter goes on an SD3 / FLUX model folder; give the "
+                                     "base it was trained on as model")
+            adapter_format(self.lora)  # a missing folder or files are named now, not after the model loaded
         if self.prompts is not None and not [p for p in self.prompts if p.strip()]:
             raise WorkbenchError("prompts is empty; give at least one prompt or leave it None for the world's")
         if self.prompt_file is not None and not Path(self.prompt_file).is_file():

@@ -4,6 +4,8 @@
     load_policy("models/sd3")                            a diffusers SD3 / FLUX folder, or an embedded-format folder
     load_policy("runs/crosses-1")                        a run: its base model with its newest complete checkpoint
     load_policy("runs/crosses-1/checkpoints/iter_0080")  a run at one checkpoint
+    load_policy("models/sd3 + loras/flow-grpo")          a base folder with a LoRA adapter folder (diffusers or PEFT
+                                                         format, `models.lora`); the CLI's --model BASE --lora ADAPTER
 
 The app's model picker, every command's --model and the notebooks all go through `load_policy`;
 `resolve_source` checks a path and says what it names (`PolicySource.label` is what the app's header shows)
@@ -20,6 +22,7 @@ from workbench.flow.policy import FlowPolicy
 from workbench.train.config import TrainConfig
 from workbench.train.store import CHECKPOINT_NAME, CONFIG, RunStore, load_checkpoint
 
+ADAPTER_SEP = " + "  # "BASE + ADAPTER": a base model folder with a LoRA adapter folder (the picker, links, --model)
 VALID = ("a model folder (model_index.json for SD3/FLUX, or config.json + model.safetensors), a run folder "
          "(runs/<id>: its newest complete checkpoint) or one of its checkpoints (runs/<id>/checkpoints/iter_0080)")
 
@@ -32,30 +35,61 @@ class PolicySource:
     run: str | None = None  # the run folder whose checkpoint is applied; None = the base model itself
     checkpoint: str | None = None  # the checkpoint folder (resolved: the newest complete one when not chosen)
     iteration: int | None = None  # the checkpoint's iteration
+    adapter: str | None = None  # a LoRA adapter folder applied to the base model (diffusers or PEFT format)
 
     @property
     def key(self) -> str:
-        """The path that names this source again (the picker's value): '' for the embedded model."""
+        """The path that names this source again (the picker's value): '' for the embedded model,
+        'BASE + ADAPTER' for a base model with a LoRA adapter."""
+        if self.adapter is not None:
+            return f"{self.model}{ADAPTER_SEP}{self.adapter}"
         return self.checkpoint or self.model or ""
 
     @property
     def label(self) -> str:
         """What the app's header shows: 'the embedded model', or 'run crosses-1, iteration 80 (on ...)'."""
         base = self.model or "the embedded model"
+        if self.adapter is not None:
+            return f"{base} with the LoRA adapter {self.adapter}"
         if self.run is None:
             return base
         return f"run {Path(self.run).name}, iteration {self.iteration} (fine-tuned from {base})"
 
     @property
     def short(self) -> str:
-        """A few words for table columns and plot titles: 'embedded model', 'sd3-medium', 'run crosses-1 @ 80'."""
+        """A few words for table columns and plot titles: 'embedded model', 'sd3-medium', 'run crosses-1 @ 80',
+        'sd3-medium + my-lora'."""
         if self.run is not None:
             return f"run {Path(self.run).name} @ {self.iteration}"
+        if self.adapter is not None:
+            return f"{Path(self.model).name} + {Path(self.adapter).name}"
         return Path(self.model).name if self.model else "embedded model"
 
 
-def resolve_source(path: str | Path | None) -> PolicySource:
-    """What `path` names, checked on disk without loading weights (a bad path is a WorkbenchError naming it)."""
+def split_adapter(path: str | Path | None) -> tuple[str | None, str | None]:
+    """'BASE + ADAPTER' -> (BASE, ADAPTER); anything else (or a path that exists as written) -> (path, None)."""
+    text = None if path is None else str(path).strip()
+    if not text or ADAPTER_SEP.strip() not in text:
+        return text, None
+    try:
+        if Path(text).expanduser().exists():
+            return text, None
+    except (OSError, ValueError):
+        pass
+    base, _, adapter = text.rpartition(ADAPTER_SEP.strip())
+    return base.strip(), adapter.strip()
+
+
+def resolve_source(path: str | Path | None, adapter: str | Path | None = None) -> PolicySource:
+    """What `path` names, checked on disk without loading weights (a bad path is a WorkbenchError naming it).
+
+    `adapter` (or `path` written 'BASE + ADAPTER') adds a LoRA adapter folder to a base SD3 / FLUX folder."""
+    written, split = split_adapter(path)
+    if adapter is not None and str(adapter).strip() and split is not None:
+        raise WorkbenchError(f"two LoRA adapters given ({split} in the model and {adapter}); give one")
+    adapter = split if adapter is None or not str(adapter).strip() else str(adapter).strip()
+    if adapter is not None:
+        return _adapter_source(written, adapter)
     if path is None or str(path).strip() == "":
         return PolicySource()
     folder = Path(str(path).strip()).expanduser()
@@ -72,6 +106,25 @@ def resolve_source(path: str | Path | None) -> PolicySource:
     if folder.is_dir() and ((folder / "model_index.json").is_file() or (folder / CONFIG).is_file()):
         return PolicySource(model=str(folder))  # load_model names what such a folder lacks
     raise WorkbenchError(f"{folder} is neither a model folder nor a run; give {VALID}")
+
+
+def _adapter_source(base: str | None, adapter: str) -> PolicySource:
+    """A base SD3 / FLUX folder with a LoRA adapter folder, both checked on disk (`models.lora.adapter_format`)."""
+    from workbench.models.lora import adapter_format
+    from workbench.train.prompt_sets import is_pipeline_folder
+
+    if not base:
+        raise WorkbenchError(f"the LoRA adapter {adapter} needs a base model: give the SD3 / FLUX folder it was "
+                             "trained on (--model BASE --lora ADAPTER, or 'BASE + ADAPTER' in the app)")
+    source = resolve_source(base)
+    if source.run is not None:
+        raise WorkbenchError(f"{base} is a fine-tuning run; a LoRA adapter goes on a base model folder (SD3 / FLUX), "
+                             "the one it was trained on")
+    if not is_pipeline_folder(source.model):
+        raise WorkbenchError(f"LoRA adapters apply to SD3 / FLUX diffusers folders; {source.model or 'the embedded'}"
+                             f"{' model' if source.model is None else ''} is not one")
+    adapter_format(adapter)
+    return PolicySource(model=source.model, adapter=str(Path(adapter).expanduser()))
 
 
 def _is_run(folder: Path) -> bool:
@@ -113,15 +166,24 @@ def _checkpoint_source(folder: Path) -> PolicySource:
 
 def load_policy(source: str | Path | PolicySource | None = None, device: str | None = None, dtype: str = "float32",
                 **options) -> FlowPolicy:
-    """The policy `source` names (a path, a PolicySource, or None for the embedded model), never the network.
+    """The policy `source` names (a path, 'BASE + ADAPTER', a PolicySource, or None for the embedded model), never
+    the network.
 
-    A model folder loads as `models.adapters.load_model` does (options such as resolution go to SD3 / FLUX);
+    A model folder loads as `models.adapters.load_model` does (options such as resolution go to SD3 / FLUX), with
+    its LoRA adapter applied (`models.lora.load_adapter`) when the source names one;
     a run loads its base model (the run's config.model and lora_rank) and copies the checkpoint's trained
     weights into it. Every failure is a one-line WorkbenchError that names the path.
     """
     from workbench.models.adapters import load_model
 
     src = source if isinstance(source, PolicySource) else resolve_source(source)
+    if src.adapter is not None:
+        from workbench.models.lora import load_adapter
+
+        policy = load_model(src.model, device=device, dtype=dtype, **options)
+        load_adapter(policy, src.adapter)
+        policy.name = f"{policy.name}+{Path(src.adapter).name}"
+        return policy
     if src.run is None:
         return load_model(src.model, device=device, dtype=dtype, **options)
     from workbench.train.distributed import DistInfo

@@ -11,7 +11,9 @@ the folder; the command line, the app and the notebooks read runs through it.
         checkpoints/latest.json  -> {"iteration": i, "dir": "iter_XXXX"}
         checkpoints/iter_XXXX/   weights.safetensors (trained parameters: LoRA adapters for LoRA runs),
                                  optimizer.pt (AdamW state), state.json (iteration),
-                                 critic.pt (ppo's critic and its Adam state)
+                                 critic.pt (ppo's critic and its Adam state),
+                                 pytorch_lora_weights.safetensors (LoRA runs of SD3 / FLUX: diffusers' LoRA
+                                 format, `pipe.load_lora_weights(folder)` loads it; `models.lora`)
         tensorboard/         TensorBoard event files (when the run reports to it)
         STOP                 written by `request_stop`; the trainer stops within one iteration
 
@@ -225,7 +227,7 @@ class RunStore:
             self.save_samples(event.iteration, data["grid"], prefix="eval")
         elif kind == "checkpoint":
             self.save_checkpoint(event.iteration, data["weights"], data["optimizer"], keep=data.get("keep", 1),
-                                 critic=data.get("critic"))
+                                 critic=data.get("critic"), lora=data.get("lora"))
         elif kind in ("finished", "stopped", "failed"):
             self.clear_stop()
             error = f"{data.get('type', 'Error')}: {data['error']}" if kind == "failed" else None
@@ -285,8 +287,9 @@ class RunStore:
         return atomic_write(self.path / "samples" / f"{prefix}_{iteration:04d}.png", buf.getvalue())
 
     def save_checkpoint(self, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
-                        keep: int = 1, critic: dict | None = None) -> Path:
-        """Write checkpoints/iter_XXXX/ completely, then point latest.json at it; keep the newest `keep`."""
+                        keep: int = 1, critic: dict | None = None, lora=None) -> Path:
+        """Write checkpoints/iter_XXXX/ completely, then point latest.json at it; keep the newest `keep`. A LoRA
+        run's `lora` (`models.lora.LoraFile`) is also written in diffusers' format, pytorch_lora_weights.safetensors."""
         root = self.path / "checkpoints"
         final, tmp = root / f"iter_{iteration:04d}", root / f".iter_{iteration:04d}.tmp"
         try:
@@ -296,6 +299,10 @@ class RunStore:
             torch.save(optimizer_state, tmp / "optimizer.pt")
             if critic is not None:
                 torch.save(critic, tmp / "critic.pt")
+            if lora is not None:
+                from workbench.models.lora import save_lora_file
+
+                save_lora_file(tmp, lora)
             (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)

@@ -38,8 +38,13 @@ def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
         return load_model(config.model, device=device)
     options = {name: getattr(config, name) for name in ("resolution", "max_sequence_length")
                if isinstance(getattr(config, name), int)}
-    return load_model(config.model, device=device, dtype=config.dtype,
-                      offload_text_encoders=config.offload_text_encoders is True, **options)
+    policy = load_model(config.model, device=device, dtype=config.dtype,
+                        offload_text_encoders=config.offload_text_encoders is True, **options)
+    if config.lora is not None:  # model + adapter is the base this run fine-tunes (`models.lora.merge_adapter`)
+        from workbench.models.lora import merge_adapter
+
+        merge_adapter(policy, config.lora)
+    return policy
 
 
 def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None, seed: int | None = None) -> None:

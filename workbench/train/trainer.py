@@ -33,6 +33,7 @@ from workbench.core.imaging import grid
 from workbench.flow.dynamics import relative_change
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
+from workbench.models.lora import lora_file
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.chunking import parse_chunk_spec, sample_chunks, step_mask_from_chunks
 from workbench.rl.objectives import OBJECTIVES, noise_aware_weights
@@ -193,7 +194,7 @@ class Trainer:
         self.eval_prompts = cfg.held_out_prompts()
         for fn in (self.reward_fn, self.metric_fn):  # before any sampling: a reward that cannot score these images
             if fn is not None:
-                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts)
+                fn.check_images(self.policy.image_size, self.pool + self.eval_prompts, self.policy.toy_world)
         self.task = TASKS.get(cfg.task)() if cfg.task else None
         self.step_credit = make_step_credit(cfg, self.policy, self.reward_fn, self.dist.world)  # ppo, dense_grpo
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
@@ -370,9 +371,10 @@ class Trainer:
         if self._saved != self.iteration:
             self._saved = self.iteration
             weights, optimizer = self.dist.full_state(self.model, self.params, self.optimizer)
+            lora = lora_file(self.policy) if self.config.lora_rank and self.dist.main else None  # models/lora.py
             self._emit("checkpoint", self.iteration, {"weights": weights, "optimizer": optimizer,
                                                       "critic": self.step_credit and self.step_credit.state_dict(),
-                                                      "keep": self.config.keep_checkpoints})
+                                                      "keep": self.config.keep_checkpoints, "lora": lora})
 
     def _summary(self, state: str, start: float) -> RunSummary:
         def values(key: str) -> list[float]:

@@ -57,7 +57,7 @@ def _sample(wb: Workbench, prompt: str, config: SamplingConfig, reward_spec: str
     policy.check_prompt(prompt)
     reward_spec = reward_spec.strip() if reward_spec and reward_spec.strip() else default_reward(policy.toy_world)
     reward_fn = build_reward(reward_spec)
-    reward_fn.check_images(policy.image_size, [prompt.strip()])  # before sampling: can it score these images?
+    reward_fn.check_images(policy.image_size, [prompt.strip()], policy.toy_world)  # before sampling: can it score them?
     group = sample_group(policy, prompt.strip(), config, progress=_tracker(progress, "sampling step"))
     rewards = reward_fn(group.images, [group.prompt] * group.group_size)  # (G,)
     advantages = ADVANTAGES.get("grpo")(rewards[None]).values[0]  # (G,)

@@ -16,7 +16,7 @@ from workbench.core.glossary import gloss
 from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
-from workbench.rewards import reward_names
+from workbench.rewards import default_reward, rewards_for
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import ESTIMATORS
@@ -24,13 +24,14 @@ from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
 from workbench.train.model_settings import model_defaults
-from workbench.train.prompt_sets import is_pipeline_folder
+from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
 from workbench.ui import share
 from workbench.ui import step_handlers as sh
+from workbench.ui import train_form as tf
 from workbench.ui.clicks import CLICK_JS
 from workbench.ui.direct import direct
 from workbench.ui.frames import HeadScript
@@ -75,18 +76,23 @@ SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a
                 "window that ends a few steps before the end, gives clean images (docs/samplers.md).")
 SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot be undone); cps and an SDE window "
             "that ends before the last steps give clean images (docs/samplers.md)")
+REAL_VOCABULARY = ("SD3 / FLUX read any text. The examples come from the shipped real prompt set "
+                   "(workbench/data/real_prompts.txt: objects, counts, colours and positions in GenEval's style), "
+                   "which fine-tunes of a real model train on; the toy world's rewards and grammar do not apply.")
 DEFAULT_REWARD_NOTE = "the model's default (adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)"
-REAL_MODEL_LORA_RANK = 32  # the Fine-tune form's LoRA rank for SD3 / FLUX (Flow-GRPO r 32); full FT of 2B+ rarely fits
 
 
 def _generate_tab(wb, session) -> dict:
-    """Generate tab; returns its button and outputs so the Attribution outputs can be wired after they exist."""
+    """Generate tab; returns its button and outputs so the Attribution outputs can be wired after they exist. A real
+    model's examples, hints and rewards come from the real prompt set and the rewards that serve it."""
+    toy = not is_pipeline_folder(wb.model_path)
+    examples = EXAMPLE_PROMPTS if toy else world_prompts(False, len(EXAMPLE_PROMPTS))
     gr.Markdown(GENERATE_INTRO, elem_id="generate-intro")
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(EXAMPLE_PROMPTS[0], label="Prompt", elem_id="prompt")
-            gr.Examples(EXAMPLE_PROMPTS, inputs=prompt, label="Example prompts")
-            gr.Markdown(VOCABULARY)
+            prompt = gr.Textbox(examples[0], label="Prompt", elem_id="prompt")
+            gr.Examples(examples, inputs=prompt, label="Example prompts")
+            gr.Markdown(VOCABULARY if toy else REAL_VOCABULARY, elem_id="prompt-hints")
         with gr.Column(scale=2):
             group = gr.Slider(2, 16, 8, step=1, label="Group size G (images per prompt)", elem_id="gen-group")
             steps = gr.Slider(2, 32, 16, step=1, label="Denoising steps T", elem_id="gen-steps")
@@ -101,7 +107,8 @@ def _generate_tab(wb, session) -> dict:
             with gr.Row():
                 seed = gr.Number(0, precision=0, label="Seed")
                 reward = gr.Textbox("", label="Reward spec (name:weight,...)", placeholder=DEFAULT_REWARD_NOTE,
-                                    info=f"empty: {DEFAULT_REWARD_NOTE}; rewards: " + ", ".join(reward_names()))
+                                    elem_id="gen-reward",
+                                    info=f"empty: {DEFAULT_REWARD_NOTE}; rewards: " + ", ".join(rewards_for(toy)))
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
     status = gr.Markdown(elem_id="generate-status")
     # 640 px: both rows of four of G = 8 with their captions (450 px hid the second row's); a larger group scrolls
@@ -355,17 +362,20 @@ def _finetune_tab(wb, session, tab) -> None:
     def hint(name: str, limit: int = 150) -> str:
         return docs[name] if len(docs[name]) <= limit else docs[name][:limit].rsplit(" ", 1)[0] + " ..."
 
-    with gr.Row():
-        lesson = gr.Dropdown([rh.NO_LESSON, *rh.lesson_names()], value=rh.NO_LESSON, label="Lesson (task preset)",
-                             info="crosses: teach the model to draw crosses; the form takes the lesson's settings",
-                             elem_id="train-lesson", scale=1)
+    real_model = tf.real_model(wb)  # an SD3 / FLUX model: no toy lessons, and its memory settings
+    with gr.Row(visible=not real_model):
+        lesson = gr.Dropdown([rh.NO_LESSON, *([] if real_model else rh.lesson_names())], value=rh.NO_LESSON,
+                             label="Lesson (task preset)", elem_id="train-lesson", scale=1,
+                             info="crosses: teach the model to draw crosses; the form takes the lesson's settings")
         about = gr.Markdown(elem_id="lesson-text")
     with gr.Row():
         objective = gr.Dropdown(objective_names(), value=defaults.objective, label="Objective",
                                 info="dapo, gpg, gspo, gfpo start from their presets (dynamic sampling, "
                                      "GPG advantages, ...); ppo trains a critic, dense_grpo samples ODE "
                                      "look-aheads (~3.7x the cost of an iteration)")
-        reward = gr.Textbox(defaults.reward, label="Reward spec and weights", placeholder=DEFAULT_REWARD_NOTE,
+        reward = gr.Textbox(defaults.reward, label="Reward spec and weights", elem_id="train-reward",
+                            placeholder=f"the model's default ({default_reward(False)})" if real_model
+                            else DEFAULT_REWARD_NOTE,
                             info=hint("reward"))
         chunks = gr.Textbox(defaults.chunks, label="Chunk schedule (sizes, sum = trained steps)",
                             elem_id="train-chunks", info=hint("chunks"))
@@ -378,12 +388,13 @@ def _finetune_tab(wb, session, tab) -> None:
                           elem_id="train-group", info=hint("group"))
         steps = gr.Slider(2, rh.APP_LIMITS["steps"], defaults.steps, step=1, label="Trained steps T",
                           elem_id="train-steps", info=hint("steps"))
-        lora = gr.Number(REAL_MODEL_LORA_RANK if is_pipeline_folder(wb.model_path) else defaults.lora_rank,
+        lora = gr.Number(tf.REAL_MODEL_LORA_RANK if is_pipeline_folder(wb.model_path) else defaults.lora_rank,
                          precision=0, label="LoRA rank (0 = full fine-tuning; SD3 / FLUX default: 32, Flow-GRPO's)")
     with gr.Row():
         sde = gr.Dropdown(list(SDE_KINDS), value=defaults.sde, label="SDE kind", info=SDE_NOTE, elem_id="train-sde")
         window = gr.Textbox("", label="SDE window START,END (empty = every trained step)", info=hint("window"),
                             elem_id="train-window")
+    real = tf.real_controls(wb, hint) if real_model else []
     memory = gr.Markdown(elem_id="train-memory")
     with gr.Row():
         start = gr.Button("Start", variant="primary", elem_id="start-btn")
@@ -405,12 +416,12 @@ def _finetune_tab(wb, session, tab) -> None:
     timer = gr.Timer(1.0, active=False)
     form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
     lesson.input(partial(rh.load_lesson, wb), [lesson], [*form, about, status], api_name="load_lesson")
-    estimate = dict(fn=partial(rh.memory_estimate, wb), inputs=[*form, lesson], outputs=[memory],
+    estimate = dict(fn=partial(rh.memory_estimate, wb), inputs=[*form, lesson, *real], outputs=[memory],
                     api_visibility="private", show_progress="hidden")
-    for control in [*form, lesson]:  # the estimate follows the form, before Start
+    for control in [*form, lesson, *real]:  # the estimate follows the form, before Start
         control.change(**estimate)
     tab.select(**estimate)
-    start.click(partial(rh.start_run, wb), [*form, lesson, session], [live, sample, session, timer, status],
+    start.click(partial(rh.start_run, wb), [*form, lesson, session, *real], [live, sample, session, timer, status],
                 api_name="start_run", concurrency_id="train")
     stop.click(partial(rh.stop_run, wb), [session], [timer, status], api_name="stop_run")
     shown_keys = gr.State(())  # what the panel's pictures are drawn from (run_handlers.panel_keys): sent once each

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import gradio as gr
 import torch
@@ -30,6 +31,7 @@ from workbench.ui.workbench import Workbench
 from workbench.viz import explain_plots
 
 LEARN_PROMPT = "a large red circle in the top left on a white background"
+REAL_LEARN_PROMPT = "a photo of a red apple on a white table"  # of the shipped real prompts, for SD3 / FLUX
 LEARN = {"group": 8, "steps": 16, "continuations": 4}  # the example: the papers' 16 steps, M=4 continuations
 
 INTRO = """
@@ -60,9 +62,18 @@ chunk. The walk below shows both on a group sampled now.
 """
 
 
-def example_text() -> str:
-    return (f"The button samples {LEARN['group']} images of *\"{LEARN_PROMPT}\"* with the loaded model "
-            f"({LEARN['steps']} steps), scores them with the `adherence` reward, shows what step GRPO and "
+def learn_example(toy_world: bool) -> tuple[str, str]:
+    """(prompt, reward spec) of the walk's example: the toy world's, or for a real model a shipped real prompt
+    scored by the real model's default reward (the toy world's rewards and grammar never reach it)."""
+    from workbench.rewards import default_reward
+
+    return (LEARN_PROMPT, "adherence") if toy_world else (REAL_LEARN_PROMPT, default_reward(False))
+
+
+def example_text(toy_world: bool = True) -> str:
+    prompt, reward = learn_example(toy_world)
+    return (f"The button samples {LEARN['group']} images of *\"{prompt}\"* with the loaded model "
+            f"({LEARN['steps']} steps), scores them with the `{reward}` reward, shows what step GRPO and "
             f"Chunk-GRPO push on each step, and measures credit with M={LEARN['continuations']} continuations per "
             "state (up to a minute or two on a CPU). The group then also appears in the other tabs.")
 
@@ -196,7 +207,8 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
     skip = gr.skip()
     yield (skip,) * 10 + (skip, "… sampling the group")
     config = SamplingConfig(group=LEARN["group"], steps=LEARN["steps"], noise_level=0.7, seed=0)
-    session = handlers._sample(wb, LEARN_PROMPT, config, "adherence", session, progress)
+    prompt, reward = learn_example(wb.policy(session.source).toy_world)
+    session = handlers._sample(wb, prompt, config, reward, session, progress)
     if not bool(session.advantages.any()):
         raise WorkbenchError("every image of the example got the same reward, so GRPO has no signal to show; "
                              "try the Generate tab with another prompt")
@@ -211,7 +223,7 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
            waiting, skip, skip, skip, skip, session, "… measuring credit")
     policy = wb.policy(session.source)
     with wb.batched_threads():
-        credit = measure_credit(policy, session.group, build_reward("adherence"), continuations=LEARN["continuations"],
+        credit = measure_credit(policy, session.group, build_reward(reward), continuations=LEARN["continuations"],
                                 chunks=session.sizes, progress=handlers._tracker(progress, "continuations from state"))
     session = replace(session, credit=credit, reference=credit)  # Monte-Carlo: what cheap estimators are set against
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
@@ -256,7 +268,12 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     the lesson result shipped with the package), the same noise and measurement (`policies`)."""
     from workbench.train import preset
     from workbench.train.lesson_result import shipped_lesson
+    from workbench.train.prompt_sets import is_pipeline_folder
 
+    if is_pipeline_folder(wb.model_path):
+        raise WorkbenchError(f"the crosses lesson is a lesson of the embedded model's toy world, and this app runs "
+                             f"{Path(wb.model_path).name}, a real SD3 / FLUX model; start the app without --model to "
+                             "take it")
     run = lesson_run(wb)
     if run is None and wb.model_path is not None:
         raise WorkbenchError("no crosses lesson with a checkpoint on disk yet: in Fine-tune choose the lesson "
@@ -276,9 +293,13 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
 
 
 def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
-    """The tab's page; after the walk, Generate's `shown` controls and views take the example group."""
+    """The tab's page; after the walk, Generate's `shown` controls and views take the example group. With a real
+    model the crosses lesson's part is not offered (the walk runs on a real prompt and reward)."""
+    from workbench.train.prompt_sets import is_pipeline_folder
+
+    toy = not is_pipeline_folder(wb.model_path)
     gr.Markdown(gloss(INTRO), elem_id="learn-intro")
-    gr.Markdown(example_text())
+    gr.Markdown(example_text(toy))
     run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
     status = gr.Markdown(elem_id="learn-status")
     gallery = gr.Gallery(label="The group (#image, reward r, advantage A)", columns=8, height=240, format="png",
@@ -287,13 +308,13 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
     for n in range(1, 5):
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
     last = gr.Markdown(elem_id="learn-text-5")
-    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson")
-    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn")
+    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson", visible=toy)
+    after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn", visible=toy)
     after_status = gr.Markdown(elem_id="learn-after-status")
-    after_text = gr.Markdown(elem_id="learn-after-text")
-    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot")
+    after_text = gr.Markdown(elem_id="learn-after-text", visible=toy)
+    after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot", visible=toy)
     after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
-                            format="png", elem_id="learn-after-images")
+                            format="png", elem_id="learn-after-images", visible=toy)
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
               api_name="learn_example", **heavy).then(
         partial(handlers.generate_view, wb), [session], shown, api_visibility="private", show_progress="hidden")

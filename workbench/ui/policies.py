@@ -1,7 +1,8 @@
 """Handlers of the model picker (the app's header) and of the before/after comparison in Attribution.
 
 The picker names the policy every tab of a session uses: the model the app was started with, a run's
-newest checkpoint or a chosen iteration, or another model folder typed as a path (`train.sources`).
+newest checkpoint or a chosen iteration, another model folder typed as a path, or a base folder with a LoRA adapter
+typed as 'BASE + ADAPTER' (`train.sources`).
 Sessions pick independently; the shared `Workbench` keeps the last few loaded policies. A running
 fine-tune is a separate process and is never touched by a switch.
 """
@@ -61,7 +62,7 @@ def pick_policy(wb: Workbench, key: str | None, session: Session, progress=gr.Pr
     start = time.perf_counter()
     progress(0.1, desc="loading the policy")
     source = wb.source(key)
-    stored = source.checkpoint or key
+    stored = source.checkpoint or (source.key if source.adapter else key)  # an adapter's key names both folders
     wb.policy(stored)
     seconds = time.perf_counter() - start
     menu = gr.Dropdown(choices=wb.sources(), value=stored, allow_custom_value=True)  # shows what was loaded
@@ -150,8 +151,9 @@ def picker_panel(wb: Workbench, session, choices: list, heavy: dict) -> dict:
     with gr.Row():
         menu = gr.Dropdown(choices, value=BASE, allow_custom_value=True, filterable=True, scale=4,
                            label="Policy of every tab", elem_id="model-picker",
-                           info="the base model, a run's newest checkpoint or one iteration, or a model folder path "
-                                "(SD3 / FLUX diffusers or embedded format)")
+                           info="the base model, a run's newest checkpoint or one iteration, a model folder path "
+                                "(SD3 / FLUX diffusers or embedded format), or BASE + ADAPTER: a LoRA adapter folder "
+                                "(diffusers or PEFT format) on an SD3 / FLUX folder, e.g. base + loras/my-lora")
         load = gr.Button("Load", elem_id="model-load-btn", scale=1)
         refresh = gr.Button("Refresh the list", elem_id="model-refresh-btn", scale=1)
     status = gr.Markdown(elem_id="model-status")

@@ -23,79 +23,36 @@ from PIL import Image
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.imaging import with_header
-from workbench.train import PRESETS, TrainConfig, preset
-from workbench.train.model_settings import model_defaults
+from workbench.models.lora import LORA_FILE
+from workbench.train import PRESETS
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
-from workbench.ui.guard import escape, guarded, number, ok, parse_window, whole_number
+from workbench.ui import train_form as tf
+from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.jobs import RunView
 from workbench.ui.state import Session
+from workbench.ui.train_form import (  # noqa: F401 (the form's names, used by the handlers and their callers)
+    APP_LIMITS,
+    FORM_FIELDS,
+    NO_LESSON,
+    form_config,
+    form_plan,
+    lesson_base,
+    lesson_form,
+    lesson_names,
+    method_settings,
+)
 from workbench.ui.workbench import Workbench
 from workbench.viz import plots
 
 RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "held-out accuracy (no CFG)",
                "held-out accuracy (CFG)", "started"]
 DEFAULT_METRIC = "reward/mean"
-APP_LIMITS = {"iterations": 2000, "group": 32, "steps": 64}  # a fine-tune started from the app is capped here
-FORM_FIELDS = ("objective", "reward", "chunks", "lr", "iterations", "group", "steps", "lora_rank", "sde", "window",
-               "lesson")
-NO_LESSON = "none"  # the lesson menu's "no task": the world's training scenes, held-out adherence
 LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one half as fast, started from this tab "
                           "(270 CPU-s of training and 30 of evaluations on one thread, docs/crosses.md); its "
                           "progress bar shows the time left as it runs"}
 # the CPU-s by scripts/experiment_crosses.py; the minutes by scripts/bench_app.py --lesson on this machine class's two
 # processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
 GRID_ZOOM = 4  # the 32-pixel before/after pictures are shown 4x larger, nearest-neighbour (pixels stay pixels)
-
-
-def lesson_names() -> list[str]:
-    """Presets that bring a task (e.g. crosses): the lessons of the Fine-tune tab."""
-    return [name for name in PRESETS.names() if preset(name).task is not None]
-
-
-def lesson_base(lesson: str | None) -> TrainConfig:
-    """The TrainConfig a lesson starts from: its preset, or TrainConfig's defaults for NO_LESSON."""
-    if not lesson or lesson == NO_LESSON:
-        return TrainConfig()
-    if lesson not in lesson_names():
-        raise WorkbenchError(f"unknown lesson '{lesson}'; valid: {NO_LESSON}, {', '.join(lesson_names())}")
-    return preset(lesson)
-
-
-def method_settings(objective: str) -> dict:
-    """What an objective's preset changes from TrainConfig's defaults (DAPO's dynamic sampling, GPG's advantages,
-    ...), so a lesson can take a method with its companions; {} for an objective without a preset."""
-    if objective not in PRESETS:
-        return {}
-    default, method = TrainConfig().to_dict(), preset(objective).to_dict()
-    return {k: v for k, v in method.items() if v != default[k]}
-
-
-def form_config(wb: Workbench, objective: str, reward: str, chunks: str, lr, iterations, group, steps, lora_rank,
-                sde: str, window: str, lesson: str | None = None) -> TrainConfig:
-    """The TrainConfig of the Fine-tune form: the lesson's preset (its task, evaluation and tuned settings), then
-    what the objective's preset adds to its loss (dapo, gpg, gspo, gfpo: DAPO's dynamic sampling, GPG's advantages,
-    ...), then the form's values; TrainConfig validates it all."""
-    overrides = dict(reward=(reward or "").strip() or None, chunks=(chunks or "").replace(" ", ""),
-                     lr=number(lr, "learning rate"),
-                     iterations=whole_number(iterations, "iterations", 1), group=whole_number(group, "group size", 2),
-                     steps=whole_number(steps, "steps", 1), lora_rank=whole_number(lora_rank, "LoRA rank", 0),
-                     sde=sde or "", window=parse_window(window), model=wb.model_path, device=wb.explicit_device,
-                     resolution=wb.resolution, dtype="bfloat16" if wb.dtype == "bfloat16" else "float32")
-    for name, cap in APP_LIMITS.items():
-        if overrides[name] > cap:
-            raise WorkbenchError(f"{name} is at most {cap} in the app (got {overrides[name]}); "
-                                 "run larger fine-tunes with `workbench train`")
-    base = lesson_base(lesson)
-    return TrainConfig.from_dict(base.to_dict() | method_settings(objective) | {"objective": objective or ""}
-                                 | overrides)
-
-
-def lesson_form(config: TrainConfig) -> tuple:
-    """The form's values (FORM_FIELDS without the lesson) for a config (its model's defaults resolved)."""
-    config = model_defaults(config)
-    window = "" if config.window is None else f"{config.window[0]},{config.window[1]}"
-    return (config.objective, config.reward, config.chunks, config.lr, config.iterations, config.group, config.steps,
-            config.lora_rank, config.sde, window)
 
 
 def lesson_time(wb: Workbench, lesson: str, iterations: int) -> str:
@@ -116,8 +73,15 @@ def lesson_time(wb: Workbench, lesson: str, iterations: int) -> str:
 
 @guarded(12)
 def load_lesson(wb: Workbench, lesson: str):
-    """Lesson menu -> (the form's 10 values from the lesson's preset, the lesson's description, status)."""
+    """Lesson menu -> (the form's 10 values from the lesson's preset, the lesson's description, status). The lessons
+    teach the embedded model's toy world: with an SD3 / FLUX model only "none" is offered (the menu is hidden)."""
     config = lesson_base(lesson)
+    if tf.real_model(wb):
+        if config.task is not None:
+            form_plan(wb, *lesson_form(config), lesson)  # raises: the lesson belongs to the toy world
+        config = replace(config, lora_rank=tf.REAL_MODEL_LORA_RANK)
+        return (*lesson_form(config), "", ok("the form holds TrainConfig's defaults for an SD3 / FLUX model (the "
+                                             "shipped real prompts, LoRA)"))
     if config.task is None:
         return (*lesson_form(config), "", ok("the form holds TrainConfig's defaults (the world's training scenes)"))
     doc = (PRESETS.get(lesson).__doc__ or "").strip().split("\n\n")[0]
@@ -130,27 +94,27 @@ def load_lesson(wb: Workbench, lesson: str):
 
 
 def memory_estimate(wb: Workbench, objective: str, reward: str, chunks: str, lr, iterations, group, steps, lora_rank,
-                    sde: str, window: str, lesson: str | None = None) -> str:
-    """The Fine-tune form's memory estimate before Start (`train.dry_run`), with a warning when it cannot fit."""
-    from workbench.train.dry_run import estimate_run
-
+                    sde: str, window: str, lesson: str | None = None, *real) -> str:
+    """The Fine-tune form's memory estimate before Start (`train.dry_run`): the settings of a real model it depends
+    on and its verdict, with a warning when it cannot fit (`train_form.estimate_line`)."""
     try:
-        config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
-                             lesson)
-        estimate, verdict = estimate_run(config, wb.device)
+        plan, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
+                               lesson, *real)
+        return tf.estimate_line(plan, auto)[0]
     except WorkbenchError as err:
         return f"Memory estimate: not available until the form is valid ({escape(str(err))})."
-    parts = ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in vars(estimate).items() if value >= 5e7)
-    warn = "⚠ " if verdict.startswith("does not fit") else ""
-    return (f"{warn}**Memory estimate of an iteration** (docs/methods.md; an estimate until measured on this device): "
-            f"{escape(verdict)}" + (f" ({parts})" if parts else "") + ".")
 
 
 @guarded(5)
 def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float, iterations: float, group: float,
-              steps: float, lora_rank: float, sde: str, window: str, lesson: str, session: Session):
-    """Start -> (live figure, sample, session, timer update, status); a busy device is a message."""
-    config = form_config(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window, lesson)
+              steps: float, lora_rank: float, sde: str, window: str, lesson: str, session: Session, *real):
+    """Start -> (live figure, sample, session, timer update, status); a busy device, or a run whose memory estimate
+    does not fit the device, is a message (the estimate line). `real`: a real model's settings (REAL_FIELDS)."""
+    plan, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
+                           lesson, *real)
+    refusal, config = tf.estimate_line(plan, auto)[1], plan.config
+    if refusal is not None:
+        raise WorkbenchError(refusal)
     job = wb.jobs.start(config)
     if wb.device != "cpu":  # the run loads its own copy of the model: the app's copies leave the GPU meanwhile
         wb.release()
@@ -291,7 +255,8 @@ def poll_run(wb: Workbench, session: Session, shown: tuple = (), opened: bool = 
         names = _run_names(wb)
         if not names:
             return (*[gr.skip()] * 6, _timer(wb, False, started, opened), gr.skip(),
-                    "No run yet: choose a lesson or settings and press **Start**.")
+                    "No run yet: choose " + ("settings" if tf.real_model(wb) else "a lesson or settings")
+                    + " and press **Start**.")
         run_id, why = names[0], " (the newest run on disk; choose another under **Show run**)"
     view = wb.jobs.view(run_id)
     return (*run_panel(view, shown), _timer(wb, not view.done, started, opened), panel_keys(view),
@@ -397,7 +362,8 @@ def compare(wb: Workbench, names: list[str] | None, metric: str):
 
 @guarded(2)
 def download(wb: Workbench, name: str | None):
-    """Download -> (files: metrics CSV and the newest checkpoint as a zip, status)."""
+    """Download -> (files: metrics CSV, the newest checkpoint as a zip and, for a LoRA run of SD3 / FLUX, its
+    pytorch_lora_weights.safetensors, which diffusers' `pipe.load_lora_weights` reads; status)."""
     if not name:
         raise WorkbenchError(f"choose a run to download (press Refresh if the list is empty; with no run yet, "
                              f"{NO_RUN_YET})")
@@ -409,6 +375,9 @@ def download(wb: Workbench, name: str | None):
     checkpoint, problem = RunStore(run.path).newest_checkpoint()
     if checkpoint is not None:
         files.append(shutil.make_archive(str(out / f"{name}-{checkpoint.folder.name}"), "zip", checkpoint.folder))
+        if (checkpoint.folder / LORA_FILE).is_file():  # a LoRA run's adapter in diffusers' format, on its own too
+            files.append(str(shutil.copyfile(checkpoint.folder / LORA_FILE,
+                                             out / f"{name}-{checkpoint.folder.name}-{LORA_FILE}")))
     note = f" ({problem}; not included)" if problem else ""
     note = note if checkpoint is not None or problem else " (no checkpoint saved yet)"
     return files, ok(f"prepared {len(files)} file(s) for run {escape(name)}{note}")

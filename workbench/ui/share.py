@@ -115,7 +115,7 @@ def parse_query(params: dict) -> dict:
     view = {"model": params.get("model", BASE) or BASE, "prompt": params.get("prompt", "").strip(),
             "seed": _int(params, "seed", 0), "G": _int(params, "G", 8, 2), "T": _int(params, "T", 16, 1),
             "noise": noise, "sampler": params.get("sampler", "flow_grpo"), "window": params.get("window", ""),
-            "reward": params.get("reward", "adherence"), "continuations": _int(params, "continuations", 4, 1),
+            "reward": params.get("reward", ""), "continuations": _int(params, "continuations", 4, 1),
             "estimator": params.get("estimator", "mc"), "tab": params.get("tab", "generate")}
     if not view["prompt"]:
         raise WorkbenchError("the link has no prompt= to sample; copy the link again after a Generate")

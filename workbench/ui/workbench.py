@@ -3,7 +3,8 @@ cached L1_rel curves and the training jobs. The tab handlers (`handlers`, `run_h
 their first argument.
 
 A session names its policy by a picker key (`train.sources`): BASE for the model the app was started
-with, a run folder (its newest complete checkpoint) or a checkpoint folder, or another model folder.
+with, a run folder (its newest complete checkpoint) or a checkpoint folder, another model folder, or a base folder
+with a LoRA adapter folder, 'BASE + ADAPTER' ('base + ADAPTER': the app's model with the adapter).
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ class Workbench:
 
     def source(self, key: str | None = BASE):
         """The PolicySource a picker key names (checked on disk, nothing loaded); BASE or empty: the app's model."""
-        from workbench.train.sources import resolve_source
+        from workbench.train.sources import ADAPTER_SEP, resolve_source, split_adapter
 
         key = (key or "").strip()
+        base, adapter = split_adapter(key)
+        if adapter is not None and base in ("", BASE):  # "base + ADAPTER": the app's model with a LoRA adapter
+            key = f"{self.model_path or ''}{ADAPTER_SEP}{adapter}"
         path = self.model_path if key in ("", BASE) else None if key == EMBEDDED else key
         if path in self._resolved:
             return self._resolved[path]
@@ -176,7 +180,8 @@ class Workbench:
 
     def _measure_curve(self, steps: int, noise_level: float, source: str | None):
         from workbench.flow.dynamics import dynamics_curve
-        from workbench.toyworld.world import spread_prompts
+        from workbench.train.prompt_sets import world_prompts
 
         config = SamplingConfig(group=2, steps=steps, noise_level=noise_level)
-        return dynamics_curve(self.policy(source), spread_prompts(self.curve_prompts), config)
+        policy = self.policy(source)  # a real model's curve runs over real prompts, never the toy grammar
+        return dynamics_curve(policy, world_prompts(policy.toy_world, self.curve_prompts), config)
