@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="smoke", help="folder of the runs and report.json (default smoke/)")
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA GPU here: nothing to smoke-test (--tiny --device cpu runs the code path)")
+        print("no CUDA GPU is visible: nothing to smoke-test (--tiny --device cpu runs the code path)")
         return 0
     args.resolution = args.resolution or (None if args.tiny else 512)
     report = smoke(args)
