@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # The collector is not deferred through the app's start-up as through the CLI's (core/heap.py): the page came
     # up ~1.5 s sooner, but the first credit press of a session took ~1.5 s longer (3 rounds of 3 plus a check,
-    # docs/perf-data/epyc/README.md), the model's loading and the first curve overlapping the learner's first clicks.
+    # 140b72a:docs/perf-data/epyc/README.md), the model's loading and the first curve overlapping the learner's
+    # first clicks.
     reuse_freed_memory()  # before the model loads: its passes reuse freed memory (workbench/core/heap.py)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)

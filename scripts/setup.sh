@@ -61,8 +61,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   wait "$models"
   touch "$stamp"
 fi
-# The browser tests run Debian's chromium-headless-shell (tests/test_browser.py: ~30 % less CPU than the full
-# browser); scripts/bench_app.py and bench_figures.py time the full chromium, the browser a learner uses.
+# The browser tests run Debian's chromium-headless-shell (tests/browser_support.py: ~30 % less CPU than the full
+# browser); bench/browser.py and bench/figures.py time the full chromium, the browser a learner uses.
 browsers=()
 [ -x /usr/bin/chromium-headless-shell ] || browsers+=(chromium-headless-shell)
 [ -x /usr/bin/chromium ] || browsers+=(chromium)
@@ -70,7 +70,7 @@ if [ "$dev" = 1 ] && [ "${#browsers[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing Debian ${browsers[*]} for the browser tests and benchmarks"
     if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${browsers[@]}" >/dev/null; }; then
-      # one of the two is enough for the tests (tests/test_browser.py takes the shell, else chromium)
+      # one of the two is enough for the tests (tests/browser_support.py takes the shell, else chromium)
       [ -x /usr/bin/chromium-headless-shell ] || [ -x /usr/bin/chromium ] || exit 1
       echo "setup: apt-get could not install ${browsers[*]}; the browser tests use the browser that is there"
     fi

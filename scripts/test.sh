@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Run the whole test suite (unit, CLI, notebooks, app and browser tests) in .venv.
+# Run the whole test suite (unit, CLI, notebooks, app and browser tests) in .venv; with --fast only the fast tier
+# (`make check`): ruff and the tests of the maths and the library, without the integration, browser and slow tests
+# (tests/conftest.py INTEGRATION_FILES).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -16,4 +18,9 @@ parallel=(); [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --n
 # --durations: the slowest tests in every log, CI's too (three fresh-clone runs took 504-544 s instead of ~285 with
 # every test passing; the durations named a notebook whose reply wait missed its wake-up: tests/notebook_waits.py).
 # A browser test that fails leaves a full-page screenshot of its page in test-artifacts/failures/ (tests/conftest.py).
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    exec .venv/bin/python -m pytest -q -ra --durations=5 "${parallel[@]}" -m "not slow and not browser and not integration" \
+        tests "$@"
+fi
 exec .venv/bin/python -m pytest -q -ra --durations=15 "${parallel[@]}" tests notebooks --nbmake "$@"

@@ -67,12 +67,111 @@ def random_policy():
     return EmbeddedPolicy(model)
 
 
+@pytest.fixture(scope="module")
+def group(random_policy):
+    """A group of 4 trajectories of 5 steps of the random policy on support.PROMPT (seed 1)."""
+    from support import PROMPT
+
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+
+    return sample_group(random_policy, PROMPT, SamplingConfig(group=4, steps=5, seed=1))
+
+
 @pytest.fixture(scope="session")
 def shipped_policy():
     """The shipped embedded weights."""
     from workbench.models.embedded import EmbeddedPolicy
 
     return EmbeddedPolicy.load()
+
+
+# The tiny model and the app's state several test files share (module scope: each file builds its own).
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A random-init embedded model (seed 0) saved to a folder."""
+    from workbench.models.embedded import build_embedded, save_embedded
+
+    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def sd3_dir(tmp_path_factory):
+    """A tiny random-weight SD3 pipeline folder (32 px), built from config as diffusers' own tests do."""
+    from tiny_pipelines import save_tiny_sd3
+
+    return save_tiny_sd3(tmp_path_factory.mktemp("sd3"))
+
+
+@pytest.fixture(scope="module")
+def flux_dir(tmp_path_factory):
+    """A tiny random-weight FLUX pipeline folder (128 px)."""
+    from tiny_pipelines import save_tiny_flux
+
+    return save_tiny_flux(tmp_path_factory.mktemp("flux"))
+
+
+@pytest.fixture(scope="module")
+def wb(model_dir, tmp_path_factory):
+    """The app's Workbench on that model, its runs in a fresh folder."""
+    from workbench.ui.workbench import Workbench
+
+    return Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
+                     curve_prompts=2)
+
+
+@pytest.fixture(scope="module")
+def sampled(wb):
+    """A session holding a G=3, T=4 group and its credit (M=2)."""
+    from support import PROMPT
+
+    from workbench.ui import handlers as h
+    from workbench.ui.state import Session
+
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())[-2]
+    return h.attribute(wb, 2, session)[-2]
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    """pytest-playwright's chromium: Debian's (tests/browser_support.py), never a downloaded one."""
+    from browser_support import CHROMIUM
+
+    return {**browser_type_launch_args, "executable_path": str(CHROMIUM),
+            "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                     "--disable-component-update", "--no-first-run"]}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(address, Workbench) of the app on a random-init tiny model, served on a free port; its fine-tunes are the
+    real `workbench train`."""
+    import sys
+
+    from app_support import free_port
+    from browser_support import ARTIFACTS
+
+    from workbench.models.embedded import build_embedded, save_embedded
+    from workbench.ui.layout import build_app, launch_options, queued
+    from workbench.ui.workbench import Workbench
+
+    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
+    command = [sys.executable, "-m", "workbench", "train", "--eval-prompts", "0", "--prompts-per-iteration", "1"]
+    wb = Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
+                   train_command=command, curve_prompts=2)
+    demo = build_app(wb)
+    port = free_port()
+    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                        **launch_options())
+    ARTIFACTS.mkdir(exist_ok=True)
+    yield f"http://127.0.0.1:{port}/", wb
+    wb.jobs.shutdown()
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def url(served):
+    return served[0]
 
 
 @pytest.fixture(autouse=True)
@@ -104,11 +203,29 @@ FILE_SECONDS = {
 }
 
 
+# The fast tier (`make check`: `-m "not slow and not browser and not integration"`) runs the maths and the library.
+# These files are left to the full suite (`make test`, CI): they start the app or its server, a browser, notebook
+# kernels, a wheel install, torchrun, the command line or the memory probe in other processes. A new test file is in
+# the fast tier unless it is named here (or marked slow or browser).
+INTEGRATION_FILES = {
+    "test_app_client.py", "test_app_handlers.py", "test_app_objectives.py", "test_app_policies.py",
+    "test_app_step_advantages.py", "test_share.py", "test_glossary.py", "test_hostile.py", "test_cli.py",
+    "test_memory.py", "test_memory_release.py", "test_switches.py", "test_distributed.py", "test_packaging.py",
+    "test_notebooks.py", "test_notebook_widgets.py", "test_notebook_waits.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks
 def pytest_collection_modifyitems(config, items):
-    """Order the collected tests by file, the longest files first (FILE_SECONDS); a stable sort keeps each
-    file's own order and the rest in collection order."""
-    root = config.rootpath
-    items.sort(key=lambda item: -FILE_SECONDS.get(item.path.relative_to(root).as_posix(), 0))
+    """Mark the integration files' tests `integration` (INTEGRATION_FILES), and order the collected tests by file,
+    the longest files first (FILE_SECONDS); a stable sort keeps each file's own order and the rest in collection
+    order. Under mutmut (which sets MUTANT_UNDER_TEST and stops at the first failure) the other way round: the
+    cheapest files first, so that a killed mutant stops early."""
+    for item in items:
+        if item.path.name in INTEGRATION_FILES or item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.integration)
+    root, sign = config.rootpath, 1 if "MUTANT_UNDER_TEST" in os.environ else -1
+    items.sort(key=lambda item: sign * FILE_SECONDS.get(item.path.relative_to(root).as_posix(), 0))
 
 
 # The browser tests (tests/test_browser*.py). One browser context per test file, a fresh page per test: a page
@@ -138,7 +255,7 @@ def pytest_runtest_makereport(item, call):
     report = yield
     page = getattr(item, "funcargs", {}).get("page") if report.when == "call" and report.failed else None
     if page is not None and not page.is_closed():
-        from tests.test_browser import ARTIFACTS, snap
+        from browser_support import ARTIFACTS, snap
 
         (ARTIFACTS / "failures").mkdir(parents=True, exist_ok=True)
         try:

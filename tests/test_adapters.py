@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from tiny_pipelines import clip_config, clip_tokenizer, t5_tokenizer, tiny_vae
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import initial_noise, rescore, sample_group, transition
@@ -21,41 +22,6 @@ from workbench.models.embedded import EmbeddedPolicy
 
 PX = 16  # image side; the tiny VAE has one block, so latents are 16 x 16 too
 SEQ = 8  # T5 tokens
-
-
-def clip_tokenizer():
-    """A hub-free CLIP BPE tokenizer: every lowercase letter (and its word-final form), no merges."""
-    from transformers import CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for ch in "abcdefghijklmnopqrstuvwxyz":
-        vocab[ch], vocab[ch + "</w>"] = len(vocab), len(vocab) + 1
-    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77)
-
-
-def t5_tokenizer():
-    """A hub-free T5 (Unigram) tokenizer over a handful of words."""
-    from transformers import T5Tokenizer
-
-    words = ["a", "cat", "dog", "red", "blue"]
-    return T5Tokenizer(vocab=[("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [("▁" + w, -1.0) for w in words],
-                       extra_ids=0)
-
-
-def clip_config():
-    from transformers import CLIPTextConfig
-
-    return CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=32, intermediate_size=37,
-                          num_hidden_layers=2, num_attention_heads=4, vocab_size=1000, projection_dim=32,
-                          layer_norm_eps=1e-5, hidden_act="gelu")
-
-
-def tiny_vae(mid_attention: bool = True):
-    from diffusers import AutoencoderKL
-
-    return AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
-                         latent_channels=4, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
-                         shift_factor=0.0609, scaling_factor=1.5035, mid_block_add_attention=mid_attention)
 
 
 @pytest.fixture(scope="module")

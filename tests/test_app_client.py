@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
+from app_support import free_port
 
 PROMPT = "a small blue ring in the center on a black background"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

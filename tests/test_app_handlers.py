@@ -10,8 +10,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import textwrap
-import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +19,7 @@ import gradio as gr
 import plotly.graph_objects as go
 import pytest
 import torch
+from app_support import fake_workbench, is_skip, msg, start, wait_for
 from PIL import Image
 
 from workbench.core.files import read_json, write_json
@@ -35,78 +34,6 @@ from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
 
 PROMPT = "a large red circle in the top left on a white background"
-FAKE_TRAIN = textwrap.dedent('''
-    """Fake `workbench train`: writes the run-folder files the real trainer writes, honours STOP."""
-    import argparse, json, os, sys, time
-    p = argparse.ArgumentParser()
-    p.add_argument("--out"); p.add_argument("--config"); p.add_argument("--mode", default="ok")
-    args, _ = p.parse_known_args()
-    out = args.out
-    with open(args.config) as f:
-        config = json.load(f)
-    args.iterations = config["iterations"]
-    if args.mode == "slow_start":
-        time.sleep(60)
-    os.makedirs(out, exist_ok=True)
-    def write(name, obj):
-        with open(os.path.join(out, name + ".tmp"), "w") as f:
-            json.dump(obj, f)
-        os.replace(os.path.join(out, name + ".tmp"), os.path.join(out, name))
-    write("config.json", config)
-    def status(state, it):
-        write("status.json", {"state": state, "iteration": it, "pid": os.getpid(), "error": None,
-                              "started": time.time()})
-    status("running", 0)
-    for it in range(1, args.iterations + 1):
-        if os.path.exists(os.path.join(out, "STOP")):
-            status("stopped", it - 1); sys.exit(0)
-        with open(os.path.join(out, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps({"iteration": it, "reward/mean": 0.1 * it, "loss/policy": -0.01 * it,
-                                "policy/clip_frac": 0.0, "loss/kl": 0.0, "policy/grad_norm": 1.0,
-                                "chunk/ratio_mean_0": 1.0, "chunk/ratio_mean_1": 1.0}) + "\\n")
-        status("running", it)
-        if args.mode == "crash" and it == 1:
-            print("RuntimeError: out of memory (fake)", file=sys.stderr); sys.exit(1)
-        time.sleep(0.3)
-    status("finished", args.iterations)
-''')
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from workbench.models.embedded import build_embedded, save_embedded
-
-    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
-
-
-@pytest.fixture(scope="module")
-def wb(model_dir, tmp_path_factory):
-    return Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
-                       curve_prompts=2)
-
-
-@pytest.fixture(scope="module")
-def sampled(wb):
-    """A session holding a G=3, T=4 group and its credit (M=2)."""
-    out = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())
-    session = out[-2]
-    return h.attribute(wb, 2, session)[-2]
-
-
-def fake_workbench(tmp_path, model_dir, mode="ok") -> Workbench:
-    script = tmp_path / "fake_train.py"
-    script.write_text(FAKE_TRAIN)
-    return Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"),
-                       train_command=[sys.executable, str(script), "--mode", mode])
-
-
-def msg(outputs) -> str:
-    """The status message of a handler's outputs, with Markdown escapes removed."""
-    return outputs[-1].replace("\\", "")
-
-
-def is_skip(value) -> bool:
-    return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
 
 
 def curve_change(chunk_map: str) -> dict:
@@ -114,22 +41,6 @@ def curve_change(chunk_map: str) -> dict:
     change = json.loads(ElementTree.fromstring(chunk_map).get("data-relayout"))
     assert change["elem"] == "curve-plot"
     return change["relayout"]
-
-
-def start(wb, session=None, iterations=3, **kw):
-    args = dict(objective="chunk_grpo", reward="adherence", chunks="2,2", lr=3e-5, iterations=iterations, group=2,
-                steps=4, lora_rank=0, sde="flow_grpo", window="", lesson=rh.NO_LESSON) | kw
-    assert tuple(args) == rh.FORM_FIELDS
-    return rh.start_run(wb, *args.values(), session or Session())
-
-
-def wait_for(predicate, timeout=20.0):
-    end = time.time() + timeout
-    while time.time() < end:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 # --------------------------------------------------------------------------- generate and attribution

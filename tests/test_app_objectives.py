@@ -6,11 +6,11 @@ import json
 from dataclasses import replace
 from xml.etree import ElementTree
 
+import app_support as base
 import plotly.graph_objects as go
 import pytest
 import torch
 
-from tests import test_app_handlers as base
 from workbench.core.errors import WorkbenchError
 from workbench.rl.chunking import CHUNKERS, chunk_boundaries
 from workbench.rl.explain import explain
@@ -24,7 +24,6 @@ from workbench.ui.state import Session
 from workbench.viz.explain_plots import selection_outline
 
 PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
-model_dir, wb, sampled = base.model_dir, base.wb, base.sampled  # the handler tests' fixtures: tiny model and group
 
 
 # --------------------------------------------------------------------------- clicks

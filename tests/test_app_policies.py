@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 from PIL import Image
+from support import make_run, shift_of
 
-from tests.test_sources import make_run, shift_of
 from workbench.core.files import write_json
 from workbench.core.glossary import gloss
-from workbench.models.embedded import build_embedded, save_embedded
 from workbench.train.store import CONFIG, RunStore
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
@@ -22,11 +21,6 @@ PROMPT = "a small blue ring in the center"
 
 def msg(outputs) -> str:
     return outputs[-1].replace("\\", "")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +175,7 @@ def test_the_lesson_says_how_long_it_takes_before_start(model_dir, tmp_path):
 
 
 def test_switching_the_policy_leaves_a_running_fine_tune_alone(model_dir, tmp_path):
-    from tests.test_app_handlers import fake_workbench, start, wait_for
+    from app_support import fake_workbench, start, wait_for
 
     wb = fake_workbench(tmp_path, model_dir)
     session = start(wb, iterations=200)[2]

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import app_support as base
 import plotly.graph_objects as go
 
-from tests import test_app_handlers as base
 from workbench.train import TrainConfig, Trainer
 from workbench.ui import handlers as h
 from workbench.ui import step_handlers as sh
 from workbench.ui.state import Session
 
-model_dir, wb, sampled = base.model_dir, base.wb, base.sampled  # tiny model, G=3 group with K=2 credit
 msg = base.msg
 
 

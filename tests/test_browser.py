@@ -7,94 +7,12 @@ test-artifacts/ at the repository root.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
+from browser_support import BROWSER, LONG, expect, generate, set_number, snap
 
-# Debian's "old headless shell" of the same Chromium build, the browser Playwright itself runs headless: Blink and V8
-# without the browser's own UI (no WebUI renderer, fewer processes). In a whole `make test` chromium took 98-112
-# CPU-seconds as the shell against 146 as /usr/bin/chromium (scripts/cpu_by_process.py, docs/perf-data/epyc/README.md;
-# tests/conftest.py's page costs were measured in chromium). The full chromium where the shell is missing;
-# scripts/bench_app.py keeps timing the full one, a learner's browser.
-CHROMIUM = next((path for path in map(Path, ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium"))
-                 if path.exists()), Path("/usr/bin/chromium"))
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-LONG = 120_000  # ms; the CPU may be shared with a training job
-
-pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium-headless-shell and /usr/bin/chromium "
-                                 "are missing: apt-get update && apt-get install -y chromium-headless-shell")]
-
-from playwright.sync_api import expect  # noqa: E402
-
-from tests.test_app_client import free_port  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args):
-    return {**browser_type_launch_args, "executable_path": str(CHROMIUM),
-            "args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                     "--disable-component-update", "--no-first-run"]}
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """(address, Workbench) of the app on a random-init tiny model; training is the real `workbench train` when it
-    exists."""
-    from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app, launch_options, queued
-    from workbench.ui.workbench import Workbench
-
-    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
-    if importlib.util.find_spec("workbench.cli.train") is not None:
-        command = [sys.executable, "-m", "workbench", "train", "--eval-prompts", "0", "--prompts-per-iteration", "1"]
-    else:  # the fake trainer of the handler tests
-        from tests.test_app_handlers import FAKE_TRAIN
-
-        script = tmp_path_factory.mktemp("fake") / "fake_train.py"
-        script.write_text(FAKE_TRAIN)
-        command = [sys.executable, str(script)]
-    wb = Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
-                   train_command=command, curve_prompts=2)
-    demo = build_app(wb)
-    port = free_port()
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                        **launch_options())
-    ARTIFACTS.mkdir(exist_ok=True)
-    yield f"http://127.0.0.1:{port}/", wb
-    wb.jobs.shutdown()
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def url(served):
-    return served[0]
-
-
-def snap(page, name: str) -> None:
-    """A full-page screenshot test-artifacts/NAME.jpg for a person to read. JPEG (quality 85): half the CPU of a PNG
-    of the same page in chromium (0.2 against 0.4 s measured here), and the suite takes 26 of them."""
-    page.screenshot(path=str(ARTIFACTS / f"{name}.jpg"), full_page=True, type="jpeg", quality=85)
-
-
-def set_number(page, elem_id: str, value) -> None:
-    """Type into the number box of a gr.Number or gr.Slider and commit it."""
-    box = page.locator(f"#{elem_id} input[type=number]")
-    box.fill(str(value))
-    box.press("Enter")
-    box.blur()
-
-
-def generate(page, group: int = 3, steps: int = 8) -> None:
-    set_number(page, "gen-group", group)
-    set_number(page, "gen-steps", steps)
-    page.click("#generate-btn")
-    expect(page.locator("#generate-status")).to_contain_text(f"sampled G={group} trajectories of T={steps}",
-                                                             timeout=LONG)
+pytestmark = BROWSER
 
 
 def test_page_loads_and_generates(page, url):

@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
+from browser_support import BROWSER, LONG, expect, generate
 
-pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
-
-from playwright.sync_api import expect
-
-from tests.test_browser import (  # noqa: F401 - its app, chromium launch fixture, skip marks and helpers
-    LONG,
-    browser_type_launch_args,
-    generate,
-    pytestmark,
-    served,
-    url,
-)
+pytestmark = BROWSER
 
 CLONES = """() => {
   const clone = window.structuredClone;
@@ -37,7 +26,7 @@ def chunks_tab(page, address: str):
     return status, page.locator("#chunk-spec textarea")
 
 
-def test_an_edit_is_one_call_of_its_endpoint_without_gradios_pass(page, url):  # noqa: F811 - the fixture
+def test_an_edit_is_one_call_of_its_endpoint_without_gradios_pass(page, url):
     status, spec = chunks_tab(page, url)
     sent = []
     page.on("request", lambda request: sent.append(request) if "/gradio_api/" in request.url else None)
@@ -64,7 +53,7 @@ def test_an_edit_is_one_call_of_its_endpoint_without_gradios_pass(page, url):  #
     assert generate_clones > 200 and edit_clones < generate_clones / 4, (edit_clones, generate_clones)
 
 
-def test_a_failed_call_is_a_status_message_and_the_next_call_goes_through(page, url):  # noqa: F811 - the fixture
+def test_a_failed_call_is_a_status_message_and_the_next_call_goes_through(page, url):
     status, spec = chunks_tab(page, url)
     page.route("**/gradio_api/run/chunks_from_spec*", lambda route: route.fulfill(
         status=500, content_type="application/json", body=json.dumps({"error": "the server is *down*_now"})))
@@ -99,7 +88,7 @@ FETCHES = """() => {
 }"""  # every request the page sends, with when it left and when its reply came
 
 
-def test_quick_edits_are_sent_one_at_a_time_and_land_in_order(page, url):  # noqa: F811 - the fixture
+def test_quick_edits_are_sent_one_at_a_time_and_land_in_order(page, url):
     page.add_init_script(f"({FETCHES})()")
     status, spec = chunks_tab(page, url)
     page.evaluate("() => { window.wbCalls = []; }")

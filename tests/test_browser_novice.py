@@ -11,25 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from app_support import free_port
+from browser_support import ARTIFACTS, BROWSER, LONG, expect, generate, set_number, snap
 from PIL import Image
 
-pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
-
-from playwright.sync_api import expect
-
-from tests.test_app_client import free_port
-from tests.test_browser import (  # noqa: F401 - its chromium launch fixture, skip marks and helpers
-    ARTIFACTS,
-    LONG,
-    browser_type_launch_args,
-    generate,
-    pytestmark,
-    set_number,
-    snap,
-)
 from workbench.core.imaging import grid
 from workbench.ui.learn import LEARN, LEARN_PROMPT
 from workbench.ui.run_handlers import label_strip
+
+pytestmark = BROWSER
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +244,7 @@ PUSHED_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(g 
                                  .map(k => `${g.closest('[id]')?.id}: margin ${k} ${g.layout.margin[k]} -> `
                                            + Math.round(g._fullLayout._size[k])))"""
 # the shown plots whose margins plotly pushed out to fit a legend, colorbar or labels: it draws such a figure twice
-# (the Attribution map 143-153 ms instead of 66-70 in chromium: scripts/bench_figures.py), on every update
+# (the Attribution map 143-153 ms instead of 66-70 in chromium: bench/figures.py), on every update
 
 CUT_JS = """(sel) => [...document.querySelectorAll(sel)].filter(e => e.scrollWidth > e.clientWidth + 1)
   .map(e => e.textContent)"""

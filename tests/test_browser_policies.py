@@ -4,22 +4,11 @@ under its base model (Attribution's Compare), and come back to the run in Runs. 
 from __future__ import annotations
 
 import pytest
+from app_support import free_port
+from browser_support import ARTIFACTS, BROWSER, LONG, expect, generate, set_number, snap
+from support import make_run
 
-pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
-
-from playwright.sync_api import expect
-
-from tests.test_app_client import free_port
-from tests.test_browser import (  # noqa: F401 - its chromium launch fixture, skip marks and helpers
-    ARTIFACTS,
-    LONG,
-    browser_type_launch_args,
-    generate,
-    pytestmark,
-    set_number,
-    snap,
-)
-from tests.test_sources import make_run
+pytestmark = BROWSER
 
 
 @pytest.fixture(scope="module")

@@ -5,20 +5,9 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
+from browser_support import BROWSER, LONG, expect, generate
 
-pytest.importorskip("playwright", reason="pytest-playwright is not installed (pip install pytest-playwright)")
-
-from playwright.sync_api import expect
-
-from tests.test_browser import (  # noqa: F401 - its app, chromium launch fixture, skip marks and helpers
-    LONG,
-    browser_type_launch_args,
-    generate,
-    pytestmark,
-    served,
-    url,
-)
+pytestmark = BROWSER
 
 LINES_X = ("(plot) => document.querySelector(`#${plot} .js-plotly-plot`)._fullLayout.shapes"
            ".filter(s => s.type === 'line').map(s => s.x0)")  # where a figure draws its dashed boundaries
@@ -28,7 +17,7 @@ def counts(page) -> dict:
     return page.evaluate("() => ({...window.wbRedraw})")
 
 
-def test_a_chunk_edit_draws_the_changed_figure_once(page, url):  # noqa: F811 - the fixture
+def test_a_chunk_edit_draws_the_changed_figure_once(page, url):
     page.goto(url)
     generate(page, group=2, steps=8)
     page.get_by_role("tab", name="Chunks").click()
@@ -71,7 +60,7 @@ def chunks_tab_in_the_address(page, address: str):
     return status, spec
 
 
-def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url):  # noqa: F811 - the fixture
+def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url):
     status, spec = chunks_tab_in_the_address(page, url)
     spec.fill("4,4")
     spec.press("Enter")
@@ -93,7 +82,7 @@ def test_chunk_edits_reach_the_address_bar_and_leave_no_run_history(page, url): 
 CLIP_PATHS = "() => [...document.querySelectorAll('.js-plotly-plot [clip-path]')].map(e => e.getAttribute('clip-path'))"
 
 
-def test_plots_clip_within_the_page_as_the_address_changes(page, url):  # noqa: F811 - the fixture
+def test_plots_clip_within_the_page_as_the_address_changes(page, url):
     """Gradio's <base href="./"> made plotly write its clip paths as url('<the page's address>#clip…'). After the
     share link changed the address, chromium fetched the whole page from the server for the curve's redrawn lines
     on chunk edits (9 fetches in 14 edits) and did not clip them; REDRAW_JS takes the base's href away."""
@@ -113,7 +102,7 @@ def test_plots_clip_within_the_page_as_the_address_changes(page, url):  # noqa: 
     assert page.evaluate("() => document.querySelector('base').getAttribute('href')") is None
 
 
-def test_plotly_is_evaluated_while_the_page_is_idle(page, url):  # noqa: F811 - the fixture
+def test_plotly_is_evaluated_while_the_page_is_idle(page, url):
     """Gradio imports its plotly chunk at the page's first figure (~1 s of the page's main thread inside the first
     Generate); the page imports it once idle, before any figure, and it is the plotly REDRAW_JS patches."""
     page.goto(url)
@@ -135,7 +124,7 @@ COUNT_TRACKER_FRAMES = """(() => {
 TRACKER_SECONDS = "() => document.querySelector('#curve-plot [data-testid=status-tracker] .progress-text')?.innerText"
 
 
-def test_an_idle_page_draws_no_frames_and_a_pending_one_counts_its_seconds(page, served, monkeypatch):  # noqa: F811
+def test_an_idle_page_draws_no_frames_and_a_pending_one_counts_its_seconds(page, served, monkeypatch):
     """Gradio's page-loading status tracker leaves a loop asking for a frame 60 times a second for as long as the
     page is open (ui/frames.py): once the page is idle, none of its frames reach chromium. A tracker that shows a
     pending event still counts its seconds frame by frame."""
@@ -164,7 +153,7 @@ def test_an_idle_page_draws_no_frames_and_a_pending_one_counts_its_seconds(page,
     expect(page.locator("#chunks-status")).to_contain_text("over T=10 steps", timeout=LONG)
 
 
-def test_an_edit_made_while_the_chunks_tab_opens_is_kept(page, served, monkeypatch):  # noqa: F811 - the fixture
+def test_an_edit_made_while_the_chunks_tab_opens_is_kept(page, served, monkeypatch):
     address, wb = served
     measure = wb._measure_curve
 

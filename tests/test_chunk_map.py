@@ -18,7 +18,7 @@ from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html, credit_colou
 
 @pytest.fixture(scope="module")
 def credit(random_policy):
-    from test_credit import PROMPT, mean_red
+    from support import PROMPT, mean_red
 
     from workbench.flow.sampler import sample_group
     from workbench.flow.trajectory import SamplingConfig

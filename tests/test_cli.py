@@ -7,14 +7,8 @@ import sys
 import pytest
 
 from workbench.cli.main import main
-from workbench.models.embedded import build_embedded, save_embedded
 
 PROMPT = "a large red circle in the top left on a white background"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
 
 
 def run_cli(*args, cwd=None):
@@ -166,17 +160,6 @@ def test_attribute_marks_a_whole_trajectory_chunk_fixed_by_construction(model_di
     assert "fixed by construction" in out and "other continuation noise" in out
     assert main([*args, "--no-shared-noise"]) == 0  # own x_T per trajectory: V(x_T^i) is measured, not the mean
     assert "fixed by construction" not in capsys.readouterr().out
-
-
-def test_the_old_branches_flag_still_works_and_names_its_successor(model_dir, capsys):
-    """--branches was renamed --continuations (K is the number of chunks, as in GCPO): it keeps working."""
-    argv = ["attribute", "--prompt", PROMPT, "--group", "2", "--steps", "3", "--chunks", "3", "--json",
-            "--model", str(model_dir)]
-    assert main(argv + ["--branches", "3"]) == 0
-    out, err = capsys.readouterr()
-    assert "--branches is now --continuations" in err
-    assert main(argv + ["--continuations", "3"]) == 0
-    assert json.loads(capsys.readouterr().out)["credit"] == json.loads(out)["credit"]  # the same measurement
 
 
 def test_export_writes_a_standalone_page(model_dir, tmp_path, capsys):

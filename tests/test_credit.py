@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from support import PROMPT, mean_red
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import sample_group, transition
@@ -12,18 +13,6 @@ from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import build_reward
 from workbench.rl.credit import Credit, continuation_rewards, measure_credit, refine, refine_rounds
 from workbench.rl.credit_estimators import ESTIMATORS, noise_seed, run_continuations
-
-PROMPT = "a large red circle in the top left on a white background"
-
-
-def mean_red(images, prompts):
-    """A cheap reward: mean of the red channel."""
-    return images[:, 0].flatten(1).mean(1)
-
-
-@pytest.fixture(scope="module")
-def group(random_policy):
-    return sample_group(random_policy, PROMPT, SamplingConfig(group=4, steps=5, seed=1))
 
 
 def test_credits_telescope_to_the_raw_advantage(random_policy, group):
@@ -49,25 +38,6 @@ def test_continuations_differ_under_the_sde_and_repeat_with_the_seed(random_poli
     conts = continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn)
     assert conts.shape == (4, 4, 3) and conts.std(-1).mean() > 0
     assert torch.equal(conts, continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn))
-
-
-def test_the_old_branches_keyword_still_works_and_names_its_successor(random_policy, group):
-    """branches= was renamed continuations= (K is the number of chunks, as in GCPO): the old keyword warns."""
-    from workbench.rl.credit_compare import compare_credit
-
-    new = measure_credit(random_policy, group, mean_red, continuations=2, chunks="2,3")
-    with pytest.warns(FutureWarning, match=r"measure_credit\(\): branches= is now continuations="):
-        old = measure_credit(random_policy, group, mean_red, branches=2, chunks="2,3")
-    assert torch.equal(old.continuation_rewards, new.continuation_rewards)  # the same measurement
-    with pytest.warns(FutureWarning, match="continuation_rewards.*continuations="):
-        assert torch.equal(continuation_rewards(random_policy, group, mean_red, branches=2), new.continuation_rewards)
-    with pytest.warns(FutureWarning, match="monte_carlo.*continuations="):
-        assert ESTIMATORS.get("mc")(random_policy, group, mean_red, branches=1).continuation_rewards.shape[-1] == 1
-    with pytest.warns(FutureWarning, match="compare_credit.*continuations="):
-        compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, SamplingConfig(group=2, steps=2),
-                       mean_red, branches=1, chunks="2")
-    with pytest.raises(WorkbenchError, match="both branches= and continuations="):
-        measure_credit(random_policy, group, mean_red, continuations=2, branches=2)
 
 
 def _one_step(policy, group, traj: int, k: int, s: int, seed: int) -> torch.Tensor:

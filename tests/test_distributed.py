@@ -43,8 +43,8 @@ WORKER = textwrap.dedent("""
     from workbench.train import TrainConfig, Trainer
 
     root, runs = Path(sys.argv[1]), json.loads(sys.argv[2])  # {name: config}, trained one after the other
-    if any(config.get("reward") == "red_flat" for config in runs.values()):  # tests/test_trainer.py's reward
-        from tests.test_trainer import red_flat
+    if any(config.get("reward") == "red_flat" for config in runs.values()):  # tests/support.py's reward
+        from support import red_flat
         from workbench.rewards import REWARDS
         REWARDS.register("red_flat")(red_flat)
     for name, config in runs.items():
@@ -63,7 +63,7 @@ def train_on_two_processes(root: Path, runs: dict[str, dict]) -> None:
     save_embedded(build_embedded(seed=0), root / "model")
     runs = {name: config | {"model": str(root / "model")} for name, config in runs.items()}
     (root / "worker.py").write_text(WORKER)
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nnodes", "1", "--nproc_per_node", "2",
            str(root / "worker.py"), str(root), json.dumps(runs)]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
@@ -80,7 +80,7 @@ def train_on_two_processes(root: Path, runs: dict[str, dict]) -> None:
 @pytest.fixture(scope="module")
 def two_process_runs(tmp_path_factory) -> Path:
     """The runs of the tests below, trained under one torchrun launch: root/<name>/run, root/<name>/rank<r>."""
-    from tests.test_trainer import RED_FLAT_PROMPTS
+    from support import RED_FLAT_PROMPTS
 
     root = tmp_path_factory.mktemp("torchrun")
     refill = CONFIG | {"reward": "red_flat", "prompts": RED_FLAT_PROMPTS, "dynamic_sampling": True, "iterations": 3,

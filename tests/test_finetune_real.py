@@ -11,7 +11,6 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from tiny_pipelines import save_tiny_sd3
 
 from workbench.models.lora import LORA_FILE
 from workbench.ui import run_handlers as rh
@@ -22,10 +21,6 @@ from workbench.ui.workbench import Workbench
 FORM = ("chunk_grpo", "", "1,1", 3e-5, 1, 2, 2, 4, "flow_grpo", "")  # objective ... window (G=2, T=2, LoRA r4)
 REAL = (32, "float32", "auto", 0.01, 2, True, False)  # resolution, dtype, micro-batch, KL, prompts, ckpt, offload
 
-
-@pytest.fixture(scope="module")
-def sd3_dir(tmp_path_factory):
-    return save_tiny_sd3(tmp_path_factory.mktemp("sd3"))
 
 
 @pytest.fixture

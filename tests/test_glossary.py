@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests import test_app_handlers as base
 from workbench.core.glossary import SHIELDED, TERMS, _pattern, gloss, glossary_markdown, term
 from workbench.ui.jobs import objective_names
 
 ROOT = Path(__file__).resolve().parents[1]
-model_dir, wb = base.model_dir, base.wb  # the handler tests' fixtures: a tiny model and its Workbench
 REQUIRED = ["GRPO", "advantage", "trajectory", "denoising step", "log-prob", "importance ratio", "clipping", "chunk",
             "temporal dynamics (L1_rel)", "credit", "continuation", "determined", "misattributed", "aligned",
             "push (-w)"]

@@ -29,7 +29,6 @@ from workbench.core.budget import check_fits, rollout_bytes
 from workbench.core.errors import WorkbenchError, one_line
 from workbench.core.files import read_json, write_json
 from workbench.flow.trajectory import SamplingConfig
-from workbench.models.embedded import build_embedded, save_embedded
 from workbench.train import TrainConfig
 from workbench.train.store import CONFIG, DAMAGED_METRICS, METRICS, STATUS, STOP, RunStore, list_runs
 from workbench.ui import handlers as h
@@ -41,11 +40,6 @@ from workbench.ui.workbench import Workbench
 PROMPT = "a large red circle in the top left on a white background"
 TRAIN = ["train", "--iterations", "2", "--eval-prompts", "0", "--prompts-per-iteration", "1", "--group", "2",
          "--steps", "2", "--chunks", "1,1", "--report-to", "none", "--sample-every", "100"]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny_pipelines import save_tiny_flux, save_tiny_sd3
+from tiny_pipelines import save_tiny_sd3
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import sample_group
@@ -29,14 +29,6 @@ TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_
 PROMPT = "a photo of a cat"
 
 
-@pytest.fixture(scope="module")
-def sd3_dir(tmp_path_factory):
-    return save_tiny_sd3(tmp_path_factory.mktemp("sd3"))
-
-
-@pytest.fixture(scope="module")
-def flux_dir(tmp_path_factory):
-    return save_tiny_flux(tmp_path_factory.mktemp("flux"))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from workbench.core import heap
 from workbench.ui import guard
 from workbench.ui import handlers as h
 from workbench.ui.state import Session
-from workbench.ui.workbench import Workbench
 
 PROMPT = "a large red circle in the top left on a white background"
 
@@ -23,13 +22,6 @@ class Quiet:
     def tqdm(self, it, *a, **k):
         return it
 
-
-@pytest.fixture(scope="module")
-def wb(tmp_path_factory):
-    from workbench.models.embedded import build_embedded, save_embedded
-
-    model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
-    return Workbench(model=str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")))
 
 
 def test_a_new_group_frees_the_old_one_and_its_credit(wb):

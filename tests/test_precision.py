@@ -2,19 +2,12 @@
 
 import pytest
 import torch
-from test_credit import PROMPT, mean_red  # the credit tests' prompt and reward
+from support import PROMPT, mean_red  # the credit tests' prompt and reward
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.precision import evaluation_numerics, native_bf16, resolve_precision
-from workbench.flow.sampler import sample_group
-from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.credit import measure_credit, refine
 from workbench.rl.credit_estimators import run_continuations
-
-
-@pytest.fixture(scope="module")
-def group(random_policy):
-    return sample_group(random_policy, PROMPT, SamplingConfig(group=4, steps=5, seed=1))
 
 
 @pytest.fixture(scope="module")

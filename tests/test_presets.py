@@ -66,7 +66,8 @@ def test_the_linspace_schedule_reaches_the_sampler(random_policy):
 
 
 def test_uniform_chunk_weights_and_the_last_sde_step_in_a_run(tmp_path, monkeypatch):
-    from tests.test_trainer import TINY, fresh_policy
+    from support import TINY, fresh_policy
+
     from workbench.train import Trainer
     from workbench.train import trainer as trainer_module
 
@@ -95,7 +96,8 @@ def test_uniform_chunk_weights_and_the_last_sde_step_in_a_run(tmp_path, monkeypa
 
 
 def test_dance_grpo_trains_a_random_part_of_its_sde_steps(tmp_path):
-    from tests.test_trainer import fresh_policy
+    from support import fresh_policy
+
     from workbench.train import Trainer
     from workbench.train.store import RunStore
 

@@ -5,7 +5,6 @@ real model's defaults (tiny random SD3 at 32 px, the toy world's size, and FLUX 
 from __future__ import annotations
 
 import pytest
-from tiny_pipelines import save_tiny_flux, save_tiny_sd3
 
 from workbench.cli.main import main as cli
 from workbench.core.errors import WorkbenchError
@@ -16,14 +15,6 @@ from workbench.train.prompt_sets import real_prompts, world_prompts
 SMALL = ["--group", "2", "--steps", "2", "--device", "cpu"]
 
 
-@pytest.fixture(scope="module")
-def sd3_dir(tmp_path_factory):
-    return save_tiny_sd3(tmp_path_factory.mktemp("sd3"))
-
-
-@pytest.fixture(scope="module")
-def flux_dir(tmp_path_factory):
-    return save_tiny_flux(tmp_path_factory.mktemp("flux"))
 
 
 def test_rewards_declare_the_models_they_serve():

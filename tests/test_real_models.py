@@ -8,7 +8,6 @@ import json
 
 import pytest
 import torch
-from tiny_pipelines import save_tiny_flux
 
 from workbench.cli.main import main as cli
 from workbench.core.errors import WorkbenchError
@@ -22,10 +21,6 @@ SIDE = 64  # where a test's subject is not the default size: 1024 tokens (attent
 SMALL = dict(group=2, steps=2, chunks="1,1", prompts_per_iteration=1, eval_prompts=2, report_to="none",
              device="cpu", lora_rank=4)
 
-
-@pytest.fixture(scope="module")
-def flux_dir(tmp_path_factory):
-    return save_tiny_flux(tmp_path_factory.mktemp("flux128"))
 
 
 def test_rewards_declare_what_they_accept():
@@ -52,7 +47,7 @@ def test_flux_sample_and_attribute_with_the_defaults(flux_dir, tmp_path, capsys)
     assert cli(["sample", "--model", str(flux_dir), "--device", "cpu", "--prompt", "a photo of a cat", "--num", "2",
                 "--steps", "2", "--out", str(tmp_path / "grid.png")]) == 0
     args = ["attribute", "--model", str(flux_dir), "--device", "cpu", "--prompt", "a photo of a cat", "--group", "2",
-            "--steps", "2", "--branches", "2", "--chunks", "1,1", "--json"]
+            "--steps", "2", "--continuations", "2", "--chunks", "1,1", "--json"]
     capsys.readouterr()
     assert cli(args) == 0
     assert json.loads(capsys.readouterr().out)["step_determined"] is not None

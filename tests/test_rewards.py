@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import doctest
-import json
 
 import numpy as np
 import pytest
 import torch
+from tiny_pipelines import write_tiny_clip
 
 from workbench.core.errors import WorkbenchError
 from workbench.rewards import (
@@ -166,41 +166,6 @@ def test_non_finite_scores_raise_naming_reward_and_prompt():
         build_reward("sharpness")(images, ["a red circle", "a blue ring"])
     with pytest.raises(WorkbenchError, match="2 prompts"):
         build_reward("sharpness")(images[:1], ["a red circle", "a blue ring"])
-
-
-# ------------------------------------------------------------------------------------------- CLIP
-WORDS = ("a", "large", "red", "circle", "blue", "ring", "in", "the", "center", "on", "white", "background")
-
-
-def write_tiny_clip(folder) -> None:
-    """A random 2-layer CLIP (32 wide, 30x30 images) and a BPE tokenizer knowing WORDS, saved to `folder`."""
-    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
-
-    special = ["<|startoftext|>", "<|endoftext|>"]
-    letters = sorted(set("".join(WORDS)))
-    vocab = special + letters + [c + "</w>" for c in letters]
-    merges = []
-    for word in WORDS:  # merge each word left to right: "r e", "re d</w>"
-        symbols = list(word[:-1]) + [word[-1] + "</w>"]
-        while len(symbols) > 1:
-            merges.append(f"{symbols[0]} {symbols[1]}")
-            symbols = [symbols[0] + symbols[1]] + symbols[2:]
-            vocab.append(symbols[0])
-    vocab = list(dict.fromkeys(vocab))
-    merges = list(dict.fromkeys(merges))
-    raw = folder / "raw_tokenizer"
-    raw.mkdir()
-    (raw / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
-    (raw / "merges.txt").write_text("\n".join(["#version: 0.2", *merges]) + "\n")
-    tokenizer = CLIPTokenizer.from_pretrained(raw)
-    tokenizer.save_pretrained(folder / "clip")
-    torch.manual_seed(0)
-    text = dict(vocab_size=1000, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                num_attention_heads=4, max_position_embeddings=32, eos_token_id=tokenizer.eos_token_id,
-                bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id)
-    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-                  image_size=30, patch_size=2)
-    CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=32)).save_pretrained(folder / "clip")
 
 
 def test_clip_score_and_pickscore_load_a_local_folder(tmp_path, monkeypatch):

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
+import app_support as base
 import pytest
 import torch
 
-from tests import test_app_handlers as base
 from workbench.core.errors import WorkbenchError
 from workbench.rl.objectives import OBJECTIVES
+from workbench.ui import handlers as h
 from workbench.ui import share
 from workbench.ui.state import Session
 
 PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
-model_dir, wb = base.model_dir, base.wb  # the handler tests' fixtures: a tiny model and its Workbench
 
 
 def test_a_link_holds_the_view_and_opening_it_gives_the_same_numbers(wb):
-    session = base.h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", Session())[-2]
-    session = base.h.chunks_from_spec(wb, "1,3", session)[-2]
-    measured = base.h.attribute(wb, 2, session, "mc")
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", Session())[-2]
+    session = h.chunks_from_spec(wb, "1,3", session)[-2]
+    measured = h.attribute(wb, 2, session, "mc")
     session, rates = measured[-2], measured[1]
     link, status = share.share_link(wb, PROMPT, 3, 4, 0.7, 5, "flow_grpo", "", "adherence", 2, "mc", session,
                                     "Attribution", "http://host:7860/")
@@ -41,7 +41,7 @@ def test_a_link_holds_the_view_and_opening_it_gives_the_same_numbers(wb):
 def test_the_address_bar_link_is_the_shown_group_not_the_controls(wb):
     controls = (PROMPT, 3, 4, 0.7, 5, "flow_grpo", "", "adherence", 2, "mc")
     assert is_skip(share.follow_link(*controls, Session(), "Generate", "http://host/"))  # no group: keep the bar
-    session = base.h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", Session())[-2]
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", Session())[-2]
     link = share.share_link(wb, *controls, session, "Chunks", "http://host/")[0]
     assert share.follow_link(*controls, session, "Chunks", "http://host/") == link
     edited = ("another prompt", 5, 8, 0.3, 1, "cps", "0,2", "adherence", 2, "mc")  # typed, not generated yet
@@ -65,8 +65,8 @@ def test_no_query_changes_nothing_and_bad_links_are_messages(wb):
 def test_export_page_of_the_session_is_standalone_and_small(wb):
     assert "nothing to export yet" in msg(share.export_page(wb, PROMPT, 3, 4, 0.7, 0, "flow_grpo", "", "adherence",
                                                             2, "mc", Session(), "Generate", ""))
-    session = base.h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())[-2]
-    session = base.h.attribute(wb, 2, session, "mc")[-2]
+    session = h.generate(wb, PROMPT, 3, 4, 0.7, 0, "adherence", Session())[-2]
+    session = h.attribute(wb, 2, session, "mc")[-2]
     file, status = share.export_page(wb, PROMPT, 3, 4, 0.7, 0, "flow_grpo", "", "adherence", 2, "mc", session,
                                      "Attribution", "http://host/")
     assert status.startswith("✓ page written")

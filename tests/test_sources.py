@@ -3,47 +3,16 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
-import torch
+from support import make_run, shift_of
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import write_json
-from workbench.models.embedded import EmbeddedPolicy, build_embedded, save_embedded
+from workbench.models.embedded import EmbeddedPolicy, build_embedded
 from workbench.train import TrainConfig
 from workbench.train.sources import PolicySource, load_policy, resolve_source
-from workbench.train.store import CONFIG, RunStore
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
-
-
-def base_weights(model_dir: Path) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in load_policy(model_dir, device="cpu").transformer.named_parameters()}
-
-
-def make_run(root: Path, model_dir: Path, iterations=(10, 20), name: str = "demo", keep: int = 5, **config) -> Path:
-    """A run folder of the model in model_dir with a checkpoint per iteration: every weight + iteration / 1000."""
-    store = RunStore.create(root, name)
-    write_json(store.path / CONFIG, TrainConfig(model=str(model_dir), iterations=max(iterations), **config).to_dict())
-    store.write_status("finished", max(iterations))
-    weights = base_weights(model_dir)
-    for it in iterations:
-        store.save_checkpoint(it, {k: v + it / 1000 for k, v in weights.items()}, {"state": {}, "param_groups": []},
-                              keep=keep)
-    return store.path
-
-
-def shift_of(policy, model_dir: Path) -> float:
-    """The constant every weight of policy was moved by from the base model."""
-    base = base_weights(model_dir)
-    moved = {k: v.detach() for k, v in policy.transformer.named_parameters()}
-    shifts = {round(float((moved[k] - base[k]).mean()), 4) for k in base}
-    assert len(shifts) == 1, shifts
-    return shifts.pop()
+from workbench.train.store import CONFIG
 
 
 def test_each_kind_of_source_loads(model_dir, tmp_path):

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_trainer import TINY, fresh_policy
+from support import TINY, fresh_policy
 
 from workbench.train import TrainConfig, Trainer
 from workbench.train.store import RunStore

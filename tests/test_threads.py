@@ -152,7 +152,7 @@ def test_the_credit_computes_on_every_core_and_the_thread_returns_to_its_share(f
 
 def test_no_handler_lowers_the_count_while_a_batched_computation_runs(four_cores):
     # part of torch's count is the process's (MKL's): another handler setting its own count lower would slow the
-    # batched computation in flight to about one thread (docs/perf-data/epyc/README.md)
+    # batched computation in flight to about one thread (140b72a:docs/perf-data/epyc/README.md)
     wb, inside, done = four_cores, threading.Event(), threading.Event()
 
     def credit():

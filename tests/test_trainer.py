@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from support import RED_FLAT_PROMPTS, TINY, fresh_policy, red_flat
 
 from workbench.cli.train import main as train_main
 from workbench.core.errors import WorkbenchError
@@ -14,17 +15,6 @@ from workbench.models.embedded import EmbeddedPolicy, build_embedded, save_embed
 from workbench.train import PRESETS, TrainConfig, Trainer, load_policy, preset
 from workbench.train.model_settings import model_defaults
 from workbench.train.store import RunStore
-
-# 2 prompts x 2 trajectories x 3 trained steps: each iteration takes well under a second on one core
-TINY = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, eval_every=2,
-                   iterations=2, sample_every=1, lr=1e-3, clip_low=0.2)
-
-
-def fresh_policy() -> EmbeddedPolicy:
-    """A new random-init embedded model (seed 0): the trainer changes its weights in place."""
-    model = build_embedded(seed=0)
-    model.text_encoder.eval().requires_grad_(False)
-    return EmbeddedPolicy(model)
 
 
 def weights(policy: EmbeddedPolicy) -> dict[str, torch.Tensor]:
@@ -199,19 +189,6 @@ def test_kl_form_global_std_and_flow_grpo_preset(tmp_path):
         replace(TINY, kl_form="k3")
 
 
-RED_FLAT_PROMPTS = ["a small red circle in the center on a black background",
-                    "a large red ring in the top left on a white background",
-                    "a small blue bar in the bottom right on a gray background",
-                    "a large green cross in the middle left on a black background"]
-
-
-def red_flat(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-    """0.5 for every image of a prompt with 'red', else the image mean (different for every sample): red
-    groups have zero reward variance, the others do not. Registered as 'red_flat' by the fixture below."""
-    red = torch.tensor(["red" in p for p in prompts])
-    return torch.where(red, torch.tensor(0.5), images.float().mean(dim=(1, 2, 3)))
-
-
 @pytest.fixture
 def red_is_flat(monkeypatch):
     """TINY on RED_FLAT_PROMPTS with the reward 'red_flat' registered for this test."""
@@ -267,7 +244,7 @@ def test_refill_resumes_exactly(tmp_path, red_is_flat):
 
 
 def test_clip_reward_folder_comes_from_the_config(tmp_path, monkeypatch):
-    from tests.test_rewards import write_tiny_clip
+    from tiny_pipelines import write_tiny_clip
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     write_tiny_clip(tmp_path)

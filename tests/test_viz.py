@@ -44,7 +44,7 @@ def test_the_chunk_map_is_the_figure_plotly_validates(random_policy):
     import json
 
     import plotly.graph_objects as go
-    from test_credit import PROMPT, mean_red
+    from support import PROMPT, mean_red
 
     from workbench.flow.sampler import sample_group
     from workbench.flow.trajectory import SamplingConfig

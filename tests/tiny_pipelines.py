@@ -1,4 +1,5 @@
-"""Tiny random SD3 and FLUX pipelines saved to a folder, as diffusers' own tests build them (hub-free tokenizers).
+"""Tiny random SD3 and FLUX pipelines saved to a folder, as diffusers' own tests build them (hub-free tokenizers),
+and their parts: tokenizers, text-encoder config, VAE, and a tiny CLIP reward model.
 
 Shared by the tests of real-model paths. The FLUX pipeline's VAE has one block (factor 1), so its default
 resolution is the pipeline's 128 latents = 128 px: not the toy world's 32. That VAE has no mid-block attention:
@@ -8,10 +9,80 @@ positions) and took most of a FLUX test's time.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
-from test_adapters import clip_config, clip_tokenizer, t5_tokenizer, tiny_vae
+
+
+def clip_tokenizer():
+    """A hub-free CLIP BPE tokenizer: every lowercase letter (and its word-final form), no merges."""
+    from transformers import CLIPTokenizer
+
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for ch in "abcdefghijklmnopqrstuvwxyz":
+        vocab[ch], vocab[ch + "</w>"] = len(vocab), len(vocab) + 1
+    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77)
+
+
+def t5_tokenizer():
+    """A hub-free T5 (Unigram) tokenizer over a handful of words."""
+    from transformers import T5Tokenizer
+
+    words = ["a", "cat", "dog", "red", "blue"]
+    return T5Tokenizer(vocab=[("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)] + [("▁" + w, -1.0) for w in words],
+                       extra_ids=0)
+
+
+def clip_config():
+    from transformers import CLIPTextConfig
+
+    return CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=32, intermediate_size=37,
+                          num_hidden_layers=2, num_attention_heads=4, vocab_size=1000, projection_dim=32,
+                          layer_norm_eps=1e-5, hidden_act="gelu")
+
+
+def tiny_vae(mid_attention: bool = True):
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
+                         latent_channels=4, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
+                         shift_factor=0.0609, scaling_factor=1.5035, mid_block_add_attention=mid_attention)
+
+
+# ------------------------------------------------------------------------------------------- CLIP
+WORDS = ("a", "large", "red", "circle", "blue", "ring", "in", "the", "center", "on", "white", "background")
+
+
+def write_tiny_clip(folder) -> None:
+    """A random 2-layer CLIP (32 wide, 30x30 images) and a BPE tokenizer knowing WORDS, saved to `folder`."""
+    from transformers import CLIPConfig, CLIPModel, CLIPTokenizer
+
+    special = ["<|startoftext|>", "<|endoftext|>"]
+    letters = sorted(set("".join(WORDS)))
+    vocab = special + letters + [c + "</w>" for c in letters]
+    merges = []
+    for word in WORDS:  # merge each word left to right: "r e", "re d</w>"
+        symbols = list(word[:-1]) + [word[-1] + "</w>"]
+        while len(symbols) > 1:
+            merges.append(f"{symbols[0]} {symbols[1]}")
+            symbols = [symbols[0] + symbols[1]] + symbols[2:]
+            vocab.append(symbols[0])
+    vocab = list(dict.fromkeys(vocab))
+    merges = list(dict.fromkeys(merges))
+    raw = folder / "raw_tokenizer"
+    raw.mkdir()
+    (raw / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+    (raw / "merges.txt").write_text("\n".join(["#version: 0.2", *merges]) + "\n")
+    tokenizer = CLIPTokenizer.from_pretrained(raw)
+    tokenizer.save_pretrained(folder / "clip")
+    torch.manual_seed(0)
+    text = dict(vocab_size=1000, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                num_attention_heads=4, max_position_embeddings=32, eos_token_id=tokenizer.eos_token_id,
+                bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id)
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+                  image_size=30, patch_size=2)
+    CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=32)).save_pretrained(folder / "clip")
 
 
 def save_tiny_flux(folder: Path) -> Path:

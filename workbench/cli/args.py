@@ -106,21 +106,6 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-class RenamedFlag(argparse.Action):
-    """An old flag kept as an alias: it sets the new flag's value and says the new name on stderr.
-
-        p.add_argument("--branches", dest="continuations", action=RenamedFlag, new="--continuations", type=int)
-    """
-
-    def __init__(self, option_strings, dest, new: str, **kwargs):
-        self.new = new
-        super().__init__(option_strings, dest, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f"note: {option_string} is now {self.new} (same meaning); please use {self.new}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 def add_model_args(p: argparse.ArgumentParser, runs: bool = True) -> None:
     """--model and --device; runs: --model may also name a fine-tuning run or one of its checkpoints."""
     more = (", a run folder runs/<id> (its newest complete checkpoint) or one checkpoint "

@@ -1,15 +1,15 @@
-"""Benchmarks that print figures against the project's targets (no assertions: read the numbers).
+"""`workbench bench`: how fast the workbench runs on this machine, printed against the project's targets (no
+assertions: read the numbers).
 
-    python -m workbench bench sampling   # recording trajectories vs a plain diffusers Euler loop
-    python -m workbench bench credit     # Monte-Carlo credit and re-chunking
-    python -m workbench bench train      # fine-tuning iterations (workbench.cli.bench_train)
-    python -m workbench bench load       # loading the shipped weights
-    python -m workbench bench threads    # training next to a competing process (workbench.cli.bench_threads)
-    python -m workbench bench all [--json FILE]   # every figure; --json writes them to one file
+    workbench bench sampling   # recording trajectories vs a plain diffusers Euler loop
+    workbench bench credit     # Monte-Carlo credit, one refinement and re-chunking
+    workbench bench train      # seconds per fine-tuning iteration of the default config
+    workbench bench load       # loading the shipped weights
+    workbench bench [all] [--json FILE]   # each of them; --json writes the figures to one file
 
-The browser figures (chunk edit, curve click, credit in the browser, app memory) come from
-scripts/bench_app.py; `bench all --json` runs it too when chromium is there. docs/performance.md keeps the
-current table.
+The project's own benchmarks (the browser's latencies, training next to a busy process, the trainer's overhead over
+raw compute, `make test` on a fresh clone) live in bench/ of the repository; bench/all.py gathers them all for
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -185,68 +185,46 @@ def bench_credit(policy, group: int = 8, steps: int = 16, continuations: int = 4
 
 
 def bench_load(repeats: int = 3) -> dict:
-    """Seconds to load the shipped embedded weights, and to switch the app's model picker to a run of it: its
-    checkpoint (weights + an Adam state of the same size) read and copied into a fresh base model (target < 2 s)."""
-    import tempfile
-
-    from workbench.core.files import write_json
+    """Seconds to load the shipped embedded weights (target < 2 s)."""
     from workbench.models.embedded import load_embedded
-    from workbench.train import TrainConfig
-    from workbench.train.sources import load_policy
-    from workbench.train.store import CONFIG, RunStore
 
-    with tempfile.TemporaryDirectory() as root:
-        store = RunStore.create(root, "bench")
-        write_json(store.path / CONFIG, TrainConfig().to_dict())
-        params = dict(load_policy(device="cpu").transformer.named_parameters())
-        adam = {"state": {n: {"exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
-                          for n, p in enumerate(params.values())}, "param_groups": []}
-        store.save_checkpoint(1, params, adam)
-        switch = _timed(lambda: load_policy(store.path, device="cpu"), repeats)
-    return {"load_s": _timed(load_embedded, repeats), "target_load_s": 2.0, "switch_s": switch}
+    return {"load_s": _timed(load_embedded, repeats), "target_load_s": 2.0}
 
 
-def bench_train() -> dict:
-    """The trainer benchmark (workbench.cli.bench_train) at its defaults; prints, and returns its figures."""
-    import json
-    import tempfile
+def bench_train(iterations: int = 4) -> dict:
+    """Seconds per iteration of the default fine-tune (`TrainConfig()`: chunk_grpo on the embedded model, 4 prompts
+    x G=8, T=16) without evaluations, samples or checkpoints: the median after a warm-up iteration (target < 3 s
+    on 2 cores)."""
+    from workbench.models.embedded import EmbeddedPolicy
+    from workbench.train import TrainConfig, Trainer
 
-    from workbench.cli.bench_train import main
+    config = TrainConfig(iterations=iterations, eval_prompts=0, sample_every=10**6, checkpoint_every=10**6,
+                         report_to="none")
+    seconds, last = [], [time.perf_counter()]
 
-    with tempfile.TemporaryDirectory() as tmp:
-        main(["--json", f"{tmp}/train.json"])
-        return json.loads(Path(f"{tmp}/train.json").read_text())
+    def on_event(event) -> None:
+        if event.kind == "iteration" and event.iteration > 0:
+            seconds.append(time.perf_counter() - last[0])
+            _progress("train, iterations", len(seconds), iterations)
+        last[0] = time.perf_counter()
 
-
-def bench_app(tests: bool) -> dict:
-    """The browser figures (scripts/bench_app.py) and, with `tests`, `make test` on a fresh clone
-    (scripts/bench_tests.sh); {} where the scripts or chromium are missing (an installed package)."""
-    import json
-    import subprocess
-    import sys
-    import tempfile
-
-    out, root = {}, Path(__file__).resolve().parents[2]
-    with tempfile.TemporaryDirectory() as tmp:
-        if (root / "scripts/bench_app.py").is_file() and Path("/usr/bin/chromium").exists():
-            subprocess.run([sys.executable, str(root / "scripts/bench_app.py"), "--json", f"{tmp}/app.json"],
-                           check=True)
-            out["app"] = json.loads(Path(f"{tmp}/app.json").read_text())
-        else:
-            print("app       skipped: needs scripts/bench_app.py of a checkout and /usr/bin/chromium")
-        if tests and (root / "scripts/bench_tests.sh").is_file():
-            # a failing suite is a figure too (its exit code and summary): the other figures are not thrown away
-            subprocess.run(["bash", str(root / "scripts/bench_tests.sh"), f"{tmp}/tests.json"], check=False)
-            if Path(f"{tmp}/tests.json").is_file():
-                out["tests"] = json.loads(Path(f"{tmp}/tests.json").read_text())
-    return out
+    Trainer(config, None, EmbeddedPolicy.load()).run(callback=on_event)
+    return {"iterations": iterations, "prompts": config.prompts_per_iteration, "group": config.group,
+            "steps": config.steps, "seconds_per_iteration": statistics.median(seconds[1:] or seconds),
+            "target_seconds": 3.0}
 
 
-def run(which: str, policy, json_path: str | None = None, tests: bool = False, group: int | None = None,
+BENCHMARKS = ("load", "sampling", "credit", "train")
+
+
+def run(which: str | tuple[str, ...], policy, json_path: str | None = None, group: int | None = None,
         steps: int = 16, continuations: int = 4, repeats: int | None = None) -> dict:
     """Run the benchmarks `which` names and print their figures (sizes default to each benchmark's own: G 16
-    sampling, G 8 credit, T 16); with json_path also write them to one file."""
+    sampling, G 8 credit, T 16); `which` is one of BENCHMARKS, "all", or several names. With json_path also write
+    the figures to one file."""
     import json
+
+    selected = BENCHMARKS if which == "all" else (which,) if isinstance(which, str) else which
 
     others = ThreadGovernor.others_busy(0.5)  # never oversubscribe: take only the cores other processes leave
     torch.set_num_threads(threads_for(cpu_count(), others))
@@ -254,11 +232,10 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
                "others_busy_cores": others, "machine": machine(), "date": time.strftime("%Y-%m-%d")}
     print(f"{figures['machine']}; torch {torch.__version__}, {torch.get_num_threads()} threads ({cpu_count()} cores, "
           f"{others:.1f} kept busy by other processes)")
-    if which in ("load", "all"):
+    if "load" in selected:
         r = figures["load"] = bench_load()
-        print(f"load      embedded weights: {r['load_s']:.2f} s; a run's checkpoint of it (the model picker's "
-              f"switch): {r['switch_s']:.2f} s (target < {r['target_load_s']:.0f} s each)")
-    if which in ("sampling", "all"):
+        print(f"load      embedded weights: {r['load_s']:.2f} s (target < {r['target_load_s']:.0f} s)")
+    if "sampling" in selected:
         r = figures["sampling"] = bench_sampling(policy, group or 16, steps, repeats or 21)
         print(f"sampling  G={r['group']} T={r['steps']}: recorded {r['recorded_traj_per_s']:.1f} traj/s, "
               f"plain diffusers Euler {r['plain_traj_per_s']:.1f} traj/s, recording overhead "
@@ -266,7 +243,7 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
               f"{100 * r['overhead_quartiles'][0]:+.1f} / {100 * r['overhead_quartiles'][1]:+.1f} %; "
               f"target <= {100 * r['target_overhead']:.0f} %); the recorder's own work without the model "
               f"{r['recorder_ms_per_step']:.2f} ms per step, {100 * r['recorder_share']:.1f} % of the plain loop")
-    if which in ("credit", "all"):
+    if "credit" in selected:
         r = figures["credit"] = bench_credit(policy, group or 8, steps, continuations, repeats or 2)
         print(f"credit    G={r['group']} T={r['steps']} M={r['continuations']}: {r['credit_s']:.2f} s in "
               f"{r['precision']}, {r['credit_page_faults']} page faults "
@@ -278,15 +255,10 @@ def run(which: str, policy, json_path: str | None = None, tests: bool = False, g
               f"at M={r['continuations']}, "
               f"{100 * r['determined_after']:.0f} % after one refinement; ode estimator {r['ode_s']:.2f} s, "
               f"x0 estimator {r['x0_s']:.2f} s")
-    if which in ("train", "all"):
-        figures["train"] = bench_train()
-    if which in ("threads", "all"):
-        from workbench.cli.bench_threads import bench_threads, report
-
-        figures["threads"] = bench_threads()
-        report(figures["threads"])
-    if which == "all" and json_path:
-        figures.update(bench_app(tests))
+    if "train" in selected:
+        r = figures["train"] = bench_train()
+        print(f"train     {r['prompts']} prompts x G={r['group']}, T={r['steps']}: {r['seconds_per_iteration']:.2f} s "
+              f"per iteration (target < {r['target_seconds']:.0f} s on 2 cores)")
     if json_path:
         Path(json_path).write_text(json.dumps(figures, indent=1, default=str))
         print(f"figures written to {json_path}")

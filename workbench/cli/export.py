@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from workbench.cli.args import RenamedFlag, non_negative_float, positive_int
+from workbench.cli.args import non_negative_float, positive_int
+from workbench.cli.common import add_sampling_args, check_memory, load_model, sampling_config
 from workbench.core.precision import PRECISIONS
 
 
@@ -28,7 +29,6 @@ def model_curve(policy, group):
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from workbench.cli.main import check_memory, load_model, sampling_config
     from workbench.flow.sampler import sample_group
     from workbench.rewards import build_reward, default_reward
     from workbench.rl.advantages import ADVANTAGES
@@ -67,8 +67,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    from workbench.cli.main import add_sampling_args
-
     p = sub.add_parser("export", help="write a standalone HTML page of a group and its credit",
                        description="Sample a group, measure its credit and write one HTML page (plotly inlined, "
                                    "opens offline) with its images, credit and chunk maps, the objectives' maps, "
@@ -76,8 +74,6 @@ def add_parser(sub) -> None:
     add_sampling_args(p)
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
-    p.add_argument("--branches", type=positive_int, dest="continuations", action=RenamedFlag, new="--continuations",
-                   metavar="M", help="old name of --continuations")
     p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7 "
                    "(default: GCPO's temporal chunking of T)")
     p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "

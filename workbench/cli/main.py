@@ -15,7 +15,6 @@ from pathlib import Path
 from workbench.cli import export
 from workbench.cli.args import (
     Parser,
-    RenamedFlag,
     add_model_args,
     negative_values_inline,
     non_negative_float,
@@ -24,68 +23,13 @@ from workbench.cli.args import (
     run_command,
     seed,
 )
+from workbench.cli.common import add_sampling_args, check_memory, load_model, sampling_config
 from workbench.cli.train import register as register_train
 from workbench.core.errors import WorkbenchError
 from workbench.core.heap import defer_collection, resume_collection, reuse_freed_memory
 from workbench.core.precision import PRECISIONS
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")  # `sample --out` with one of these writes one grid image
-
-
-def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> None:
-    p.add_argument("--prompt", required=True, help='e.g. "a large red circle in the top left on a white background"')
-    p.add_argument("--group", "--num", dest="group", type=positive_int, default=group_default,
-                   help=f"trajectories (images) per prompt, G (default {group_default})")
-    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
-    p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7,
-                   help="SDE noise level a in 0..10; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
-    p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps (cps log-probs are "
-                   "the full Normal density, unlike Flow-GRPO's CPS code: its clip ranges do not carry over)")
-    p.add_argument("--shift", type=ranged_float("shift"), default=None, help="schedule shift (default: the model's)")
-    p.add_argument("--guidance-scale", type=ranged_float("guidance_scale"), default=None,
-                   help="classifier-free guidance, 1 = off (default: 1; for `sample`, the model's default_guidance)")
-    p.add_argument("--no-shared-noise", action="store_true", help="independent x_T per trajectory")
-    p.add_argument("--seed", type=seed, default=0, help="group seed, 0 .. 2^63 - 1 (default 0)")
-    add_model_args(p)
-
-
-def sampling_config(args: argparse.Namespace, guidance: float = 1.0):
-    """The SamplingConfig of the command line; `guidance` is the CFG scale when --guidance-scale is not given."""
-    from workbench.flow.trajectory import SamplingConfig
-
-    scale = guidance if args.guidance_scale is None else args.guidance_scale
-    return SamplingConfig(group=args.group, steps=args.steps, noise_level=args.noise_level, sde=args.sde,
-                          shift=args.shift, guidance_scale=scale,
-                          shared_noise=not args.no_shared_noise, seed=args.seed)
-
-
-def load_model(args: argparse.Namespace, prompt: str | None = None):
-    """The policy --model (and --lora) names: a model folder, a base folder with a LoRA adapter, a run (its newest
-    complete checkpoint) or one checkpoint.
-
-    With `prompt`, a model of the embedded format (no --model, such a folder, or a run on one) refuses a prompt
-    outside its grammar before anything loads: the load imports diffusers, seconds a user waited for "unknown
-    word". A diffusers SD3 / FLUX folder takes any text; the loaded policy's own `check_prompt` stays the rule.
-    """
-    from workbench.train.prompt_sets import is_pipeline_folder
-    from workbench.train.sources import load_policy, resolve_source
-
-    source = resolve_source(args.model, getattr(args, "lora", None))
-    if prompt is not None and not is_pipeline_folder(source.model):
-        from workbench.toyworld.world import parse_prompt
-
-        parse_prompt(prompt)
-    options = {} if args.resolution is None else {"resolution": args.resolution}
-    return load_policy(source, device=args.device, dtype=args.dtype, **options)
-
-
-def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, continuations: int = 0) -> None:
-    """Refuse sizes whose tensors cannot fit on the policy's device (`core.budget`), before any sampling."""
-    from workbench.core.budget import check_fits, rollout_bytes
-
-    needed = rollout_bytes(group, steps, policy.latent_shape, prompts=prompts, continuations=continuations)
-    check_fits(needed, policy.device, f"G={group} x T={steps}" + (f" x M={continuations}" if continuations else ""),
-               f"lower {flags}")
 
 
 def to_json(obj) -> str:
@@ -238,7 +182,7 @@ def cmd_chunks(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from workbench.cli.bench import run
 
-    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json, args.tests,
+    run(args.which, load_model(args) if args.which in ("sampling", "credit", "all") else None, args.json,
         group=args.group, steps=args.steps, continuations=args.continuations, repeats=args.repeats)
     return 0
 
@@ -266,9 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_args(p)
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
-    p.add_argument("--branches", type=positive_int, dest="continuations", action=RenamedFlag, new="--continuations",
-                   metavar="M",
-                   help="old name of --continuations (K now means the number of chunks, as in GCPO)")
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
     p.add_argument("--reward", default=None, help="reward spec, e.g. adherence:1,sharpness:0.5 (default: the model's, "
                    "adherence for the embedded model, jpeg_compressibility for SD3 / FLUX)")
@@ -308,13 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     p.set_defaults(func=cmd_chunks)
 
-    p = sub.add_parser("bench", help="print benchmark figures against the targets")
-    p.add_argument("which", nargs="?", default="all",
-                   choices=["load", "sampling", "credit", "train", "threads", "all"])
-    p.add_argument("--json", default=None, metavar="FILE",
-                   help="also write every figure to FILE (with 'all': the browser figures of scripts/bench_app.py too)")
-    p.add_argument("--tests", action="store_true",
-                   help="with 'all --json': also time `make test` on a fresh clone (scripts/bench_tests.sh, minutes)")
+    p = sub.add_parser("bench", help="how fast sampling, credit and training run on this machine",
+                       description="Time sampling, credit, a training iteration and loading the weights on this "
+                                   "machine and print the figures against the project's targets.")
+    p.add_argument("which", nargs="?", default="all", choices=["load", "sampling", "credit", "train", "all"])
+    p.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     p.add_argument("--group", type=positive_int, default=None, help="G of sampling / credit (default 16 / 8)")
     p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
     p.add_argument("--continuations", type=positive_int, default=4, metavar="M",

@@ -19,7 +19,8 @@ in 9 full collections and ~1,700 young ones on the way. `defer_collection` (the 
 probe and the tests' workers do) turns the collector off until `settle` (`end_start_up`, once the model is
 loaded), which collects the imports' garbage once, freezes what is left and turns the collector back on: a
 start-up (those imports and the embedded model) took 8.2 s of CPU instead of 9.4 (medians,
-`scripts/bench_startup.py`). The app does not defer (app.py says why) and settles once its model is loaded.
+`140b72a:scripts/bench_startup.py`, a probe since removed). The app does not defer (app.py says why) and settles
+once its model is loaded.
 
 Within a computation the opposite matters. glibc serves an allocation over its mmap threshold (128 KiB at
 first, then adjusted) with fresh pages from the kernel, and returns the free top of its heap to the kernel once

@@ -4,7 +4,7 @@ numerics").
 Monte-Carlo credit spends ~90 % of its time in the transformer's forward pass. On a device with native
 bfloat16 arithmetic (CUDA with bf16 support, or a CPU with AVX512-BF16 or AMX) the forward pass under
 bfloat16 autocast takes about half the time, and the continuation rewards it gives differ from float32 by
-far less than their Monte-Carlo error (`scripts/precision_check.py` measures both). Flow-GRPO's released
+far less than their Monte-Carlo error (`experiments/precision.py` measures both). Flow-GRPO's released
 trainer samples its rollouts under `accelerator.autocast()` when it fine-tunes all weights
 (scripts/train_sd3.py). Sampling and training stay in float32 here: their log-probs feed importance ratios.
 

@@ -11,13 +11,13 @@ the scheduler has parked behind the other process. Two remedies, both here:
   the second back when the other goes quiet;
 - `PASSIVE_WAIT`: OpenMP threads that spin only briefly (GOMP_SPINCOUNT 10000) and then sleep while they
   wait, set in the environment before torch loads (`workbench/__init__.py`, and the training processes the app
-  starts). Measured with `bench threads` on 2 cores: sleeping at once (spin count 0) cost a quiet iteration
+  starts). Measured with bench/train_threads.py on 2 cores: sleeping at once (spin count 0) cost a quiet iteration
   27 % (2.32 s against 1.83 s spinning); the short spin keeps the quiet speed (1.77 s) and still shares.
 
 The app itself leaves one core to the browser that shows it, except for the batched passes of the credit and of
 dense_grpo's look-ahead (`app_threads`).
 
-`python -m workbench bench threads` measures both against a competing single-threaded load.
+`python bench/train_threads.py` measures both against a competing single-threaded load.
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ def app_threads(cores: int | None = None, batched: bool = False) -> int:
     the app computes (it draws the progress; the app is a page on the same laptop); every core for `batched`
     work: the credit's continuations and dense_grpo's look-ahead (large batched passes, `Workbench.batched_threads`).
 
-    Measured with scripts/bench_app.py on 2 cores (issue 24). Every core for everything (until commit 40e00e3)
+    Measured with bench/browser.py on 2 cores (issue 24). Every core for everything (until commit 40e00e3)
     slowed the views: on 2026-12-02 credit 5.1-6.8 s to its first status, Generate 4.6-6.2 s and the Objectives tab
     10.6-29.9 s on two threads, against 4.1-4.5, 3.7-3.8 and 8.5-10.2 s on one; on the Xeon on 2026-12-03 the
-    Objectives tab 19.3 / 19.7 s against 15.6 / 13.2 s (docs/perf-data/xeon/README.md). An OpenMP team waits for
+    Objectives tab 19.3 / 19.7 s against 15.6 / 13.2 s (140b72a:docs/perf-data/xeon/README.md). An OpenMP team waits for
     its slowest thread, and the browser takes a second-core thread's turns. The credit's passes gained from the
     second core all the same: on the Xeon its presses took 5.6-6.1 s on two threads against 7.1-7.2 s on one (the
     whole app on two threads); on the EPYC (2026-12-05) 3.5 s against 3.9 s (medians of the later presses), with
-    `batched` (docs/perf-data/epyc/README.md, "The app's threads measured again")."""
+    `batched` (140b72a:docs/perf-data/epyc/README.md, "The app's threads measured again")."""
     n = cores or cpu_count()
     return n if batched else max(1, n - 1)
 

@@ -30,7 +30,6 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.precision import resolve_precision
-from workbench.core.renamed import renamed
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import chunk_boundaries, chunk_sum, parse_chunk_spec
@@ -278,7 +277,6 @@ def _finite(t: torch.Tensor) -> list:
     return [[None if v != v else v for v in row] for row in t.tolist()]
 
 
-@renamed(branches="continuations")
 def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                          seed: int = 0, progress=None, crn: bool = True, precision: str = "auto") -> torch.Tensor:
     """Rewards (G, T - 1, M) of M continuations from every intermediate state x_1 .. x_{T-1}."""
@@ -287,7 +285,6 @@ def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, 
                                 precision).continuation_rewards
 
 
-@renamed(branches="continuations")
 def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
                    chunks="2,3,4,7", advantage: str = "grpo", seed: int = 0, progress=None,
                    estimator: str = "mc", crn: bool = True, precision: str = "auto") -> Credit:

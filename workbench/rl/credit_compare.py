@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from workbench.core.renamed import renamed
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
@@ -69,7 +68,6 @@ class CreditComparison:
                 for unit in ("step", "chunk") for rate in RATES]
 
 
-@renamed(branches="continuations")
 def compare_credit(policies: tuple[FlowPolicy, FlowPolicy], labels: tuple[str, str], prompt: str,
                    config: SamplingConfig, reward_fn, continuations: int = 4, chunks="2,3,4,7", seed: int = 0,
                    estimator: str = "mc", crn: bool = True, progress=None, precision: str = "auto"

@@ -25,7 +25,6 @@ import torch
 
 from workbench.core.precision import evaluation_numerics
 from workbench.core.registry import Registry
-from workbench.core.renamed import renamed
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 
@@ -147,7 +146,6 @@ def continuation_cost(rows: torch.Tensor, steps: int, noisy: torch.Tensor | None
 
 
 @ESTIMATORS.register("mc")
-@renamed(branches="continuations")
 def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0, crn: bool = True,
                 progress=None, precision: str = "float32") -> Estimate:
     """M continuations from every state 1..T-1 with the group's own sampler; V = their mean reward.
@@ -165,9 +163,11 @@ def monte_carlo(policy, group, reward_fn, continuations: int = 4, seed: int = 0,
     return Estimate(rewards[:, 1 - first:], None, False, cost, time.perf_counter() - start, own)
 
 
+# M, the seed and CRN only share the Monte-Carlo estimator's signature (the ODE has no noise, x0 no
+# continuation): mutants of their defaults are equivalent.
 @ESTIMATORS.register("ode")
-@renamed(branches="continuations")
-def ode_completion(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
+def ode_completion(policy, group, reward_fn,
+                   continuations: int = 1, seed: int = 0, crn: bool = True,  # pragma: no mutate (above)
                    progress=None, precision: str = "float32") -> Estimate:
     """V(x_s) = reward of the deterministic Euler ODE completion from x_s, for states 0..T-1 (TP-GRPO)."""
     g, t = group.group_size, group.num_steps
@@ -179,10 +179,12 @@ def ode_completion(policy, group, reward_fn, continuations: int = 1, seed: int =
                     time.perf_counter() - start)
 
 
+# M, the seed and CRN only share the Monte-Carlo estimator's signature (the ODE has no noise, x0 no
+# continuation): mutants of their defaults are equivalent.
 @ESTIMATORS.register("x0")
-@renamed(branches="continuations")
 @torch.no_grad()
-def denoised_prediction(policy, group, reward_fn, continuations: int = 1, seed: int = 0, crn: bool = True,
+def denoised_prediction(policy, group, reward_fn,
+                        continuations: int = 1, seed: int = 0, crn: bool = True,  # pragma: no mutate (above)
                         progress=None, precision: str = "float32") -> Estimate:
     """V(x_s) = reward of the x0 prediction x_s - t_s v(x_s) stored at sampling, for states 0..T-1.
 

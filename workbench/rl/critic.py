@@ -53,8 +53,8 @@ class ValueNet(nn.Module):
             nn.Conv2d(hidden, hidden, 3, stride=2, padding=1), nn.SiLU(),
             nn.AdaptiveAvgPool2d(1), nn.Flatten())
         # Channels-last convolutions: oneDNN's kernels take NHWC without reordering every input, weight and gradient
-        # (scripts/bench_critic.py, 60 passes over 128 states: 3.1 -> 2.6 s of CPU on one thread, 3.9 -> 2.9 s on
-        # two; the same loss to 8 digits). Saved weights load whatever their layout.
+        # (140b72a:scripts/bench_critic.py, a probe since removed; 60 passes over 128 states: 3.1 -> 2.6 s of CPU
+        # on one thread, 3.9 -> 2.9 s on two; the same loss to 8 digits). Saved weights load whatever their layout.
         self.latent.to(memory_format=torch.channels_last)
         self.time = nn.Linear(time_dim, hidden)
         self.text = nn.Linear(text_dim, hidden)

@@ -37,7 +37,7 @@ from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, PolicyInputs
 
-# Defaults of the Objectives view, from scripts/explain_defaults.py on the shipped embedded model (G=8, T=16):
+# Defaults of the Objectives view, from experiments/explain_defaults.py on the shipped embedded model (G=8, T=16):
 # 3 updates at the trainer's lr 3e-5 with the library's clip 1e-4 clip 17 % of step units, 12 % of
 # Chunk-GRPO [2,3,4,7] units and 50 % of GSPO's sequences: some units of every objective, not all.
 INNER_UPDATES = 3  # inner AdamW updates that move the policy away from the sampling policy

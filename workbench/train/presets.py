@@ -111,7 +111,7 @@ def mixgrpo() -> TrainConfig:
 def crosses() -> TrainConfig:
     """Teach the embedded model to draw crosses (it draws blobs and rings: 1 of 49 held-out crosses right).
 
-    Measured by scripts/experiment_crosses.py (docs/crosses.md): one thread, process CPU time, seed 0 unless
+    Measured by experiments/crosses.py (docs/crosses.md): one thread, process CPU time, seed 0 unless
     said. With the defaults (lr 3e-5, all 16 steps) an earlier exploration reached 0.10 held-out cross accuracy
     without CFG / 0.27 at CFG 4 after 110 iterations; lr 1e-4, 0.14 / 0.18. Training only the first 8 steps
     (window 0..8) helped most: 0.33 / 0.43 at lr 1e-4, 0.35 / 0.51 at lr 5e-5. With 4 prompts per iteration

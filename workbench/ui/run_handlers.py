@@ -50,7 +50,7 @@ DEFAULT_METRIC = "reward/mean"
 LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one half as fast, started from this tab "
                           "(270 CPU-s of training and 30 of evaluations on one thread, docs/crosses.md); its "
                           "progress bar shows the time left as it runs"}
-# the CPU-s by scripts/experiment_crosses.py; the minutes by scripts/bench_app.py --lesson on this machine class's two
+# the CPU-s by experiments/crosses.py; the minutes by bench/browser.py --lesson on this machine class's two
 # processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
 GRID_ZOOM = 4  # the 32-pixel before/after pictures are shown 4x larger, nearest-neighbour (pixels stay pixels)
 
@@ -228,7 +228,7 @@ def run_panel(view: RunView, shown: tuple = ()) -> tuple:
 
     A watched run is polled every second: drawing and encoding its two figures and three grids again each time took
     the app 0.31-0.33 CPU-s per second of a lesson, 0.06 since, beside a training process sharing the two cores
-    (docs/perf-data/epyc/README.md, "The app idle and a lesson watched")."""
+    (140b72a:docs/perf-data/epyc/README.md, "The app idle and a lesson watched")."""
     keys = panel_keys(view)
     drawn = [shown[i] != key if i < len(shown) else True for i, key in enumerate(keys)]
     figure = plots.training_figure(view.metrics, f"Run {view.run_id} ({view.state})") if drawn[0] else gr.skip()
