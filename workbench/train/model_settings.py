@@ -12,7 +12,9 @@ keeps its own: full fine-tuning, float32, 32 px, no checkpointing, the whole min
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from workbench.core.errors import WorkbenchError
 from workbench.models.architectures import meta_architecture
@@ -28,6 +30,23 @@ def is_real_model(model: str | None) -> bool:
     """Whether `model` names an SD3 / FLUX model: a diffusers folder, or a published architecture's shapes
     ('meta:sd3.5-medium', `models.architectures`: only `--dry-run` plans with those)."""
     return is_pipeline_folder(model) or meta_architecture(model) is not None
+
+
+def native_resolution(folder: str | Path) -> int:
+    """The image side a diffusers SD3 / FLUX folder makes by default (its pipeline's): SD3 sample_size x the VAE
+    factor, FLUX 128 x the VAE factor; SD3.5 and FLUX.1: 1024. 1024 for a published architecture (`meta:NAME`)."""
+    if meta_architecture(str(folder)) is not None:
+        return 1024
+    folder = Path(folder).expanduser()
+    try:
+        tcfg = json.loads((folder / "transformer" / "config.json").read_text())
+        vcfg = json.loads((folder / "vae" / "config.json").read_text())
+        factor = 2 ** (len(vcfg["block_out_channels"]) - 1)
+        sd3 = tcfg["_class_name"] == "SD3Transformer2DModel"
+        return (tcfg.get("sample_size", 128) if sd3 else 128) * factor
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise WorkbenchError(f"cannot read the transformer and VAE configs of {folder} ({err}); re-download the "
+                             "model") from None
 
 
 def check_model_settings(config) -> None:
@@ -69,8 +88,6 @@ def model_defaults(config):
     if config.dtype == AUTO:
         values["dtype"] = REAL_DTYPE if real else "float32"
     if config.resolution == AUTO:  # 512, or the model's own when smaller (a small model is not upsampled)
-        from workbench.train.model_sizes import native_resolution
-
         values["resolution"] = min(REAL_RESOLUTION, native_resolution(config.model)) if real else None
     if config.gradient_checkpointing is None:
         values["gradient_checkpointing"] = real

@@ -16,6 +16,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.models.architectures import FLUX_T5_TOKENS, SD3_T5_TOKENS, meta_architecture
 from workbench.train.config import TrainConfig
 from workbench.train.memory import REWARD_MODEL_PARAMS, ModelSizes, RunSizes
+from workbench.train.model_settings import native_resolution
 from workbench.train.prompt_sets import is_pipeline_folder
 from workbench.train.trainable import LORA_TARGETS
 
@@ -64,23 +65,6 @@ def transformer_sizes(transformer: torch.nn.Module, class_name: str, resolution:
                 width=cfg.num_attention_heads * cfg.attention_head_dim,
                 tokens=(side // patch) ** 2 + text_tokens, latent_elements=channels * side * side,
                 image_pixels=resolution * resolution, lora_params_per_rank=lora_params_per_rank(transformer))
-
-
-def native_resolution(folder: str | Path) -> int:
-    """The image side a diffusers SD3 / FLUX folder makes by default (its pipeline's): SD3 sample_size x the VAE
-    factor, FLUX 128 x the VAE factor; SD3.5 and FLUX.1: 1024. 1024 for a published architecture (`meta:NAME`)."""
-    if meta_architecture(str(folder)) is not None:
-        return 1024
-    folder = Path(folder).expanduser()
-    try:
-        tcfg = json.loads((folder / "transformer" / "config.json").read_text())
-        vcfg = json.loads((folder / "vae" / "config.json").read_text())
-        factor = 2 ** (len(vcfg["block_out_channels"]) - 1)
-        sd3 = tcfg["_class_name"] == "SD3Transformer2DModel"
-        return (tcfg.get("sample_size", 128) if sd3 else 128) * factor
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise WorkbenchError(f"cannot read the transformer and VAE configs of {folder} ({err}); re-download the "
-                             "model") from None
 
 
 @lru_cache(maxsize=16)
