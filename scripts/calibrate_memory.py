@@ -3,7 +3,8 @@ iteration (`workbench.train.memory_probe`: the resident set's peak in a fresh he
 resolutions 32-128 px (256 to 4096 image tokens), with and without gradient checkpointing, micro-batches of 1 to
 the whole minibatch, LoRA and full fine-tuning, bfloat16 (the real-model default) and float32, on random SD3
 transformers 256 wide with 4 and 8 blocks (tiny VAE and CLIPs, 32 T5 tokens: 109 text tokens) and on the embedded
-model. docs/memory.md shows the table and the constants fitted to it.
+model. docs/methods.md "Memory estimate" shows the table and the constants fitted to it (the measurements:
+docs/memory_calibration.json).
 
     python scripts/calibrate_memory.py --out docs/memory_calibration.json   # measure every case (about an hour
                                                                             # on 2 shared cores), then the table

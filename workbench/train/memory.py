@@ -18,9 +18,9 @@ from workbench.core.budget import human_bytes
 
 # activations kept for backward, in units of one residual-stream tensor (transitions x tokens x width x bytes);
 # calibrated on CPU in float32 (scripts/calibrate_memory.py, docs/methods.md "Memory estimate")
-ACT_PER_BLOCK = 29.0  # per transformer block without checkpointing (measured 24-37 on the embedded model and SD3s)
+ACT_PER_BLOCK = 27.0  # per transformer block without checkpointing (measured 24-37 on the embedded model and SD3s)
 CHECKPOINT_PER_BLOCK = 7.3  # per block with checkpointing (the blocks' saved inputs and backward buffers)
-CHECKPOINT_FIXED = 39.0  # with checkpointing, once: the block being recomputed and what lies outside the blocks
+CHECKPOINT_FIXED = 24.0  # with checkpointing, once: the block being recomputed and what lies outside the blocks
 RUNTIME_BYTES = {"cpu": 85e6, "cuda": 600e6}  # the framework's own: CPU measured; a CUDA context, estimated
 REWARD_MODEL_PARAMS = {"clip_score": 428_000_000, "pickscore": 986_000_000}  # CLIP ViT-L/14, PickScore ViT-H/14
 # the allocator's reserve over the bytes the parts allocate, as a fraction of them: PyTorch's CUDA caching allocator
@@ -101,7 +101,7 @@ class MemoryEstimate:
 
 def activation_bytes(model: ModelSizes, transitions: int, compute_bytes: int, checkpointing: bool) -> float:
     """Activations kept for backward, u = transitions x tokens x width x bytes (one residual-stream tensor):
-    29 u B without checkpointing, (7.3 B + 39) u with it, for B blocks (constants calibrated on CPU)."""
+    27 u B without checkpointing, (7.3 B + 24) u with it, for B blocks (constants calibrated on CPU)."""
     unit = transitions * model.tokens * model.width * compute_bytes
     if not checkpointing:
         return ACT_PER_BLOCK * model.blocks * unit
