@@ -159,7 +159,7 @@ def test_cuda_without_cuda_is_refused(capsys, command):
 def test_huge_train_sizes_are_refused_from_the_estimate_before_training(capsys, model_dir, tmp_path):
     argv = [*TRAIN, "--group", "256", "--steps", "200", "--prompts-per-iteration", "4096", "--chunks", "200",
             "--model", model_dir, "--out", tmp_path / "r"]
-    assert_refused(capsys, argv, "needs at least", "lower group, steps or prompts_per_iteration")
+    assert_refused(capsys, argv, "this run does not fit: needs about", "the smallest change that fits:")
     assert not list((tmp_path / "r").iterdir())  # no config, no status, no metrics: nothing started
 
 
@@ -670,6 +670,29 @@ def test_a_diverging_learning_rate_is_named_not_the_sampler(capsys, model_dir, t
 def test_huge_training_values_are_refused_at_once(capsys, monkeypatch, model_dir, tmp_path, argv, needles):
     no_trainer(monkeypatch)
     assert_refused(capsys, [*TRAIN, *argv, "--model", model_dir, "--out", tmp_path / "r"], *needles)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_that_cannot_fit_the_memory_is_refused_before_the_model_loads(capsys, monkeypatch, model_dir, tmp_path):
+    """A minibatch of 256 x 64 transitions in one pass needs about 60 GB of activations: with 8 GB free it is
+    refused before the model loads, naming the smallest change that fits (the old code started it)."""
+    import workbench.models.adapters as adapters
+
+    monkeypatch.setattr("workbench.core.budget.free_bytes", lambda device: 8 * 10**9)
+    monkeypatch.setattr(adapters, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    argv = [*TRAIN, "--group", "256", "--steps", "64", "--chunks", "64", "--model", model_dir, "--out", tmp_path / "r"]
+    assert_refused(capsys, argv, "this run does not fit: needs about", "8.0 GB free",
+                   "the smallest change that fits: --micro-batch ")
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--micro-batch", "all"], ["--micro-batch", "expected an integer, got 'all'"]),
+    (["--lora-rank", "8", "--fsdp"], ["fsdp shards the weights of a full fine-tune", "set lora_rank 0"]),
+    (["--model", "meta:sd3.5-tiny", "--dry-run"], ["unknown architecture 'sd3.5-tiny'", "meta:sd3.5-medium"]),
+    (["--model", "meta:sd3.5-medium"], ["shapes without weights", "--dry-run"]),
+])
+def test_model_and_memory_settings_are_refused_with_what_to_change(capsys, argv, needles, tmp_path):
+    assert_refused(capsys, [*TRAIN, *argv, "--out", tmp_path / "r"], *needles)
     assert not (tmp_path / "r").exists()
 
 

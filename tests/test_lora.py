@@ -23,7 +23,8 @@ from workbench.train.sources import load_policy
 from workbench.train.store import RunStore
 
 RUN = dict(group=2, steps=2, chunks="1,1", prompts_per_iteration=1, eval_prompts=0, report_to="none", device="cpu",
-           lora_rank=4, iterations=1, lr=0.02, max_sequence_length=16)  # lr: a step the images show
+           lora_rank=4, iterations=1, lr=0.02, max_sequence_length=16,
+           dtype="float32")  # lr: a step the images show; float32 as the diffusers pipelines it is compared with
 TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
 PROMPT = "a photo of a cat"
 
@@ -258,7 +259,7 @@ def test_a_fine_tune_starts_from_a_base_with_an_adapter(sd3_dir, tmp_path, capsy
     run = tmp_path / "on-top"
     flags = ["--group", "2", "--steps", "2", "--chunks", "1,1", "--prompts-per-iteration", "1", "--eval-prompts", "0",
              "--report-to", "none", "--device", "cpu", "--lora-rank", "4", "--iterations", "1",
-             "--max-sequence-length", "16"]
+             "--dtype", "float32", "--max-sequence-length", "16"]  # float32: compared with float32 policies
     assert cli(["train", "--model", str(sd3_dir), "--lora", str(adapter), *flags, "--out", str(run)]) == 0
     assert json.loads((run / "config.json").read_text())["lora"] == str(adapter)
     tuned = load_policy(str(run), device="cpu")  # the run comes back on model + adapter, with its own LoRA
@@ -266,7 +267,7 @@ def test_a_fine_tune_starts_from_a_base_with_an_adapter(sd3_dir, tmp_path, capsy
     plain, on_top = (ode_group(load_policy(source, **short)) for source in (str(sd3_dir), f"{sd3_dir} + {adapter}"))
     assert (ode_group(tuned).states - on_top.states).abs().max() < (plain.states - on_top.states).abs().max() / 10
     capsys.readouterr()
-    assert cli(["train", "--lora", str(adapter), *flags[:-2], "--out", str(tmp_path / "no-base")]) == 2
+    assert cli(["train", "--lora", str(adapter), *flags[:-4], "--out", str(tmp_path / "no-base")]) == 2
     assert "a LoRA adapter goes on an SD3 / FLUX model folder" in capsys.readouterr().err
 
 

@@ -14,9 +14,10 @@ from dataclasses import replace
 import pytest
 
 from workbench.cli.main import main as cli
-from workbench.train import TrainConfig
-from workbench.train.dry_run import architecture_sizes, embedded_sizes, estimate_run
-from workbench.train.memory import RunSizes, estimate_memory, verdict
+from workbench.core.errors import WorkbenchError
+from workbench.train import TrainConfig, Trainer
+from workbench.train.dry_run import architecture_sizes, embedded_sizes, estimate_run, plan_run
+from workbench.train.memory import RESERVE_MARGIN, RunSizes, estimate_memory, verdict
 
 RUN = RunSizes(group=8, sampling_steps=10, trained_steps=9, prompts=4, transitions_per_pass=72, lora_rank=32,
                weight_bytes=2, compute_bytes=2, checkpointing=True)
@@ -28,13 +29,18 @@ def test_parts_follow_the_settings():
     base = estimate_memory(model, RUN)
     assert base.total == pytest.approx(sum(vars(base).values()))
     assert base.weights == 2 * 2_243_171_520 and base.trainable == 4 * 4 * 32 * model.lora_params_per_rank
+    assert base.buffers == 2 * 384 * 384 * 1536  # SD3.5-M's pos_embed table, 0.45 GB in bfloat16
+    assert base.reserve == pytest.approx(RESERVE_MARGIN["cuda"] * base.allocated)  # the allocator's reserve
     assert estimate_memory(model, replace(RUN, checkpointing=False)).activations > 3 * base.activations
     assert estimate_memory(model, replace(RUN, transitions_per_pass=9)).activations == pytest.approx(
         base.activations / 8)
     assert estimate_memory(model, replace(RUN, cfg=True)).activations == pytest.approx(2 * base.activations)
     full = estimate_memory(model, replace(RUN, lora_rank=0, kl=True))
     assert full.weights == (4 + 2) * 2_243_171_520 and full.trainable == 12 * 2_243_171_520  # float32 + KL copy
+    sharded = estimate_memory(model, replace(RUN, lora_rank=0, kl=True, world=4, fsdp=True))
+    assert sharded.weights == full.weights / 4 and sharded.trainable == full.trainable / 4  # FSDP: 1 / world each
     assert estimate_memory(model, replace(RUN, kl=True)).weights == base.weights  # LoRA: adapters off, no copy
+    assert estimate_memory(model, replace(RUN, reward_params=986_000_000)).rewards == pytest.approx(3.944e9)
     big = estimate_memory(architecture_sizes("sd3.5-medium", 1024), RUN)
     assert big.activations > 3 * base.activations and big.rollout == pytest.approx(4 * base.rollout, rel=1e-6)
     assert verdict(base, int(base.total) + 1, "cuda").startswith("fits")
@@ -42,15 +48,71 @@ def test_parts_follow_the_settings():
     assert "unknown" in verdict(base, None, "cuda")
 
 
-def test_dry_run_prints_the_estimate_and_a_verdict(capsys):
+@pytest.mark.parametrize("name", ["sd3.5-medium", "sd3.5-large", "flux.1-dev"])
+def test_real_models_fit_80_gb_with_their_defaults(name):
+    """With no setting but the model, SD3.5-M, SD3.5-L and FLUX.1-dev plan LoRA r 32, bfloat16, 512 px and
+    checkpointing, and a micro-batch that fits an 80 GB GPU by the estimate (their shapes on the meta device)."""
+    plan = plan_run(TrainConfig(model=f"meta:{name}"), "cuda", 1, 80 * 10**9)
+    c = plan.config
+    assert (c.lora_rank, c.dtype, c.resolution, c.checkpointing) == (32, "bfloat16", 512, True)
+    assert isinstance(c.micro_batch, int) and 1 <= c.micro_batch <= c.minibatch_size
+    assert plan.fits and plan.estimate.total <= 80e9 and "fits: needs about" in plan.text()
+    assert set(plan.auto) >= {"lora_rank", "dtype", "resolution", "micro_batch", "offload_text_encoders"}
+    more = estimate_memory(plan.sizes[0], replace(plan.sizes[1], transitions_per_pass=c.micro_batch + 1))
+    assert c.micro_batch == c.minibatch_size or more.total > 80e9  # the largest that fits
+    smaller = plan_run(TrainConfig(model=f"meta:{name}"), "cuda", 1, 40 * 10**9)
+    assert smaller.config.micro_batch < c.micro_batch or smaller.config.offload_text_encoders
+
+
+def test_each_gpu_is_charged_for_its_share_of_the_rollouts():
+    one = plan_run(TrainConfig(model="meta:sd3.5-medium", micro_batch=8, prompts_per_iteration=8), "cuda", 1, 10**15)
+    four = plan_run(TrainConfig(model="meta:sd3.5-medium", micro_batch=8, prompts_per_iteration=8), "cuda", 4, 10**15)
+    assert four.estimate.rollout == pytest.approx(one.estimate.rollout / 4)
+    assert four.estimate.weights == one.estimate.weights  # DDP: a whole copy on every GPU
+
+
+def test_a_run_that_cannot_fit_names_the_smallest_change():
+    plan = plan_run(TrainConfig(model="meta:flux.1-dev", lora_rank=0), "cuda", 1, 80 * 10**9)
+    assert plan.fits is False and plan.fix == "--lora-rank 32" and "the smallest change that fits: --lora-rank 32" \
+        in plan.verdict
+    plan = plan_run(TrainConfig(model="meta:sd3.5-medium", micro_batch=128, gradient_checkpointing=False), "cuda",
+                    1, 80 * 10**9)
+    assert plan.fix == "--micro-batch auto"
+    with pytest.raises(WorkbenchError, match="does not fit.*smallest change that fits: --micro-batch auto"):
+        plan.check()
+    plan = plan_run(TrainConfig(model="meta:flux.1-dev", offload_text_encoders=False), "cuda", 1, 40 * 10**9)
+    assert not plan.fits and plan.fix == "--offload-text-encoders"
+    assert plan_run(TrainConfig(model="meta:flux.1-dev"), "cuda", 1, 40 * 10**9).config.offload_text_encoders
+
+
+def test_a_run_that_cannot_fit_is_refused_before_it_loads(monkeypatch, tmp_path):
+    import workbench.models.adapters as adapters
+
+    monkeypatch.setattr("workbench.core.budget.free_bytes", lambda device: 200_000_000)
+    monkeypatch.setattr(adapters, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    with pytest.raises(WorkbenchError, match=r"this run does not fit: needs about .* the smallest change that fits: "
+                                             r"--micro-batch \d+"):
+        Trainer(TrainConfig(device="cpu"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_prints_the_plan_and_a_verdict(capsys):
     assert cli(["train", "--dry-run", "--device", "cpu", "--group", "4"]) == 0
     out = capsys.readouterr().out
-    assert "memory estimate of one iteration (G=4" in out and "activations" in out and "total" in out
-    assert "fits: needs about" in out or "does not fit" in out
+    assert "plan of one iteration on the cpu" in out and "G=4, T=16" in out and "activations" in out
+    assert "lora_rank                0 (full fine-tuning)" in out and "micro_batch" in out and "total" in out
+    assert "fits: needs about" in out
     assert cli(["train", "--dry-run", "--device", "cpu", "--gradient-checkpointing", "--micro-batch", "16"]) == 0
-    assert "gradient checkpointing on" in capsys.readouterr().out
-    assert cli(["train", "--dry-run", "--device", "cpu", "--no-gradient-checkpointing"]) == 0
-    assert "gradient checkpointing off" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "gradient_checkpointing   on" in out and "16 transitions per pass" in out
+    for name in ("sd3.5-medium", "sd3.5-large", "flux.1-dev"):  # no flag but the model (and the GPU's memory)
+        assert cli(["train", "--dry-run", "--model", f"meta:{name}", "--gpu-memory", "80"]) == 0
+        out = capsys.readouterr().out
+        assert "512 px" in out and "bfloat16" in out and "fits: needs about" in out and "80.0 GB free" in out
+    assert cli(["train", "--dry-run", "--model", "meta:flux.1-dev", "--gpu-memory", "80", "--lora-rank", "0"]) == 1
+    assert "the smallest change that fits: --lora-rank 32" in capsys.readouterr().out
+    assert cli(["train", "--dry-run", "--model", "meta:sd3.5-medium", "--processes", "2", "--gpu-memory", "80"]) == 0
+    assert "process 1 of 2" in capsys.readouterr().out
 
 
 def test_fine_tune_tab_shows_the_estimate_and_warns(monkeypatch, tmp_path):

@@ -18,7 +18,6 @@ MAX_LINES = 450
 TOO_LONG_TODAY = {
     "workbench/ui/layout.py",
     "workbench/train/store.py",
-    "workbench/train/trainer.py",
     "workbench/train/config.py",
     "bench/browser.py",
     "bench/report.py",

@@ -26,7 +26,7 @@ def minibatch_gradients(config: TrainConfig) -> dict[str, torch.Tensor]:
     adv = trainer.estimator(batch.rewards, trainer.advantage_settings, batch.metric)
     stored = trainer._store(1, batch.groups, scfg, adv.values, torch.ones(len(batch.flat), dtype=torch.bool))
     trainer.policy.transformer.train()
-    out = trainer._loss(stored, torch.arange(config.group))
+    out = trainer.updater.minibatch(stored, torch.arange(config.group))
     assert out is not None and torch.isfinite(out.loss)
     return {k: p.grad.clone() for k, p in trainer.params.items() if p.grad is not None}
 
@@ -44,12 +44,14 @@ def test_micro_batches_and_checkpointing_give_the_same_gradient(extra):
 
 
 def test_switch_fields_are_checked_and_defaulted(tmp_path):
-    with pytest.raises(Exception, match="micro_batch must be a positive integer or None"):
+    with pytest.raises(Exception, match="micro_batch must be a positive integer, 'auto' or None"):
         TrainConfig(micro_batch=0)
+    with pytest.raises(Exception, match="micro_batch must be 'auto' or a positive integer or None, got 'all'"):
+        TrainConfig(micro_batch="all")
     assert not TrainConfig().checkpointing and not TrainConfig(lora_rank=8).checkpointing  # embedded: off
     (tmp_path / "model_index.json").write_text("{}")
-    assert TrainConfig(lora_rank=8, model=str(tmp_path)).checkpointing  # LoRA of a real model: on
-    assert not TrainConfig(lora_rank=0, model=str(tmp_path)).checkpointing
+    assert TrainConfig(lora_rank=8, model=str(tmp_path)).checkpointing  # a real model: on
+    assert TrainConfig(lora_rank=0, model=str(tmp_path)).checkpointing
     assert not TrainConfig(lora_rank=8, model=str(tmp_path), gradient_checkpointing=False).checkpointing
 
 

@@ -13,6 +13,7 @@ from workbench.cli.train import main as train_main
 from workbench.core.errors import WorkbenchError
 from workbench.models.embedded import EmbeddedPolicy, build_embedded, save_embedded
 from workbench.train import PRESETS, TrainConfig, Trainer, load_policy, preset
+from workbench.train.model_settings import model_defaults
 from workbench.train.store import RunStore
 
 
@@ -42,7 +43,7 @@ def test_loop_writes_run_store_and_metrics(tmp_path):
     assert summary.last_reward_mean == run.metrics[2]["reward/mean"]
     assert [p.name for p in run.samples()] == ["iter_0001.png", "iter_0002.png"]
     assert [p.name for p in run.eval_samples()] == ["eval_0000.png", "eval_0002.png"]  # before / after
-    assert TrainConfig.from_dict(run.config) == TINY
+    assert TrainConfig.from_dict(run.config) == model_defaults(TINY)  # the model's defaults resolved
     kinds = [e.kind for e in events]
     assert kinds == ["started", "eval_samples", "iteration", "iteration", "samples", "eval_samples", "iteration",
                      "samples", "checkpoint", "finished"]
@@ -275,7 +276,7 @@ def test_failure_is_recorded(tmp_path):
     ({"advantage": "gfpo"}, "gfpo_metric"),
     ({"noise_level": 0.0}, "noise_level must be > 0"),
     ({"prompts": ["a red circle"], "prompt_file": "p.txt"}, "not both"),
-    ({"minibatch": 4}, "multiple of 3 trained steps"),
+    ({"minibatch": 4}, "multiple of the 3 trained steps"),
     ({"minibatch": -3}, "minibatch must be None"),
     ({"grad_accum": 4}, "grad_accum"),
     ({"group": 1}, "group must be >= 2"),

@@ -35,7 +35,19 @@ def _threads(text: str) -> str:
     raise argparse.ArgumentTypeError(f"expected auto or a positive whole number, got {text!r}")
 
 
-_TYPES = {"int": integer, "float": number, "str": str, "tuple[int, int]": _window}  # TrainConfig annotations
+def _integer_or_auto(text: str) -> int | str:
+    return text if text == "auto" else integer(text)
+
+
+def _gigabytes(text: str) -> float:
+    value = number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of GB, got {text!r}")
+    return value
+
+
+_TYPES = {"int": integer, "float": number, "str": str, "tuple[int, int]": _window,
+          "int | str": _integer_or_auto}  # TrainConfig annotations
 _FIELD_TYPES = {"seed": seed, "device": device}  # fields whose flags check more than their annotation
 
 
@@ -74,8 +86,14 @@ def register(subparsers) -> None:
                    help="torch CPU threads: a number, or auto (default: the cores other processes leave free, "
                         "re-measured every iteration, so a run shares cores with the app without collapsing)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the memory estimate of an iteration (docs/methods.md) and whether it fits the device; "
-                        "loads no weights and starts nothing")
+                   help="print the run's plan: every setting resolved ('auto' ones chosen for the model and device), "
+                        "the memory estimate of an iteration part by part (docs/methods.md) and whether it fits; "
+                        "loads no weights and starts nothing. --model meta:sd3.5-medium (sd3.5-large, flux.1-dev) "
+                        "plans with a published architecture's shapes, no folder needed")
+    p.add_argument("--gpu-memory", type=_gigabytes, default=None, metavar="GB",
+                   help="--dry-run: plan for a CUDA GPU with this many GB free (e.g. 80), on any machine")
+    p.add_argument("--processes", type=integer, default=None, metavar="N",
+                   help="--dry-run: plan for N processes (GPUs) of `accelerate launch` (default: this launch's)")
     docs, registered = field_docs(TrainConfig), _registered()
     for f in fields(TrainConfig):  # every flag defaults to None = "keep the preset's value"
         kind, flag, text = f.type.removesuffix(" | None"), "--" + f.name.replace("_", "-"), _help(docs[f.name])
@@ -83,7 +101,7 @@ def register(subparsers) -> None:
             text += f" Registered: {', '.join(registered[f.name])}."
         if f.name == "prompts":
             p.add_argument("--prompt", dest="prompts", action="append", help="a training prompt (repeatable)")
-        elif kind == "bool" and f.default is None:  # unset = the documented automatic choice
+        elif kind in ("bool", "bool | str") and f.default in (None, "auto"):  # unset = the automatic choice
             p.add_argument(flag, action="store_const", const=True, default=None, help=text)
             p.add_argument(f"--no-{f.name.replace('_', '-')}", dest=f.name, action="store_const", const=False,
                            default=None, help="turn off (see above)")
@@ -136,6 +154,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     if args.dry_run:
         return dry_run(args, overrides)
+    if args.gpu_memory is not None or args.processes is not None:
+        raise WorkbenchError("--gpu-memory and --processes plan a run (--dry-run); `accelerate launch "
+                             "--num_processes N` starts N processes")
     if args.resume:
         extra = sorted(set(overrides) - {"iterations"}) + (["--preset"] if args.preset else []) \
             + (["--config"] if args.config else []) + (["--out"] if args.out else [])
@@ -146,7 +167,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         if trainer.dist.main:
             print(resume_note(trainer.store, trainer.resumed_from), flush=True)
     else:
-        trainer = Trainer(new_config(args, overrides), new_store(args.out))
+        config = new_config(args, overrides)
+        check_trainable(config)
+        trainer = Trainer(config, new_store(args.out))
     total = trainer.config.iterations
     governor = thread_policy(args.threads)
 
@@ -177,23 +200,20 @@ def thread_policy(threads: str):
 
 
 def dry_run(args: argparse.Namespace, overrides: dict) -> int:
-    """--dry-run: the estimate, part by part, and the verdict against the device; nothing loads or starts."""
+    """--dry-run: the plan (resolved settings, the estimate part by part, the verdict); nothing loads or starts.
+    Exits 0 when the run fits (or the free memory is unknown), 1 when it does not."""
     from workbench.train import TrainConfig
-    from workbench.train.dry_run import estimate_run
+    from workbench.train.dry_run import plan_run
     from workbench.train.store import RunStore
 
     if args.resume:
         config = TrainConfig.from_dict({**RunStore.open(args.resume).config(), **overrides})
     else:
         config = new_config(args, overrides)
-    estimate, verdict = estimate_run(config)
-    pixels = f"{config.resolution} px" if config.resolution else "the model's resolution"
-    print(f"memory estimate of one iteration (G={config.group}, T={config.steps}, {config.prompts_per_iteration} "
-          f"prompt(s), LoRA rank {config.lora_rank or 'none: full fine-tuning'}, {config.dtype}, {pixels}, gradient "
-          f"checkpointing {'on' if config.checkpointing else 'off'}; docs/methods.md \"Memory estimate\"):")
-    print(estimate.table())
-    print(verdict)
-    return 0
+    device, free = ("cuda", int(args.gpu_memory * 1e9)) if args.gpu_memory else (None, None)
+    plan = plan_run(config, device, args.processes, free)
+    print(plan.text())
+    return 1 if plan.fits is False else 0
 
 
 def new_config(args: argparse.Namespace, overrides: dict):
@@ -209,6 +229,15 @@ def new_config(args: argparse.Namespace, overrides: dict):
         return TrainConfig.from_dict({**read_json(args.config), **overrides})
     except WorkbenchError as err:
         raise WorkbenchError(f"--config {args.config}: {err}") from None
+
+
+def check_trainable(config) -> None:
+    """Refuse a model that only plans (`meta:NAME`) before the run folder is made."""
+    from workbench.models.architectures import meta_architecture
+
+    if meta_architecture(config.model) is not None:
+        raise WorkbenchError(f"--model {config.model} is an architecture's shapes without weights: it plans a run "
+                             "(workbench train --dry-run); give a model folder to train")
 
 
 def new_store(out: str | None):

@@ -36,6 +36,8 @@ _KINDS = {"int": "an integer", "float": "a finite number", "str": "a string", "b
 
 
 def _fits(kind: str, value) -> bool:
+    if " | " in kind:  # a union such as "int | str": any of its kinds
+        return any(_fits(part, value) for part in kind.split(" | "))
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "float":
@@ -66,5 +68,5 @@ def check_types(obj) -> None:
         if value is None and optional:
             continue
         if not _fits(kind, value):
-            what = _KINDS.get(kind, f"a {kind} (an object of settings)")
+            what = " or ".join(_KINDS.get(k, f"a {k} (an object of settings)") for k in kind.split(" | "))
             raise WorkbenchError(f"{f.name} must be {what}{' or None' if optional else ''}, got {shorten(value)}")

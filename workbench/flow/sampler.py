@@ -20,14 +20,17 @@ def initial_noise(shape: tuple[int, ...], seed: int, device: torch.device | str 
 
 @torch.no_grad()
 def ode_sample(policy: FlowPolicy, prompts: list[str], steps: int = 16, seed: int = 0,
-               shift: float | None = None, guidance_scale: float = 1.0) -> torch.Tensor:
-    """One image per prompt with the deterministic Euler ODE x_{t+dt} = x_t + v dt.
+               shift: float | None = None, guidance_scale: float = 1.0, noise: torch.Tensor | None = None
+               ) -> torch.Tensor:
+    """One image per prompt with the deterministic Euler ODE x_{t+dt} = x_t + v dt, from x_T = `noise` (B, C, H, W)
+    or else drawn from `seed`.
 
     Returns RGB images (B, 3, H, W) in [0, 1].
     """
     sigmas = policy.schedule(steps, shift)
     cond = policy.encode(prompts, cfg=guidance_scale != 1.0)
-    x = initial_noise((len(prompts), *policy.latent_shape), seed, policy.device)  # (B, C, H, W)
+    x = (initial_noise((len(prompts), *policy.latent_shape), seed, policy.device) if noise is None
+         else noise.to(policy.device))  # (B, C, H, W)
     for i in range(steps):
         v = policy.velocity(x, sigmas[i].expand(len(prompts)), cond, guidance_scale)
         x = x + (sigmas[i + 1] - sigmas[i]) * v.float()

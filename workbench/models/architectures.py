@@ -74,6 +74,22 @@ ARCHITECTURES = {
 }
 
 
+META_PREFIX = "meta:"  # --model meta:NAME: a published architecture's shapes, for planning only (--dry-run)
+
+
+def meta_architecture(model: str | None) -> str | None:
+    """NAME of a model given as 'meta:NAME' (`ARCHITECTURES`), else None; an unknown NAME lists the valid ones."""
+    if not isinstance(model, str) or not model.startswith(META_PREFIX):
+        return None
+    name = model[len(META_PREFIX):]
+    if name not in ARCHITECTURES:
+        from workbench.core.errors import WorkbenchError
+
+        raise WorkbenchError(f"unknown architecture '{name}' in --model {model}; valid: "
+                             f"{', '.join(META_PREFIX + n for n in ARCHITECTURES)}")
+    return name
+
+
 def build_on_meta(name: str) -> torch.nn.Module:
     """The named real transformer with every parameter on the meta device (shapes only, no memory)."""
     import diffusers

@@ -8,9 +8,13 @@
     tasks.py        named tasks (crosses): training and held-out prompts, a measure of success
     store.py        the run folder on disk, a subscriber of the events
     trackers.py     TensorBoard and trackio, subscribers too
+    update.py       the inner updates: minibatches shared by processes with the one-process gradient
+    microbatch.py   the gradient of a minibatch in micro-batches (and across processes), exact
     trainable.py    what trains (all weights or LoRA), copying checkpoint weights in
     sources.py      load_policy: a model folder, a run or one of its checkpoints (the app's picker, --model)
-    distributed.py  torchrun / accelerate helpers
+    distributed.py  several processes through accelerate (DDP, FSDP)
+    model_settings.py  the settings whose defaults depend on the model ('auto')
+    dry_run.py      a run's plan before it loads: resolved settings, memory estimate (memory.py), verdict
 """
 
 from __future__ import annotations

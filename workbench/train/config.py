@@ -19,6 +19,7 @@ from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import schedule
 from workbench.rl.credit_estimators import lookahead_names
 from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
+from workbench.train.model_settings import check_model_settings, is_real_model
 from workbench.train.prompt_sets import is_pipeline_folder, read_prompt_file, real_prompts
 from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
@@ -161,9 +162,10 @@ class TrainConfig:
     (TP-GRPO, the ODE completion) or x0 (Stepwise-Flow-GRPO, the reward of the x0 prediction; no extra sampling)."""
     seed: int = 0
     """Seed of prompts, noise and minibatch order: everything derives from (seed, iteration)."""
-    dtype: str = "float32"
+    dtype: str = "auto"
     """float32 or bfloat16: SD3 / FLUX weights load in it and autocast computes in it; what trains (LoRA or all
-    weights) stays float32 and is saved in float32, and log-probs are computed in float32."""
+    weights) stays float32 and is saved in float32, and log-probs are computed in float32. auto: bfloat16 for SD3 /
+    FLUX, float32 for the embedded model (`dry_run.model_defaults`)."""
     device: str | None = None
     """cuda, mps or cpu; None = the best available."""
     model: str | None = None
@@ -172,8 +174,9 @@ class TrainConfig:
     """A LoRA adapter folder (diffusers' pytorch_lora_weights.safetensors or PEFT's adapter_config.json +
     adapter_model.safetensors, as Flow-GRPO saves them) merged into the SD3 / FLUX model before training: the run
     fine-tunes model + adapter, which is also its KL reference; None = the model as it is."""
-    lora_rank: int = 0
-    """0 = full fine-tuning; > 0 = LoRA of this rank on the attention projections (Flow-GRPO r 32)."""
+    lora_rank: int | str = "auto"
+    """0 = full fine-tuning; > 0 = LoRA of this rank on the attention projections (Flow-GRPO r 32); auto: 32 for
+    SD3 / FLUX, 0 (full fine-tuning) for the embedded model."""
     lora_alpha: float | None = None
     """LoRA alpha; None = 2 * rank (Flow-GRPO r 32 / alpha 64)."""
     report_to: str = "tensorboard"
@@ -187,24 +190,31 @@ class TrainConfig:
     """Checkpoints kept in the run folder, newest first: older iterations can be loaded and compared (the app's
     model picker, --model runs/<id>/checkpoints/iter_N); each holds the trained weights and the optimizer state."""
     # -- real models and memory (docs/methods.md "Memory estimate"; `workbench train --dry-run` prints the estimate)
-    resolution: int | None = None
-    """Square image side in pixels for SD3 / FLUX (a multiple of VAE factor x patch, 16); None = the model's own
-    (SD3.5 and FLUX.1: 1024; Flow-GRPO trains SD3.5-M at 512)."""
+    resolution: int | str | None = "auto"
+    """Square image side in pixels for SD3 / FLUX (a multiple of VAE factor x patch, 16); auto: 512 (Flow-GRPO trains
+    SD3.5-M at 512), or the model's own when that is smaller; None = the model's own (SD3.5 and FLUX.1: 1024). The
+    embedded model makes 32 px only (auto)."""
     max_sequence_length: int | None = None
     """SD3 / FLUX: T5 tokens of each prompt; None = the model's default (SD3: 128, as Flow-GRPO trains it; FLUX:
     512, the pipeline's). Fewer tokens cost less memory and time; a longer prompt is cut there."""
     gradient_checkpointing: bool | None = None
     """Recompute the transformer's activations in the backward pass instead of keeping them (less memory, about
-    one more forward of time); None = on for LoRA runs of SD3 / FLUX, off otherwise."""
-    micro_batch: int | None = None
+    one more forward of time); None = on for SD3 / FLUX, off for the embedded model."""
+    micro_batch: int | str | None = "auto"
     """Transitions per forward/backward pass: a minibatch's gradient is accumulated over passes of this many
     transitions (the same gradient, one more forward without gradient; activation memory of micro_batch
-    transitions, docs/methods.md "Micro-batches"); None = the whole minibatch in one pass."""
-    offload_text_encoders: bool = False
+    transitions, docs/methods.md "Micro-batches"); None = the whole minibatch in one pass; auto: SD3 / FLUX the
+    largest that fits the device by the memory estimate, the embedded model the whole minibatch."""
+    offload_text_encoders: bool | str = "auto"
     """SD3 / FLUX: keep the text encoders on the CPU and encode each prompt there once (embeddings cached, moved to
-    the device when used): T5-XXL's 9.5 GB never occupy the device."""
+    the device when used): T5-XXL's 9.5 GB never occupy the device. auto: on only when the run fits the device with
+    them off it and not on it (the memory estimate); off for the embedded model."""
     vae_tiling: bool = False
     """SD3 / FLUX: decode one image at a time (sliced), in tiles above the VAE's tile size (diffusers' tiling)."""
+    fsdp: bool = False
+    """Several processes (`accelerate launch`): shard the weights, gradients and AdamW state of a full fine-tune
+    across them (FSDP2 through accelerate) instead of a full copy on each (DDP); for full fine-tunes that do not fit
+    one GPU. Needs lora_rank 0 and CUDA GPUs."""
 
     def __post_init__(self):
         check_types(self)  # wrong types and non-finite numbers, from any source, name their field
@@ -227,7 +237,7 @@ class TrainConfig:
             raise WorkbenchError(f"lr must be in (0, {LR_MAX:g}], got {self.lr:g}; AdamW fine-tunes use 1e-6..1e-3")
         for name, (low, high) in RANGES.items():
             value = getattr(self, name)
-            if value is not None and not low <= value <= high:
+            if isinstance(value, (int, float)) and not low <= value <= high:  # 'auto' is checked apart
                 raise WorkbenchError(f"{name} must be in {low}..{high}, got {value}")
 
     def _check_counts(self) -> None:
@@ -242,24 +252,14 @@ class TrainConfig:
             raise WorkbenchError(f"group must be >= 2 (advantages compare samples of one prompt), got {self.group}")
         if not 0 <= self.eval_prompts <= 200:
             raise WorkbenchError(f"eval_prompts must be in 0..200 (the held-out scenes), got {self.eval_prompts}")
-        for name in ("resolution", "micro_batch", "max_sequence_length"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise WorkbenchError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
-        if (self.offload_text_encoders or self.vae_tiling) and not is_pipeline_folder(self.model):
-            raise WorkbenchError("offload_text_encoders and vae_tiling apply to SD3 / FLUX models (--model with "
-                                 "model_index.json); turn them off for the embedded model")
-        if self.max_sequence_length is not None and not is_pipeline_folder(self.model):
-            raise WorkbenchError(f"max_sequence_length {self.max_sequence_length}: the embedded model has no T5; "
-                                 "drop it or give an SD3 / FLUX folder")
-        if self.lora_rank < 0:
-            raise WorkbenchError(f"lora_rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}")
+        check_model_settings(self)
 
     def _check_prompts(self) -> None:
         if self.prompts is not None and self.prompt_file is not None:
             raise WorkbenchError("give prompts or prompt_file, not both")
         if self.task is not None:
             TASKS.get(self.task)  # an unknown name lists the valid ones
-            if is_pipeline_folder(self.model):  # every task is a lesson of the toy world
+            if is_real_model(self.model):  # every task is a lesson of the toy world
                 raise WorkbenchError(f"the task '{self.task}' is a lesson of the embedded model's toy world, not of an "
                                      "SD3 / FLUX model; drop the task (or the preset that brings it): a real model "
                                      "trains on the shipped real prompts, or on prompts / prompt_file")
@@ -299,8 +299,6 @@ class TrainConfig:
         parse_report_to(self.report_to)
         if self.kl_form not in KL_FORMS:
             raise WorkbenchError(f"kl_form must be one of {', '.join(KL_FORMS)}, got '{self.kl_form}'")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise WorkbenchError(f"dtype must be float32 or bfloat16, got '{self.dtype}'")
         if self.chunk_fraction is not None and not 0 < self.chunk_fraction <= 1:
             raise WorkbenchError(f"chunk_fraction must be in (0, 1] or None, got {self.chunk_fraction}")
         if self.chunk_weights not in ("l1_rel", "uniform"):
@@ -332,16 +330,17 @@ class TrainConfig:
                                  f"{self.gae_lambda}, {self.critic_lr}, {self.critic_epochs}, '{self.lookahead}'")
 
     def check_batches(self, world: int = 1) -> None:
-        """Minibatches hold whole trajectories (chunk ratios need all steps) and split evenly over processes."""
+        """Minibatches hold whole trajectories (chunk ratios need all steps); the groups split evenly over processes
+        (each process trains its own trajectories of every minibatch, `train/update.py`)."""
         s = len(self.trained_steps(1))
         total = self.prompts_per_iteration * self.group * s  # transitions per iteration
         mb = self.minibatch_size
         if self.prompts_per_iteration % world:
             raise WorkbenchError(f"prompts_per_iteration ({self.prompts_per_iteration}) must be a multiple of "
                                  f"the number of processes ({world})")
-        if mb % (s * world) or total % mb:
-            raise WorkbenchError(f"minibatch ({mb} transitions) must be a multiple of {s} trained steps x {world} "
-                                 f"process(es) and divide the {total} transitions of an iteration")
+        if mb % s or total % mb:
+            raise WorkbenchError(f"minibatch ({mb} transitions) must be a multiple of the {s} trained steps "
+                                 f"and divide the {total} transitions of an iteration")
         if (total // mb) % self.grad_accum:
             raise WorkbenchError(f"grad_accum ({self.grad_accum}) must divide the {total // mb} minibatches per "
                                  "iteration; change minibatch or grad_accum")
@@ -426,7 +425,7 @@ class TrainConfig:
             return read_prompt_file(self.prompt_file)
         if self.task is not None:
             return TASKS.get(self.task)().train_prompts
-        if is_pipeline_folder(self.model):
+        if is_real_model(self.model):
             return real_prompts()[0]
         from workbench.toyworld.world import split_scenes
         return [s.prompt() for s in split_scenes()[0]]
@@ -435,17 +434,17 @@ class TrainConfig:
         """The first eval_prompts held-out prompts: the task's, or the world's held-out scenes."""
         if self.task is not None:
             return TASKS.get(self.task)().eval_prompts[:self.eval_prompts]
-        if is_pipeline_folder(self.model):
+        if is_real_model(self.model):
             return real_prompts()[1][:self.eval_prompts]
         from workbench.toyworld.world import split_scenes
         return [s.prompt() for s in split_scenes()[1][:self.eval_prompts]]
 
     @property
     def checkpointing(self) -> bool:
-        """Whether gradient checkpointing is on: the field, else on for LoRA runs of SD3 / FLUX."""
+        """Whether gradient checkpointing is on: the field, else on for SD3 / FLUX."""
         if self.gradient_checkpointing is not None:
             return self.gradient_checkpointing
-        return bool(self.lora_rank) and is_pipeline_folder(self.model)
+        return is_real_model(self.model)
 
     def reward_spec(self, toy_world: bool) -> str:
         """The reward spec the run uses: `reward`, else the model's default (toy_world: the embedded model's)."""

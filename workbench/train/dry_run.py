@@ -1,148 +1,218 @@
-"""`workbench train --dry-run`: the sizes of a run's model read from its configs (the transformer built on the meta
-device, the other weights counted from their safetensors headers: nothing loads), the memory estimate of
-`memory.estimate_memory` and its verdict against the device.
+"""The plan of a fine-tune, made before anything loads: every setting resolved, the memory estimate of one iteration
+on one process and its verdict against the device (`workbench train --dry-run` prints it; every run checks it first
+and is refused, with the smallest change that would fit, when it cannot fit).
+
+`plan_run(config, device, world, free)` resolves the model's defaults (`model_settings.model_defaults`) and then the
+two the device decides: the micro-batch (the largest number of transitions per forward/backward that fits, by the
+estimate) and whether the text encoders leave the device (only when that is what makes the run fit). The sizes come
+from the model's configs (`model_sizes.py`), the estimate from `memory.estimate_memory`. `estimate_run` is the
+app's shorter form: (estimate, verdict line).
+
+    plan = plan_run(TrainConfig(model="meta:flux.1-dev"), "cuda", free=80e9)
+    print(plan.text())      # the resolved settings, the estimate part by part, "fits: needs about 61.3 GB ..."
 """
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
-import torch
-
+from workbench.core.budget import human_bytes
 from workbench.core.errors import WorkbenchError
-from workbench.models.architectures import FLUX_T5_TOKENS, SD3_T5_TOKENS
 from workbench.train.config import TrainConfig
-from workbench.train.memory import REWARD_MODEL_PARAMS, MemoryEstimate, ModelSizes, RunSizes, estimate_memory, verdict
-from workbench.train.prompt_sets import is_pipeline_folder
-from workbench.train.trainable import LORA_TARGETS
+from workbench.train.memory import MemoryEstimate, ModelSizes, RunSizes, estimate_memory
+from workbench.train.model_settings import AUTO, REAL_LORA_RANK, auto_settings, is_real_model, model_defaults
+from workbench.train.model_sizes import (  # noqa: F401 - the sizes' readers, also imported from here
+    architecture_sizes,
+    embedded_sizes,
+    folder_sizes,
+    model_sizes,
+    run_sizes,
+)
 
-# the policies' defaults: 77 CLIP + T5 tokens (models/adapters.py)
-TEXT_TOKENS = {"SD3Transformer2DModel": 77 + SD3_T5_TOKENS, "FluxTransformer2DModel": FLUX_T5_TOKENS}
-
-
-def lora_params_per_rank(transformer: torch.nn.Module) -> int:
-    """LoRA parameters per unit of rank: sum of (in + out) over the linear layers the workbench adapts."""
-    return sum(m.in_features + m.out_features for name, m in transformer.named_modules()
-               if isinstance(m, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in LORA_TARGETS))
-
-
-def _meta_transformer(class_name: str, config: dict) -> torch.nn.Module:
-    import diffusers
-
-    with torch.device("meta"):
-        return getattr(diffusers, class_name)(**{k: v for k, v in config.items() if not k.startswith("_")})
+SHOWN = ("lora_rank", "dtype", "resolution", "gradient_checkpointing", "micro_batch", "offload_text_encoders",
+         "vae_tiling", "fsdp")  # the settings a plan prints, resolved
 
 
-def _safetensors_params(folder: Path) -> int:
-    """Parameters stored in a folder's safetensors files, read from their headers."""
-    from safetensors import safe_open
+@dataclass
+class RunPlan:
+    """A run's resolved settings and its memory estimate on one of `world` processes against `free` bytes."""
 
-    total = 0
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as f:
-            for key in f.keys():
-                n = 1
-                for d in f.get_slice(key).get_shape():
-                    n *= d
-                total += n
-    return total
+    config: TrainConfig  # every 'auto' resolved
+    estimate: MemoryEstimate
+    device: str
+    world: int
+    free: int | None  # bytes free on the device; None = unknown
+    auto: list[str] = field(default_factory=list)  # the settings that were 'auto'
+    fix: str | None = None  # the smallest change that fits, when the run does not
+    sizes: tuple[ModelSizes, RunSizes] | None = None  # what the estimate was computed from
 
+    @property
+    def fits(self) -> bool | None:
+        return None if self.free is None else self.estimate.total <= self.free
 
-def transformer_sizes(transformer: torch.nn.Module, class_name: str, resolution: int, vae_factor: int,
-                      text_tokens: int) -> dict:
-    """The ModelSizes fields a transformer (on any device) determines at a resolution."""
-    cfg = transformer.config
-    patch = cfg.patch_size if class_name == "SD3Transformer2DModel" else 2
-    channels = cfg.in_channels if class_name == "SD3Transformer2DModel" else cfg.in_channels // 4
-    side = resolution // vae_factor
-    return dict(transformer_params=sum(p.numel() for p in transformer.parameters()),
-                blocks=cfg.num_layers + getattr(cfg, "num_single_layers", 0),
-                width=cfg.num_attention_heads * cfg.attention_head_dim,
-                tokens=(side // patch) ** 2 + text_tokens, latent_elements=channels * side * side,
-                image_pixels=resolution * resolution, lora_params_per_rank=lora_params_per_rank(transformer))
+    @property
+    def verdict(self) -> str:
+        need = human_bytes(self.estimate.total)
+        if self.free is None:
+            return f"needs about {need}; the free memory of the {self.device} is unknown"
+        if self.fits:
+            return f"fits: needs about {need} of the {human_bytes(self.free)} free on the {self.device}"
+        return (f"does not fit: needs about {need} but the {self.device} has {human_bytes(self.free)} free; "
+                + (f"the smallest change that fits: {self.fix}" if self.fix else
+                   "none of the settings the plan tries (docs/methods.md) makes it fit: a GPU with more memory, "
+                   "or a smaller group"))
 
+    def check(self) -> None:
+        """Refuse a run that cannot fit, before it loads (the message names the smallest change that fits)."""
+        if self.fits is False:
+            raise WorkbenchError(f"this run {self.verdict} (workbench train --dry-run prints the plan)")
 
-@lru_cache(maxsize=16)
-def folder_sizes(folder: Path, resolution: int | None, weight_bytes: int, max_sequence_length: int | None = None):
-    """ModelSizes of a diffusers SD3 / FLUX folder, from its configs and safetensors headers."""
-    index = json.loads((folder / "model_index.json").read_text())
-    tcfg = json.loads((folder / "transformer" / "config.json").read_text())
-    vcfg = json.loads((folder / "vae" / "config.json").read_text())
-    class_name = tcfg["_class_name"]
-    factor = 2 ** (len(vcfg["block_out_channels"]) - 1)
-    default = tcfg.get("sample_size", 128) * factor if class_name == "SD3Transformer2DModel" else 128 * factor
-    resolution = resolution or default
-    text = [k for k in index if k.startswith("text_encoder") and isinstance(index[k], list) and index[k][0]]
-    text_tokens = TEXT_TOKENS[class_name] if max_sequence_length is None else (
-        (77 if class_name == "SD3Transformer2DModel" else 0) + max_sequence_length)
-    sizes = transformer_sizes(_meta_transformer(class_name, tcfg), class_name, resolution, factor, text_tokens)
-    return ModelSizes(**sizes, text_encoder_bytes=weight_bytes * sum(_safetensors_params(folder / k) for k in text),
-                      vae_params=_safetensors_params(folder / "vae"), vae_decode_channels=decode_channels(vcfg))
-
-
-def decode_channels(vae_config: dict) -> int:
-    """Channels live at full resolution at the VAE decoder's peak: the upsampled input of its last up block (the
-    second-smallest width) plus two tensors of its own width; 512 for the SD3 / FLUX VAE (128, 256, 512, 512)."""
-    widths = vae_config["block_out_channels"]
-    return (widths[1] if len(widths) > 1 else widths[0]) + 2 * widths[0]
+    def text(self) -> str:
+        """The plan as `--dry-run` prints it: the resolved settings, the run's sizes, the estimate and the verdict."""
+        c = self.config
+        rows = [f"plan of one iteration on the {self.device}, process 1 of {self.world} (docs/methods.md "
+                "\"Memory estimate\"; 'auto' = chosen for this model and device):"]
+        for name in SHOWN:
+            rows.append(f"  {name:24s} {_shown(name, getattr(c, name)):26s}{'auto' if name in self.auto else ''}")
+        rows.append(f"  G={c.group}, T={c.steps}, {c.prompts_per_iteration} prompt(s) per iteration "
+                    f"({-(-c.prompts_per_iteration // self.world)} on this process), minibatch {c.minibatch_size} "
+                    f"transitions, CFG {'on' if c.guidance_scale != 1.0 else 'off'}, KL {c.kl_beta:g}")
+        rows.append("memory estimate of one iteration on this process:")
+        rows.append(self.estimate.table())
+        return "\n".join([*rows, self.verdict])
 
 
-@lru_cache(maxsize=8)
-def architecture_sizes(name: str, resolution: int) -> ModelSizes:
-    """ModelSizes of a published architecture (`models.architectures`) at a resolution, built on the meta device."""
-    from workbench.models.architectures import ARCHITECTURES, build_on_meta
-
-    arch = ARCHITECTURES[name]
-    sizes = transformer_sizes(build_on_meta(name), arch.transformer_class, resolution, arch.vae_factor,
-                              arch.text_tokens)
-    return ModelSizes(**sizes, text_encoder_bytes=arch.text_encoder_bytes, vae_params=arch.vae_params,
-                      vae_decode_channels=512)
-
-
-def embedded_sizes(folder: str | None) -> ModelSizes:
-    """ModelSizes of the embedded model (pixel space, 32 px, tiny text encoder)."""
-    from workbench.models.embedded import CONFIG_FILE, DEFAULT_WEIGHTS, EmbeddedConfig
-
-    config = EmbeddedConfig(**json.loads((Path(folder or DEFAULT_WEIGHTS) / CONFIG_FILE).read_text()))
-    tcfg = vars(config.transformer)
-    size = tcfg["sample_size"]
-    sizes = transformer_sizes(_meta_transformer("SD3Transformer2DModel", tcfg), "SD3Transformer2DModel", size, 1,
-                              config.text.max_length)
-    return ModelSizes(**sizes)
+def _shown(name: str, value) -> str:
+    """A resolved setting as the plan prints it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return {"resolution": "the model's own", "micro_batch": "the whole minibatch"}.get(name, "none")
+    if name == "resolution":
+        return f"{value} px"
+    if name == "micro_batch":
+        return f"{value} transition{'s' if value != 1 else ''} per pass"
+    if name == "lora_rank":
+        return f"{value}" if value else "0 (full fine-tuning)"
+    return str(value)
 
 
-def run_sizes(config: TrainConfig, device: str, world: int = 1) -> RunSizes:
-    """The RunSizes of a TrainConfig on `device`."""
-    from workbench.rewards import parse_reward_spec
+def _sizes(config: TrainConfig, device: str, world: int) -> tuple[ModelSizes, RunSizes]:
+    run = run_sizes(config, device, world)
+    return model_sizes(config, run.weight_bytes), run
 
-    pipeline = is_pipeline_folder(config.model)
-    named = set(parse_reward_spec(config.reward)) if config.reward else set()
-    bf16 = config.dtype == "bfloat16"
-    return RunSizes(group=config.group, sampling_steps=config.sampling_steps,
-                    trained_steps=len(config.trained_steps(1)), prompts=-(-config.prompts_per_iteration // world),
-                    transitions_per_pass=min(config.micro_batch or config.minibatch_size, config.minibatch_size),
-                    lora_rank=config.lora_rank, weight_bytes=2 if pipeline and bf16 else 4,
-                    compute_bytes=2 if bf16 else 4, checkpointing=config.checkpointing, kl=config.kl_beta > 0,
-                    cfg=config.guidance_scale != 1.0, text_encoders_on_device=not config.offload_text_encoders,
-                    decode_batch=1 if config.vae_tiling else 4,
-                    reward_params=sum(REWARD_MODEL_PARAMS.get(n, 0) for n in named), device=device.split(":")[0])
+
+def _estimate(config: TrainConfig, device: str, world: int) -> MemoryEstimate:
+    return estimate_memory(*_sizes(config, device, world))
+
+
+def _largest_micro_batch(config: TrainConfig, device: str, world: int, free: int) -> int:
+    """The most transitions per pass whose estimate fits `free` (activations grow linearly with them); 1 when even
+    one does not fit (the plan then says so)."""
+    full = config.minibatch_size
+    one = _estimate(replace(config, micro_batch=1), device, world)
+    if one.total > free:
+        return 1
+    per = (_estimate(replace(config, micro_batch=2), device, world).total - one.total)  # bytes per transition
+    micro = min(full, 1 + int((free - one.total) // per)) if per > 0 else full
+    while micro > 1 and _estimate(replace(config, micro_batch=micro), device, world).total > free:
+        micro -= 1  # float rounding of the linear solve
+    return micro
+
+
+def _resolve_device_settings(config: TrainConfig, device: str, world: int, free: int | None) -> TrainConfig:
+    """micro_batch and offload_text_encoders left 'auto': the text encoders stay on the device unless only their
+    offload makes the run fit; the micro-batch is the largest that fits (the whole minibatch if free is unknown)."""
+    micro_auto, offload_auto = config.micro_batch == AUTO, config.offload_text_encoders == AUTO
+    if offload_auto:
+        config = replace(config, offload_text_encoders=False)
+    if free is None:
+        return replace(config, micro_batch=config.minibatch_size) if micro_auto else config
+
+    def settle(c: TrainConfig) -> TrainConfig:
+        return replace(c, micro_batch=_largest_micro_batch(c, device, world, free)) if micro_auto else c
+
+    on_device = settle(config)
+    if offload_auto and _estimate(on_device, device, world).total > free:
+        offloaded = settle(replace(config, offload_text_encoders=True))
+        if _estimate(offloaded, device, world).total < _estimate(on_device, device, world).total:
+            return offloaded
+    return on_device
+
+
+def _candidate_fixes(config: TrainConfig, resolved: TrainConfig, world: int, device: str, free: int):
+    """(flag, overrides) of single changes, those that keep the run's maths first (docs/methods.md)."""
+    real = is_real_model(config.model)
+    if real and resolved.offload_text_encoders is not True:
+        yield "--offload-text-encoders", {"offload_text_encoders": True}
+    if real and config.micro_batch != AUTO and resolved.micro_batch != 1:
+        yield "--micro-batch auto", {"micro_batch": AUTO}
+    micro = _largest_micro_batch(resolved, device, world, free)
+    if not real and micro < (resolved.micro_batch or resolved.minibatch_size):
+        yield f"--micro-batch {micro}", {"micro_batch": micro}
+    if real and not resolved.vae_tiling:
+        yield "--vae-tiling", {"vae_tiling": True}
+    if not resolved.checkpointing:
+        yield "--gradient-checkpointing", {"gradient_checkpointing": True}
+    if world > 1 and resolved.lora_rank == 0 and not resolved.fsdp and device.startswith("cuda"):
+        yield "--fsdp", {"fsdp": True}
+    if real and resolved.dtype == "float32":
+        yield "--dtype bfloat16", {"dtype": "bfloat16"}
+    if real and resolved.lora_rank == 0 and not resolved.fsdp:
+        yield f"--lora-rank {REAL_LORA_RANK}", {"lora_rank": REAL_LORA_RANK}
+    n = resolved.prompts_per_iteration // 2
+    while n >= world:
+        if n % world == 0:
+            yield f"--prompts-per-iteration {n}", {"prompts_per_iteration": n}
+        n //= 2
+    if real and isinstance(resolved.resolution, int):
+        for px in (768, 512, 384, 256):
+            if px < resolved.resolution:
+                yield f"--resolution {px}", {"resolution": px}
+
+
+def _smallest_fix(config: TrainConfig, resolved: TrainConfig, device: str, world: int, free: int) -> str | None:
+    """The first single change (`_candidate_fixes`) that fits; else the first changes, in order, that fit together."""
+    flags, overrides = {}, {}
+    for flag, change in _candidate_fixes(config, resolved, world, device, free):
+        try:
+            if _plan(replace(config, **change), device, world, free).fits:
+                return flag
+            if _plan(replace(config, **(overrides | change)), device, world, free).fits:
+                return " and ".join([*{**flags, **dict.fromkeys(change, flag)}.values()]) + " together"
+        except WorkbenchError:  # a change this config cannot take (a minibatch that no longer divides)
+            continue
+        flags |= dict.fromkeys(change, flag)
+        overrides |= change
+    return None
+
+
+def _plan(config: TrainConfig, device: str, world: int, free: int | None) -> RunPlan:
+    auto = auto_settings(config)
+    resolved = _resolve_device_settings(model_defaults(config), device, world, free)
+    resolved.check_batches(world)
+    sizes = _sizes(resolved, device, world)
+    return RunPlan(resolved, estimate_memory(*sizes), device, world, free, auto, sizes=sizes)
+
+
+def plan_run(config: TrainConfig, device: str | None = None, world: int | None = None,
+             free: int | None = None) -> RunPlan:
+    """The plan of `config` on `device` (default: config.device, else the best available) as one of `world`
+    processes (default: WORLD_SIZE), against `free` bytes (default: what the device has free)."""
+    from workbench.core.budget import free_bytes
+    from workbench.models.adapters import default_device
+    from workbench.train.distributed import world_size
+
+    device = device or config.device or default_device()
+    world = world or world_size()
+    free = free_bytes(device) if free is None else free
+    plan = _plan(config, device, world, free)
+    if plan.fits is False:
+        plan.fix = _smallest_fix(config, plan.config, device, world, free)
+    return plan
 
 
 def estimate_run(config: TrainConfig, device: str | None = None) -> tuple[MemoryEstimate, str]:
     """(estimate, verdict line) of a run's first iteration on its device, without loading any weights."""
-    from workbench.core.budget import free_bytes
-    from workbench.models.adapters import default_device
-
-    device = device or config.device or default_device()
-    run = run_sizes(config, device)
-    if is_pipeline_folder(config.model):
-        model = folder_sizes(Path(config.model).expanduser(), config.resolution, run.weight_bytes,
-                             config.max_sequence_length)
-    elif config.model is not None and not (Path(config.model) / "config.json").is_file():
-        raise WorkbenchError(f"{config.model} is not a model folder; the estimate needs its configs")
-    else:
-        model = embedded_sizes(config.model)
-    estimate = estimate_memory(model, run)
-    return estimate, verdict(estimate, free_bytes(device), device)
+    plan = plan_run(config, device)
+    return plan.estimate, plan.verdict

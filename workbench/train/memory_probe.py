@@ -100,13 +100,17 @@ def in_fresh_child(fn) -> str:
 
 
 def measure(config) -> str:
-    """The JSON line of one config: its estimate, then the peak of one iteration."""
-    from workbench.train import Trainer
-    from workbench.train.dry_run import estimate_run
+    """The JSON line of one config: its plan's estimate (and the sizes it is computed from, so that other constants
+    can be tried on the same measurement), then the peak of one iteration."""
+    from dataclasses import asdict
 
-    estimate = estimate_run(config, "cpu")[0]
+    from workbench.train import Trainer
+    from workbench.train.dry_run import plan_run
+
+    plan = plan_run(config, "cpu", 1)
     peak = peak_of(lambda: Trainer(config, None).run())
-    return json.dumps({"peak_bytes": peak, "estimate_bytes": estimate.total, "parts": vars(estimate)})
+    return json.dumps({"peak_bytes": peak, "estimate_bytes": plan.estimate.total, "parts": vars(plan.estimate),
+                       "model_sizes": asdict(plan.sizes[0]), "run_sizes": asdict(plan.sizes[1])})
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 from workbench.rewards import RewardFunction
 from workbench.rl.advantages import dynamic_sampling_mask, refill_batch
 from workbench.train.config import TrainConfig
-from workbench.train.distributed import DistInfo, gather
+from workbench.train.distributed import DistInfo
 
 
 def iteration_seeds(seed: int, iteration: int, pool: int, count: int,
@@ -123,7 +123,7 @@ class RolloutSampler:
         prompts = [grp.prompt for grp in groups for _ in range(g)]
         comps = {k: v.view(-1, g) for k, v in self.reward_fn.components(images, prompts).items()}  # (n, G)
         metric = self.metric_fn(images, prompts).view(-1, g) if self.metric_fn else None
-        parts = gather((comps, metric), self.dist)
+        parts = self.dist.gather(({k: v.cpu() for k, v in comps.items()}, None if metric is None else metric.cpu()))
         world, n = self.dist.world, self.config.prompts_per_iteration
 
         def assemble(per_rank: list[torch.Tensor]) -> torch.Tensor:  # group k: row k // world of rank k % world

@@ -135,9 +135,12 @@ def _is_run(folder: Path) -> bool:
 
 
 def _run_config(run: Path) -> TrainConfig:
+    """The run's settings, those the model decides resolved (a config written with 'auto' in it)."""
+    from workbench.train.model_settings import model_defaults
+
     store = RunStore.open(run)
     try:
-        return TrainConfig.from_dict(store.config())
+        return model_defaults(TrainConfig.from_dict(store.config()))
     except WorkbenchError as err:
         raise WorkbenchError(f"run {run} has an unreadable config ({err})") from None
 

@@ -22,22 +22,24 @@ LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", 
 
 
 def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
-    """The policy named by config.model on config.device (per-process GPU under torchrun)."""
+    """The policy named by a resolved config's model (`dry_run.plan_run`) on config.device (per-process GPU under
+    accelerate launch / torchrun)."""
     from workbench.models.adapters import default_device, load_model
+    from workbench.models.architectures import meta_architecture
 
+    if meta_architecture(config.model) is not None:
+        raise WorkbenchError(f"--model {config.model} is an architecture's shapes without weights: it plans a run "
+                             "(workbench train --dry-run); give a model folder to train")
     device = config.device or default_device()
     if device == "cuda" and info.world > 1:
         device = f"cuda:{info.local_rank}"
         torch.cuda.set_device(info.local_rank)
     if not is_pipeline_folder(config.model):
-        if config.resolution is not None:
-            raise WorkbenchError(f"resolution {config.resolution}: the embedded model makes 32 px images only; "
-                                 "drop resolution or give an SD3 / FLUX folder")
         return load_model(config.model, device=device)
     options = {name: getattr(config, name) for name in ("resolution", "max_sequence_length")
-               if getattr(config, name) is not None}
+               if isinstance(getattr(config, name), int)}
     policy = load_model(config.model, device=device, dtype=config.dtype,
-                        offload_text_encoders=config.offload_text_encoders, **options)
+                        offload_text_encoders=config.offload_text_encoders is True, **options)
     if config.lora is not None:  # model + adapter is the base this run fine-tunes (`models.lora.merge_adapter`)
         from workbench.models.lora import merge_adapter
 
@@ -45,14 +47,19 @@ def load_base_policy(config: TrainConfig, info: DistInfo) -> FlowPolicy:
     return policy
 
 
-def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None) -> None:
-    """LoRA adapters on the attention projections (peft via diffusers' `add_adapter`); only they train."""
+def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None, seed: int | None = None) -> None:
+    """LoRA adapters on the attention projections (peft via diffusers' `add_adapter`); only they train. With `seed`
+    the gaussian initial weights are drawn from it (the same on every process and every run of the seed)."""
     from peft import LoraConfig
 
     transformer.requires_grad_(False)
+    device = next(transformer.parameters()).device
     try:
-        transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, init_lora_weights="gaussian",
-                                           target_modules=LORA_TARGETS))
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            if seed is not None:
+                torch.manual_seed(seed)
+            transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, init_lora_weights="gaussian",
+                                               target_modules=LORA_TARGETS))
     except ValueError as err:  # peft: no module matches the targets
         raise WorkbenchError(f"cannot add LoRA adapters to this model ({str(err).splitlines()[0]}); "
                              "use lora_rank 0 for full fine-tuning") from None

@@ -7,19 +7,23 @@ stored transitions with gradient (`sampler.transition`) and minimise the registe
 Chunk-GRPO / GCPO, GSPO, GPG, ...) with AdamW. Everything random derives from (seed, iteration), so a run
 stopped and resumed equals a run straight through.
 
+Before anything loads, the run's plan (`dry_run.plan_run`) resolves the settings the model and the device decide
+('auto': LoRA r 32, bfloat16, 512 px, checkpointing, the micro-batch, text-encoder offload for SD3 / FLUX) and
+refuses a run whose memory estimate cannot fit, naming the smallest change that would.
+
 The trainer emits `TrainerEvent`s to a plain callback and writes the run store (`workbench.train.store`);
-the app runs it as a subprocess and reads the store. Under `torchrun` / `accelerate launch` every
-process takes the groups r::world of an iteration (`distributed.py`), gradients are averaged across
-processes and only rank 0 writes. What trains (all weights or LoRA) is set up in `trainable.py`."""
+the app runs it as a subprocess and reads the store. Under `accelerate launch` / `torchrun` every
+process samples the groups r::world of an iteration, the transformer is wrapped by accelerate (DDP, or FSDP),
+every minibatch is the one-process minibatch shared by the processes (`update.py`), evaluation is split
+between them, and only rank 0 writes. What trains (all weights or LoRA) is set up in `trainable.py`."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from workbench.core.budget import check_fits, rollout_bytes
@@ -27,19 +31,19 @@ from workbench.core.errors import NonFiniteError, WorkbenchError
 from workbench.core.files import clean_json
 from workbench.core.imaging import grid
 from workbench.flow.dynamics import relative_change
-from workbench.flow.policy import Conditioning, FlowPolicy
-from workbench.flow.sampler import transition
+from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 from workbench.models.lora import lora_file
 from workbench.rl.advantages import ADVANTAGES
 from workbench.rl.chunking import sample_chunks, schedule, step_mask_from_chunks
-from workbench.rl.objectives import OBJECTIVES, PolicyInputs, noise_aware_weights, transition_kl
+from workbench.rl.objectives import OBJECTIVES, noise_aware_weights
 from workbench.train.config import TrainConfig
-from workbench.train.distributed import gather, init_distributed, sync_gradients
+from workbench.train.distributed import Prepared, init_distributed
+from workbench.train.dry_run import plan_run
 from workbench.train.evaluation import evaluate
 from workbench.train.events import RunSummary, TrainerEvent
 from workbench.train.lock import lock_run_folder
-from workbench.train.microbatch import backward_in_micro_batches
+from workbench.train.model_settings import model_defaults
 from workbench.train.rollout import RolloutSampler
 from workbench.train.step_credit import make_step_credit
 from workbench.train.store import CONFIG, Checkpoint, RunStore
@@ -54,39 +58,10 @@ from workbench.train.trainable import (
     reference_policy,
     trainable_weights,
 )
+from workbench.train.update import Stored, Updater, diverged, seed_of
 
 
 # ------------------------------------------------------------------------------------ the loop
-def _mean_stats(parts: list[dict]) -> dict[str, float]:
-    """Mean of each key over the dicts that have a finite value for it (NaN-aware)."""
-    keys = sorted({k for p in parts for k in p})
-    out = {}
-    for k in keys:
-        vals = [p[k] for p in parts if k in p and p[k] is not None and np.isfinite(p[k])]
-        out[k] = float(np.mean(vals)) if vals else float("nan")
-    return out
-
-
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
-
-
-@dataclass
-class _Stored:
-    """One iteration's stored transitions on this process: L = local groups x G trajectories, S trained steps."""
-
-    states: torch.Tensor  # (L, T + 1, C, H, W)
-    old_log_prob: torch.Tensor  # (L, S) log-probs at sampling time
-    advantages: torch.Tensor  # (L,)
-    rows: torch.Tensor  # (L,) bool, trajectories that train (dynamic sampling drops flat groups)
-    cond: Conditioning  # L rows
-    step_mask: torch.Tensor  # (L, S) bool, the steps each trajectory trains (chunk sampling)
-    step_weights: torch.Tensor | None  # (S,) noise-aware weights
-    steps: torch.Tensor  # (S,) trained step indices
-    sigmas: torch.Tensor  # (T + 1,)
-    config: SamplingConfig
-
-
 class Trainer:
     """Fine-tunes `policy` (default: config.model) with `config` and emits `TrainerEvent`s.
 
@@ -100,10 +75,12 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, run_dir: str | Path | RunStore | None = None,
                  policy: FlowPolicy | None = None, resume: bool = False, subscribers=()):
-        self.config = config
         self.store = run_dir if isinstance(run_dir, RunStore) or run_dir is None else RunStore(run_dir)
-        self.dist = init_distributed()
+        self.dist = init_distributed(config.fsdp)
         config.check_batches(self.dist.world)
+        self.stored_config = model_defaults(config)  # what the run folder keeps: the device's choices stay 'auto'
+        self.plan = self._plan(config)
+        self.config = config = self.plan.config  # every setting resolved
         self._lock = lock_run_folder(self.store, not resume) if self.dist.main and self.store is not None else None
         try:
             self._setup(config, policy, resume, subscribers)
@@ -111,25 +88,50 @@ class Trainer:
             self.release()
             raise
 
+    def _plan(self, config: TrainConfig):
+        """The run's plan on this process's device (the least free memory of all processes), refused when it
+        cannot fit; FSDP's conditions checked."""
+        from workbench.core.budget import free_bytes
+        from workbench.models.adapters import default_device
+
+        if config.fsdp and (self.dist.world == 1 or not torch.cuda.is_available()):
+            raise WorkbenchError("fsdp shards a full fine-tune across GPU processes (accelerate's FSDP runs on CUDA "
+                                 "only): launch with `accelerate launch --num_processes N` on N GPUs, or drop fsdp")
+        device = config.device or default_device()
+        if device == "cuda" and self.dist.world > 1:
+            device = f"cuda:{self.dist.local_rank}"
+        free = [f for f in self.dist.gather(free_bytes(device)) if f is not None]
+        plan = plan_run(config, device, self.dist.world, min(free) if free else None)
+        plan.check()
+        return plan
+
     def _setup(self, config: TrainConfig, policy: FlowPolicy | None, resume: bool, subscribers) -> None:
         checkpoint = self._checkpoint_to_resume() if resume else None
         self.policy = policy or load_base_policy(config, self.dist)
         self._check_memory()
         self.reference = reference_policy(self.policy, False) if config.kl_beta > 0 and not config.lora_rank else None
-        if config.lora_rank:
-            add_lora(self.policy.transformer, config.lora_rank, config.lora_alpha)
+        if config.lora_rank:  # every process draws the same initial adapters (DDP also broadcasts rank 0's)
+            add_lora(self.policy.transformer, config.lora_rank, config.lora_alpha, seed=seed_of(config.seed, 11))
             self.reference = reference_policy(self.policy, True) if config.kl_beta > 0 else None
         else:  # full fine-tuning trains float32 weights; bfloat16 is autocast's compute dtype (config.dtype)
             self.policy.transformer.float().requires_grad_(True)
         if config.checkpointing:
             enable_checkpointing(self.policy.transformer)
         apply_memory_switches(self.policy, config)
+        if checkpoint is not None:  # the full weights, before FSDP shards them
+            self._restore_weights(checkpoint)
+        self.model = self.dist.prepare(self.policy.transformer)  # DDP / FSDP around the transformer
+        self.train_policy = (self.policy if self.model is self.policy.transformer
+                             else self.policy.with_transformer(Prepared(self.model, self.policy.transformer)))
+        if config.fsdp and self.reference is not None:  # the KL's frozen copy sharded as well
+            self.reference = self.reference.with_transformer(self.dist.prepare(self.reference.transformer))
         self.params = trainable_weights(self.policy.transformer)
         self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=config.lr,
                                            weight_decay=config.weight_decay)
         self._setup_data()
         self.iteration, self.history, self.last_groups, self.resumed_from = 0, [], [], None
         self._stop, self._saved, self._callback = False, -1, None
+        self.updater = Updater(self)
         if checkpoint is not None:
             self._restore(checkpoint)
         self.subscribers = [*([self.store] if self.store else []), *make_trackers(config, self.store),
@@ -196,13 +198,19 @@ class Trainer:
         self.task = TASKS.get(cfg.task)() if cfg.task else None
         self.step_credit = make_step_credit(cfg, self.policy, self.reward_fn, self.dist.world)  # ppo, dense_grpo
         self.sampler = RolloutSampler(self.policy, cfg, self.pool, self.reward_fn, self.metric_fn, self.dist,
-                                      self._autocast)
+                                      self.autocast)
 
-    def _restore(self, checkpoint: Checkpoint) -> None:
-        """Weights, optimizer state and the metrics history up to the checkpoint's iteration."""
+    def _restore_weights(self, checkpoint: Checkpoint) -> None:
         try:
             copy_weights(self.policy.transformer, checkpoint.weights)
-            self.optimizer.load_state_dict(checkpoint.optimizer_state)
+        except (ValueError, KeyError, RuntimeError, TypeError, IndexError, AttributeError) as err:
+            raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model "
+                                 f"({str(err).splitlines()[0][:160]})") from None
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        """Optimizer state, critic and the metrics history up to the checkpoint's iteration (weights: above)."""
+        try:
+            self.dist.load_optimizer_state(self.model, self.params, self.optimizer, checkpoint.optimizer_state)
         except (ValueError, KeyError, RuntimeError, TypeError, IndexError, AttributeError) as err:
             raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model and optimizer "
                                  f"({str(err).splitlines()[0][:160]})") from None
@@ -212,7 +220,7 @@ class Trainer:
         if self.dist.main:
             self.history = [r for r in self.store.metrics() if r["iteration"] <= checkpoint.iteration]
 
-    def _autocast(self):
+    def autocast(self):
         return torch.autocast(self.policy.device.type, dtype=torch.bfloat16, enabled=self.config.dtype == "bfloat16")
 
     # -------------------------------------------------------------------------------- run
@@ -221,7 +229,8 @@ class Trainer:
         cfg, start, state = self.config, time.time(), "finished"
         self._callback = callback
         try:
-            self._emit("started", self.iteration, {"config": cfg.to_dict(), "resumed_from": self.resumed_from})
+            self._emit("started", self.iteration, {"config": self.stored_config.to_dict(),
+                                                   "resumed_from": self.resumed_from, "plan": self.plan.text()})
             if cfg.eval_prompts and not any(r.get("iteration") == 0 for r in self.history):
                 self._log(0, self._evaluate(0))
             while self.iteration < cfg.iterations:
@@ -240,7 +249,7 @@ class Trainer:
                 stored, per_step = self._store(it, batch.groups, scfg, adv.values[mine], keep[mine]), {}
                 if self.step_credit is not None:  # per-step advantages (L * G, S): ppo's critic, dense look-ahead
                     stored.advantages, per_step = self.step_credit(it, batch.groups, batch.rewards[mine], stored.steps)
-                update = self._update(it, stored) | per_step
+                update = self.updater.run(it, stored) | per_step
                 t3 = time.perf_counter()
                 # 5. metrics (reward/* over every sampled group, adv/* over the batch), events, checkpoint
                 metrics = batch.metrics() | adv.stats() | update | {
@@ -269,12 +278,12 @@ class Trainer:
 
     # -------------------------------------------------------------------------------- stages
     def _store(self, it: int, groups: list[TrajectoryGroup], scfg: SamplingConfig, adv: torch.Tensor,
-               keep: torch.Tensor) -> _Stored:
+               keep: torch.Tensor) -> Stored:
         """This process's transitions of the iteration, on the device, with their masks and constants."""
         dev, g = self.policy.device, self.config.group
         steps = torch.tensor(self.config.trained_steps(it), device=dev)  # (S,)
         stds = groups[0].stds[0, steps.cpu()]  # (S,) the same for every trajectory
-        return _Stored(
+        return Stored(
             states=torch.cat([grp.states for grp in groups]).to(dev),  # (L, T + 1, C, H, W)
             old_log_prob=torch.cat([grp.log_probs for grp in groups]).to(dev)[:, steps],  # (L, S)
             advantages=adv.reshape(-1).to(dev), rows=keep.repeat_interleave(g).to(dev),  # (L,)
@@ -298,94 +307,17 @@ class Trainer:
             l1 = torch.ones_like(l1)
         sizes = schedule(cfg.chunks, len(steps))
         if cfg.chunk_sampling == "iteration":
-            parts = gather((l1.sum(0), l1.shape[0]), self.dist)
+            parts = self.dist.gather((l1.sum(0), l1.shape[0]))
             curve = sum(p[0] for p in parts) / sum(p[1] for p in parts)  # (S,)
-            gen = torch.Generator().manual_seed(_seed(cfg.seed, it, 1))
+            gen = torch.Generator().manual_seed(seed_of(cfg.seed, it, 1))
             return step_mask_from_chunks(sizes, sample_chunks(sizes, curve, cfg.chunk_fraction, gen)).expand_as(l1)
         rows = []
         for row, curve in enumerate(l1):  # local trajectory row = local group i * G + j
             i, j = divmod(row, g)
             index = (i * self.dist.world + self.dist.rank) * g + j  # its index in the iteration's global order
-            gen = torch.Generator().manual_seed(_seed(cfg.seed, it, 1, index))
+            gen = torch.Generator().manual_seed(seed_of(cfg.seed, it, 1, index))
             rows.append(step_mask_from_chunks(sizes, sample_chunks(sizes, curve, cfg.chunk_fraction, gen)))
         return torch.stack(rows)  # (L, S)
-
-    def _update(self, it: int, stored: _Stored) -> dict[str, float]:
-        """Inner epochs over shuffled minibatches of whole trajectories; returns the averaged diagnostics."""
-        cfg, n_rows = self.config, stored.states.shape[0]
-        per_mb = cfg.minibatch_size // (len(stored.steps) * self.dist.world)  # trajectories per process
-        stats, norms, trained, transitions = [], [], 0.0, 0.0
-        self.policy.transformer.train()
-        for epoch in range(cfg.inner_epochs):
-            gen = torch.Generator().manual_seed(_seed(cfg.seed, it, epoch, self.dist.rank))
-            for b, idx in enumerate(torch.randperm(n_rows, generator=gen).split(per_mb)):
-                out = self._loss(stored, idx.to(stored.states.device))
-                if out is not None:
-                    stats.append(out.stats() | self._chunk_stats(out))
-                    trained += float(stored.rows[idx].sum())
-                    transitions += float((stored.step_mask[idx] & stored.rows[idx, None]).sum())
-                if (b + 1) % cfg.grad_accum == 0:
-                    norm = self._optimizer_step(trained)
-                    norms += [] if norm is None else [norm]
-                    trained = 0.0
-        self.policy.transformer.eval()
-        parts = gather((stats, norms, transitions), self.dist)
-        out = _mean_stats([s for p in parts for s in p[0]])
-        out["policy/grad_norm"] = float(np.mean(norms)) if norms else float("nan")
-        out["train/optimizer_steps"] = float(len(norms))
-        out["train/transitions"] = float(sum(p[2] for p in parts))
-        return out
-
-    @staticmethod
-    def _chunk_stats(out) -> dict[str, float]:
-        return ({f"chunk/ratio_mean_{j}": v for j, v in enumerate(out.chunk_ratio_mean)}
-                | {f"chunk/ratio_std_{j}": v for j, v in enumerate(out.chunk_ratio_std)})
-
-    def _loss(self, stored: _Stored, idx: torch.Tensor):
-        """Objective on the trajectories idx: re-score their trained transitions with gradient and backpropagate
-        (in micro-batches of config.micro_batch transitions, `microbatch.py`); returns the objective's output."""
-        m, s = len(idx), len(stored.steps)
-        mask = stored.step_mask[idx] & stored.rows[idx, None]  # (M, S)
-        if not bool(mask.any()):
-            return None
-        x = stored.states[idx][:, stored.steps].flatten(0, 1)  # (M * S, C, H, W), row m * S + s
-        x_next = stored.states[idx][:, stored.steps + 1].flatten(0, 1)  # (M * S, C, H, W)
-        step = stored.steps.repeat(m)  # (M * S,)
-        cond = stored.cond.index(idx).repeat(s)  # (M * S) rows, row m * S + s is trajectory m
-
-        def rescore(rows: slice):
-            c, args = cond.index(rows), (stored.sigmas, step[rows])
-            with self._autocast():
-                out = transition(self.policy, x[rows], *args, c, stored.config, x_next=x_next[rows])
-                if self.reference is None:
-                    return out.log_prob, None  # (n,)
-                with torch.no_grad():
-                    ref = transition(self.reference, x[rows], *args, c, stored.config, x_next=x_next[rows])
-                return out.log_prob, transition_kl(out.mean, ref.mean, out.std, out.noise_scale, self.config.kl_form)
-
-        def objective(log_prob: torch.Tensor, kl: torch.Tensor | None):
-            inputs = PolicyInputs(log_prob.view(m, s), stored.old_log_prob[idx], stored.advantages[idx],
-                                  step_mask=mask, step_weights=stored.step_weights,
-                                  kl=None if kl is None else kl.view(m, s))  # (M, S)
-            return self.objective(inputs, self.settings)
-
-        return backward_in_micro_batches(rescore, objective, m * s, self.config.micro_batch, 1 / self.config.grad_accum)
-
-    def _optimizer_step(self, trained: float) -> float | None:
-        """Average gradients over processes, clip, AdamW step; None when no trajectory trained anywhere."""
-        params = list(self.params.values())
-        if self.dist.world > 1:
-            if not sync_gradients(params, trained, self.dist):
-                self.optimizer.zero_grad(set_to_none=True)
-                return None
-        elif trained == 0:
-            return None
-        norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if not bool(torch.stack([p.detach().isfinite().all() for p in params]).all()):
-            raise self._diverged(self.iteration + 1, "made the trained weights NaN or inf")
-        return float(norm)
 
     def _collect(self, it: int, scfg: SamplingConfig):
         """The rollout of iteration `it`; NaN images after this run's updates are the learning rate's doing."""
@@ -394,22 +326,19 @@ class Trainer:
         except NonFiniteError as err:
             if it <= (self.resumed_from or 0) + 1:
                 raise
-            raise self._diverged(it, "made the policy sample NaN or inf images") from err
-
-    def _diverged(self, it: int, what: str) -> WorkbenchError:
-        return WorkbenchError(f"iteration {it}: the updates at learning rate {self.config.lr:g} {what}; the run "
-                              f"diverged: lower --lr (default {TrainConfig.lr:g})")
+            raise diverged(it, self.config.lr, "made the policy sample NaN or inf images") from err
 
     # -------------------------------------------------------------------------------- evaluation, store, events
     def _evaluate(self, it: int) -> dict[str, float]:
-        """Held-out metrics (`evaluation.evaluate`, rank 0); emits the before/after grid as 'eval_samples'."""
-        if not self.dist.main or not self.eval_prompts:
+        """Held-out metrics (`evaluation.evaluate`, the prompts split between the processes); emits the
+        before/after grid as 'eval_samples'."""
+        if not self.eval_prompts:
             return {}
         cfg = self.config
         scales = {"eval": cfg.guidance_scale} | ({"eval_cfg": self.policy.default_guidance} if cfg.eval_cfg else {})
-        with self._autocast():
+        with self.autocast():
             result = evaluate(self.policy, self.eval_prompts, self.reward_fn, self.task, scales, cfg.sampling_steps,
-                              cfg.shift)
+                              cfg.shift, self.dist)
         self._emit("eval_samples", it, {"prompts": result.grid_prompts, "guidance": list(scales.values()),
                                         "grid": result.grid})
         return result.metrics
@@ -434,20 +363,16 @@ class Trainer:
 
     def _stop_requested(self) -> bool:
         flag = self._stop or (self.dist.main and self.store is not None and self.store.stop_requested())
-        if self.dist.world > 1:
-            import torch.distributed as dist
-
-            t = torch.tensor([float(flag)], device=self.policy.device if dist.get_backend() == "nccl" else "cpu")
-            dist.broadcast(t, 0)
-            flag = bool(t.item())
-        return flag
+        return bool(self.dist.broadcast(flag))
 
     def _checkpoint(self) -> None:
-        if self.dist.main and self._saved != self.iteration:
+        """The trained weights and optimizer state as one process holds them (gathered from FSDP's shards: every
+        process calls this), written by rank 0; any number of processes resumes from them."""
+        if self._saved != self.iteration:
             self._saved = self.iteration
-            lora = lora_file(self.policy) if self.config.lora_rank else None  # diffusers' LoRA file (models/lora.py)
-            self._emit("checkpoint", self.iteration, {"weights": self.params,
-                                                      "optimizer": self.optimizer.state_dict(),
+            weights, optimizer = self.dist.full_state(self.model, self.params, self.optimizer)
+            lora = lora_file(self.policy) if self.config.lora_rank and self.dist.main else None  # models/lora.py
+            self._emit("checkpoint", self.iteration, {"weights": weights, "optimizer": optimizer,
                                                       "critic": self.step_credit and self.step_credit.state_dict(),
                                                       "keep": self.config.keep_checkpoints, "lora": lora})
 

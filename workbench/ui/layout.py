@@ -24,6 +24,7 @@ from workbench.rl.credit_estimators import estimator_help, estimator_names
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
+from workbench.train.model_settings import model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
 from workbench.ui import classroom_view as cv
 from workbench.ui import handlers as h
@@ -357,7 +358,7 @@ def _objectives_tab(page: Page) -> None:
 def _finetune_tab(page: Page) -> None:
     """Every control starts at TrainConfig's default and says what its field's docstring says."""
     wb, session, tab = page.wb, page.session, page.tab
-    defaults, docs = TrainConfig(), field_docs(TrainConfig)
+    defaults, docs = model_defaults(TrainConfig()), field_docs(TrainConfig)  # the embedded model's values
     gr.Markdown(FINETUNE_INTRO, elem_id="finetune-intro")
 
     def hint(name: str, limit: int = 150) -> str:

@@ -102,9 +102,9 @@ def memory_estimate(wb: Workbench, objective: str, reward: str, chunks: str, lr,
     """The Fine-tune form's memory estimate before Start (`train.dry_run`): the settings of a real model it depends
     on and its verdict, with a warning when it cannot fit (`train_form.estimate_line`)."""
     try:
-        config, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
-                                 lesson, *real)
-        return tf.estimate_line(config, wb.device, auto)[0]
+        plan, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
+                               lesson, *real)
+        return tf.estimate_line(plan, auto)[0]
     except WorkbenchError as err:
         return f"Memory estimate: not available until the form is valid ({escape(str(err))})."
 
@@ -114,9 +114,9 @@ def start_run(wb: Workbench, objective: str, reward: str, chunks: str, lr: float
               steps: float, lora_rank: float, sde: str, window: str, lesson: str, session: Session, *real):
     """Start -> (live figure, sample, session, timer update, status); a busy device, or a run whose memory estimate
     does not fit the device, is a message (the estimate line). `real`: a real model's settings (REAL_FIELDS)."""
-    config, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
-                             lesson, *real)
-    refusal = tf.estimate_line(config, wb.device, auto)[1]
+    plan, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
+                           lesson, *real)
+    refusal, config = tf.estimate_line(plan, auto)[1], plan.config
     if refusal is not None:
         raise WorkbenchError(refusal)
     job = wb.jobs.start(config)

@@ -3,23 +3,21 @@ the form's values), the settings of a real model (SD3 / FLUX) and the memory est
 
 With an SD3 / FLUX folder the tab shows, beside the LoRA rank, the settings that decide whether a run fits a device
 (`REAL_FIELDS`): resolution, weights dtype, micro-batch (auto or a number), KL weight, prompts per iteration,
-gradient checkpointing and text-encoder offload. `real_defaults` gives their starting values from `TrainConfig`'s
-defaults for that model; `real_overrides` checks what they hold (one error line naming the control) and turns them
-into TrainConfig fields; `estimate_line` names them and the estimate's verdict, the line Start is refused with when
-the run cannot fit (`run_handlers.start_run`).
+gradient checkpointing and text-encoder offload. `real_defaults` gives their starting values from the plan
+`workbench train --model` makes on the app's device; `real_overrides` checks what they hold (one error line naming
+the control) and turns them into TrainConfig fields; `estimate_line` names them and the plan's verdict with the
+smallest change that would fit, the line Start is refused with when the run cannot fit (`run_handlers.start_run`).
 
-"auto" becomes a number in one place, `auto_micro_batch`: the largest micro-batch (halving from the minibatch)
-whose estimate (`train.dry_run.estimate_run`) fits the device.
+The form and the command line share one planner, `train.dry_run.plan_run`: a micro-batch of "auto" becomes the
+largest that fits the device by the estimate there, and the training process checks the same plan again.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from workbench.core import budget
 from workbench.core.errors import WorkbenchError
 from workbench.train import PRESETS, TrainConfig, preset
 from workbench.train.config import RANGES
+from workbench.train.model_settings import AUTO, REAL_LORA_RANK, is_real_model, model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder
 from workbench.ui.guard import escape, number, parse_window, whole_number
 
@@ -27,9 +25,8 @@ APP_LIMITS = {"iterations": 2000, "group": 32, "steps": 64}  # a fine-tune start
 FORM_FIELDS = ("objective", "reward", "chunks", "lr", "iterations", "group", "steps", "lora_rank", "sde", "window",
                "lesson")
 NO_LESSON = "none"  # the lesson menu's "no task": the world's training scenes, held-out adherence
-AUTO = "auto"  # the micro-batch control's automatic choice
 DTYPES = ("bfloat16", "float32")
-REAL_MODEL_LORA_RANK = 32  # the form's LoRA rank for SD3 / FLUX (Flow-GRPO r 32); full FT of 2B+ rarely fits
+REAL_MODEL_LORA_RANK = REAL_LORA_RANK  # the form's LoRA rank for SD3 / FLUX (Flow-GRPO r 32), as `train --model`
 MAX_RESOLUTION = 4096  # px: a 4096 px SD3.5 image is 65,536 latent tokens, already far past one GPU
 APP_PROMPTS = 64  # prompts per iteration a run started from the app may have (`workbench train` takes more)
 LABELS = {  # TrainConfig field -> the control's label (errors name the control as the page shows it)
@@ -45,18 +42,18 @@ def real_model(wb) -> bool:
 
 
 def real_defaults(wb) -> dict:
-    """The real-model controls' starting values (REAL_FIELDS order): TrainConfig's defaults for the app's model
-    with LoRA, the app's --resolution and --dtype where given, the model's own resolution otherwise."""
-    from workbench.models.adapters import pipeline_geometry
+    """The real-model controls' starting values (REAL_FIELDS order): the plan `workbench train --model` makes for the
+    app's model on the app's device (`dry_run.plan_run`: LoRA r 32, bfloat16, 512 px or the model's own when
+    smaller, checkpointing on, text encoders offloaded only when that makes it fit), the app's --resolution and a
+    bfloat16 --dtype where given; the micro-batch stays auto."""
+    from workbench.train.dry_run import plan_run
 
-    config = TrainConfig(model=wb.model_path, lora_rank=REAL_MODEL_LORA_RANK)
-    native, _ = pipeline_geometry(wb.model_path)
-    dtype = wb.dtype if wb.dtype in DTYPES and wb.dtype != "float32" else config.dtype
-    micro = config.micro_batch
-    return {"resolution": config.resolution or wb.resolution or native, "dtype": dtype,
-            "micro_batch": AUTO if micro is None or micro == AUTO else str(micro), "kl_beta": config.kl_beta,
-            "prompts_per_iteration": config.prompts_per_iteration, "gradient_checkpointing": config.checkpointing,
-            "offload_text_encoders": config.offload_text_encoders}
+    config = TrainConfig(model=wb.model_path, resolution=wb.resolution or AUTO,
+                         dtype="bfloat16" if wb.dtype == "bfloat16" else AUTO)
+    plan = plan_run(config, wb.device, 1).config
+    return {"resolution": plan.resolution, "dtype": plan.dtype, "micro_batch": AUTO, "kl_beta": plan.kl_beta,
+            "prompts_per_iteration": plan.prompts_per_iteration, "gradient_checkpointing": plan.checkpointing,
+            "offload_text_encoders": bool(plan.offload_text_encoders)}
 
 
 def _switch(value, name: str) -> bool:
@@ -99,23 +96,6 @@ def real_overrides(wb, resolution, dtype, micro_batch, kl_beta, prompts_per_iter
     return fields | ({} if auto else {"micro_batch": micro}), auto
 
 
-def fits(estimate, device: str) -> bool:
-    """Whether an estimate fits the device's free memory (unknown free memory: it is not refused)."""
-    free = budget.free_bytes(device)
-    return free is None or estimate.total <= free
-
-
-def auto_micro_batch(config: TrainConfig, device: str) -> int:
-    """The largest micro-batch, halving from the whole minibatch, whose estimate fits `device`; 1 when none does
-    (the estimate line then says it does not fit)."""
-    from workbench.train.dry_run import estimate_run
-
-    size = config.minibatch_size
-    while size > 1 and not fits(estimate_run(replace(config, micro_batch=size), device)[0], device):
-        size //= 2
-    return size
-
-
 def settings_words(config: TrainConfig, auto: bool) -> str:
     """The settings an estimate of a real model depends on, in words: '512 px, bfloat16, LoRA r32, ...'."""
     micro = config.micro_batch or config.minibatch_size
@@ -129,26 +109,34 @@ def settings_words(config: TrainConfig, auto: bool) -> str:
         "text encoders off the device" if config.offload_text_encoders else "text encoders on the device"])
 
 
-def estimate_line(config: TrainConfig, device: str, auto: bool = False) -> tuple[str, str | None]:
-    """(the Markdown line of a run's memory estimate: for a real model the settings it depends on, then the
-    verdict and the larger parts; None when it fits, else the one line Start is refused with)."""
-    from workbench.core.budget import human_bytes
-    from workbench.train.dry_run import estimate_run
+FLAGS = {"--resolution": LABELS["resolution"], "--dtype": LABELS["dtype"], "--micro-batch": LABELS["micro_batch"],
+         "--prompts-per-iteration": LABELS["prompts_per_iteration"], "--lora-rank": "LoRA rank",
+         "--gradient-checkpointing": f"{LABELS['gradient_checkpointing']} on",
+         "--offload-text-encoders": f"{LABELS['offload_text_encoders']} on"}  # the plan's fixes, as controls
 
-    estimate, verdict = estimate_run(config, device)
-    real = is_pipeline_folder(config.model)
+
+def in_controls(verdict: str) -> str:
+    """The plan's verdict with its command-line flags named as the tab's controls."""
+    for flag in sorted(FLAGS, key=len, reverse=True):
+        verdict = verdict.replace(flag, FLAGS[flag])
+    return verdict
+
+
+def estimate_line(plan, auto: bool = False) -> tuple[str, str | None]:
+    """(the Markdown line of a run's plan (`dry_run.plan_run`, the one `workbench train --dry-run` prints): for a
+    real model the settings its estimate depends on, then the verdict with the smallest change that would fit and
+    the larger parts; None when it fits, else the one line Start is refused with)."""
+    config, estimate = plan.config, plan.estimate
+    real = is_real_model(config.model)
     parts = ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in vars(estimate).items() if value >= 5e7)
     named = f" at {settings_words(config, auto)}" if real else ""
-    fit = fits(estimate, device)
+    verdict = in_controls(plan.verdict)
+    fit = plan.fits is not False
     line = (f"{'' if fit else '⚠ '}**Memory estimate of an iteration**{escape(named)} (docs/methods.md; an estimate "
             f"until measured on this device): {escape(verdict)}" + (f" ({parts})" if parts else "") + ".")
     if fit:
         return line, None
-    change = ("lower the resolution, the micro-batch or the prompts per iteration, turn on gradient checkpointing or "
-              "the text encoders' offload, or use bfloat16" if real else "lower the group size or the steps")
-    free = human_bytes(budget.free_bytes(device) or 0)
-    return line, (f"not started: the memory estimate does not fit: about {human_bytes(estimate.total)} but the "
-                  f"{device} has {free} free{named}; {change}")
+    return line, f"not started: the memory estimate{named} {verdict}"
 
 
 def real_controls(wb, hint) -> list:
@@ -213,12 +201,16 @@ def form_config(wb, objective: str, reward: str, chunks: str, lr, iterations, gr
     ...), then the form's values, with a real model's settings `real` (`train_form.REAL_FIELDS`; a micro-batch of
     "auto" chosen from the estimate); TrainConfig validates it all."""
     return form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window, lesson,
-                     *real)[0]
+                     *real)[0].config
 
 
 def form_plan(wb, objective: str, reward: str, chunks: str, lr, iterations, group, steps, lora_rank,
-              sde: str, window: str, lesson: str | None = None, *real) -> tuple[TrainConfig, bool]:
-    """(`form_config`'s TrainConfig, whether its micro-batch was chosen automatically)."""
+              sde: str, window: str, lesson: str | None = None, *real) -> tuple:
+    """(the plan of the form's run on the app's device, whether its micro-batch was automatic): the form's
+    TrainConfig resolved by `dry_run.plan_run`, the same plan `workbench train` makes (auto: the largest
+    micro-batch that fits by the estimate)."""
+    from workbench.train.dry_run import plan_run
+
     if real and not real_model(wb):
         raise WorkbenchError("the resolution, dtype, micro-batch, KL, prompts and memory settings are for SD3 / FLUX "
                              "models; the embedded model takes the form's other fields")
@@ -239,11 +231,12 @@ def form_plan(wb, objective: str, reward: str, chunks: str, lr, iterations, grou
     base = lesson_base(lesson)
     config = TrainConfig.from_dict(base.to_dict() | method_settings(objective) | {"objective": objective or ""}
                                    | overrides | extra)
-    return (replace(config, micro_batch=auto_micro_batch(config, wb.device)) if auto else config), auto
+    return plan_run(config, wb.device, 1), auto
 
 
 def lesson_form(config: TrainConfig) -> tuple:
-    """The form's values (FORM_FIELDS without the lesson) for a config."""
+    """The form's values (FORM_FIELDS without the lesson) for a config (its model's defaults resolved)."""
+    config = model_defaults(config)
     window = "" if config.window is None else f"{config.window[0]},{config.window[1]}"
     return (config.objective, config.reward, config.chunks, config.lr, config.iterations, config.group, config.steps,
             config.lora_rank, config.sde, window)
