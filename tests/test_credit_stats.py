@@ -165,3 +165,28 @@ def test_one_fixed_cell_is_by_construction():
     valid = torch.tensor([[True]])
     r = rates(torch.tensor([[0.5]]), torch.ones(1, 1, dtype=torch.int8), torch.tensor([1.0]), valid, valid)
     assert (r.cells, r.fixed_cells, r.by_construction) == (1, 1, True)
+
+
+def test_agreement_by_hand():
+    """Signs and Pearson correlation on the valid cells, worked by hand (docs/methods.md, cheap estimators)."""
+    from workbench.rl.credit_stats import agreement
+
+    estimate = torch.tensor([[1.0, -2.0, 3.0], [0.5, 9.0, -1.0]])
+    reference = torch.tensor([[2.0, 1.0, 4.0], [1.0, 7.0, -3.0]])
+    valid = torch.tensor([[True, True, True], [True, False, True]])  # the 9.0 / 7.0 cell is left out
+    determined = torch.tensor([[True, True, False], [False, True, True]])
+    out = agreement(estimate, reference, valid, determined)
+    # valid cells: e = (1, -2, 3, 0.5, -1), r = (2, 1, 4, 1, -3); signs agree on 4 of 5 (the -2 / 1 cell differs)
+    assert out["cells"] == 5 and out["sign_agreement"] == 0.8
+    # determined among the valid: (1, -2) and (-1): 2 of 3 agree
+    assert out["determined_cells"] == 3 and abs(out["sign_agreement_determined"] - 2 / 3) < 1e-12
+    # Pearson r: means e 0.3, r 1.0; sum de*dr = 0.7*1 + -2.3*0 + 2.7*3 + 0.2*0 + -1.3*-4 = 14.0;
+    # sum de^2 = 0.49 + 5.29 + 7.29 + 0.04 + 1.69 = 14.8; sum dr^2 = 1 + 0 + 9 + 0 + 16 = 26
+    assert abs(out["correlation"] - 14.0 / (14.8 * 26) ** 0.5) < 1e-12
+    none_determined = agreement(estimate, reference, valid, torch.zeros_like(valid))
+    assert none_determined["determined_cells"] == 0 and none_determined["sign_agreement_determined"] != \
+        none_determined["sign_agreement_determined"]  # nan: no determined cell
+    one = agreement(estimate, reference, torch.tensor([[True, False, False], [False, False, False]]))
+    assert one["cells"] == 1 and one["correlation"] != one["correlation"] and "determined_cells" not in one
+    empty = agreement(estimate, reference, torch.zeros_like(valid))
+    assert empty["cells"] == 0 and empty["sign_agreement"] != empty["sign_agreement"]

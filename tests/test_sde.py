@@ -9,7 +9,7 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import schedule_coefficients, step_from_velocity
 from workbench.flow.schedule import sd3_sigmas
-from workbench.flow.sde import SDE_KINDS, gaussian_log_prob, sde_step, sde_step_with_logprob, step_mean_std
+from workbench.flow.sde import SDE_KINDS, gaussian_log_prob, sde_step, sde_step_with_logprob, step_coefficients
 from workbench.flow.trajectory import SamplingConfig
 
 
@@ -89,9 +89,8 @@ def test_gaussian_log_prob_is_mean_over_elements():
 
 
 def test_unknown_kind_lists_valid_kinds():
-    x, v = _inputs(1)
     with pytest.raises(WorkbenchError, match="flow_grpo, dance_grpo, cps"):
-        step_mean_std(x, v, torch.tensor([0.5]), torch.tensor([0.4]), 0.7, "ddim")
+        step_coefficients(torch.tensor([0.5]), torch.tensor([0.4]), 0.7, "ddim")
 
 
 @pytest.mark.parametrize("kind", SDE_KINDS)

@@ -105,14 +105,6 @@ def step_coefficients(sigma: torch.Tensor, sigma_next: torch.Tensor, noise_level
                             sigma_all)
 
 
-def step_mean_std(x: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor,
-                  noise_level: float | torch.Tensor, kind: str = "flow_grpo",
-                  sigma_max: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean (B, C, H, W) and std (B,) of p(x_next | x_t) for one SDE step (`step_coefficients`)."""
-    c = step_coefficients(sigma, sigma_next, noise_level, kind, sigma_max)
-    return c.mean(x, v), c.std.expand(x.shape[0])
-
-
 def step_noise_scale(std: torch.Tensor, sigma: torch.Tensor, sigma_next: torch.Tensor, kind: str) -> torch.Tensor:
     """(B,) the noise scale sigma_t that the released code returns beside a step (its `std_dev_t`).
 
