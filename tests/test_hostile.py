@@ -99,12 +99,12 @@ def copy_run(trained: Path, tmp_path: Path) -> Path:
 SAMPLE = ["sample", "--prompt", PROMPT, "--steps", "2", "--num", "2"]
 ATTRIBUTE = ["attribute", "--prompt", PROMPT, "--steps", "3", "--group", "2", "--continuations", "1", "--chunks", "1,2"]
 REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line must hold)
-    (SAMPLE + ["--num", 10**12], ["needs at least", "--num"]),
-    (SAMPLE + ["--steps", 10**12], ["needs at least", "--steps"]),
-    (ATTRIBUTE + ["--continuations", 10**12], ["M=1000000000000", "--continuations"]),
-    (SAMPLE + ["--num", "two"], ["--num", "positive integer"]),
-    (SAMPLE + ["--num", "0"], ["--num", "positive integer"]),
-    (SAMPLE + ["--steps", "-3"], ["--steps", "positive integer"]),
+    (SAMPLE + ["--num", 10**12], ["whole number in 1..256", "--num"]),  # the table of limits (core/fields.py)
+    (SAMPLE + ["--steps", 10**12], ["whole number in 1..200", "--steps"]),
+    (ATTRIBUTE + ["--continuations", 10**12], ["whole number in 1..4096", "--continuations"]),
+    (SAMPLE + ["--num", "two"], ["--num", "expected a whole number"]),
+    (SAMPLE + ["--num", "0"], ["--num", "whole number in 1..256"]),
+    (SAMPLE + ["--steps", "-3"], ["--steps", "whole number in 1..200"]),
     (SAMPLE + ["--seed", "-5"], ["--seed", "0..2^63 - 1"]),
     (SAMPLE + ["--seed", 2**70], ["--seed", "0..2^63 - 1"]),
     (SAMPLE + ["--seed", "1.5"], ["--seed", "integer"]),
@@ -514,7 +514,7 @@ def test_a_negative_z_is_a_message_naming_the_field(app, api_name):
     ((PROMPT, 3, 4, 0.7, -1, "adherence"), "seed must be a whole number >= 0"),
     ((PROMPT, 3, 4, 0.7, 2.0**70, "adherence"), "seed must be an integer in 0..2^63 - 1"),
     ((PROMPT, 3, 4, float("nan"), 0, "adherence"), "noise level must be a finite number"),
-    ((PROMPT, 3, 4, 1e308, 0, "adherence"), "noise_level must be in 0..10"),
+    ((PROMPT, 3, 4, 1e308, 0, "adherence"), "noise level must be in 0..1.5 in the app"),
     ((PROMPT, "x", 4, 0.7, 0, "adherence"), "group size must be a whole number"),
 ])
 def test_generate_refuses_hostile_values_with_one_short_line(app, inputs, needle):

@@ -17,6 +17,7 @@ from workbench.cli.args import (
     Parser,
     RenamedFlag,
     add_model_args,
+    limited,
     negative_values_inline,
     non_negative_float,
     positive_int,
@@ -34,9 +35,9 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp")  # `sample --out` wi
 
 def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> None:
     p.add_argument("--prompt", required=True, help='e.g. "a large red circle in the top left on a white background"')
-    p.add_argument("--group", "--num", dest="group", type=positive_int, default=group_default,
+    p.add_argument("--group", "--num", dest="group", type=limited("group"), default=group_default,
                    help=f"trajectories (images) per prompt, G (default {group_default})")
-    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--steps", type=limited("steps"), default=16, help="denoising steps T (default 16)")
     p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7,
                    help="SDE noise level a in 0..10; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
     p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps (cps log-probs are "
@@ -75,7 +76,8 @@ def load_model(args: argparse.Namespace, prompt: str | None = None):
 
         parse_prompt(prompt)
     options = {} if args.resolution is None else {"resolution": args.resolution}
-    return load_policy(source, device=args.device, dtype=args.dtype, **options)
+    named = args.model if source.run is not None else source  # a run: its newest checkpoint as it loads
+    return load_policy(named, device=args.device, dtype=args.dtype, **options)
 
 
 def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, continuations: int = 0) -> None:
@@ -263,9 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Sample a group, run M continuations from every state, and compare "
                                    "each step's measured credit with the uniform GRPO advantage.")
     add_sampling_args(p)
-    p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
+    p.add_argument("--continuations", type=limited("continuations"), default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
-    p.add_argument("--branches", type=positive_int, dest="continuations", action=RenamedFlag, new="--continuations",
+    p.add_argument("--branches", type=limited("continuations"), dest="continuations", action=RenamedFlag,
+                   new="--continuations",
                    metavar="M",
                    help="old name of --continuations (K now means the number of chunks, as in GCPO)")
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps (default 2,3,4,7)")
@@ -290,10 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chunks", help="chunk boundaries from the temporal-dynamics curve",
                        description="Sample trajectories over many prompts, average their L1_rel curve, and cut "
                                    "chunks with a chunker (uniform, fixed, temporal, adaptive, equal_mass).")
-    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--steps", type=limited("steps"), default=16, help="denoising steps T (default 16)")
     p.add_argument("--method", default="adaptive", help="chunker name (default adaptive)")
     p.add_argument("--prompts", type=positive_int, default=32, help="prompts to average over (default 32)")
-    p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
+    p.add_argument("--group", type=limited("group"), default=2, help="trajectories per prompt (default 2)")
     p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7, help="SDE noise level (default 0.7)")
     p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")
     p.add_argument("--size", type=positive_int, default=None, help="chunk size for uniform")

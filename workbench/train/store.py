@@ -17,8 +17,9 @@ the folder; the command line, the app and the notebooks read runs through it.
 
 Every file is replaced atomically (`core.files.atomic_write`), so a crash mid-write leaves the previous
 version; metrics lines are appended with flush + fsync, and a torn last line from a crash is closed before
-the next append, so no complete row is ever lost. A checkpoint folder is complete before `latest.json`
-points at it. Nothing read from a run leads outside its folder.
+the next append, so no complete row is ever lost. A checkpoint becomes visible only once complete, and is
+removed only after its successor is (`train.checkpoints`). Nothing read from a run leads outside its folder, and a
+run folder removed while its run trains is not made again.
 """
 
 from __future__ import annotations
@@ -27,25 +28,20 @@ import csv
 import io
 import json
 import os
-import pickle
-import re
-import shutil
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write, clean_json, read_json, write_json
+from workbench.train.checkpoints import CHECKPOINT_NAME, Checkpoint, load_checkpoint, write_checkpoint
+from workbench.train.checkpoints import iteration_of as _iteration_of
 
 STATES = ("running", "finished", "stopped", "failed")
 CONFIG, STATUS, METRICS, STOP = "config.json", "status.json", "metrics.jsonl", "STOP"
 DAMAGED_METRICS = "metrics.damaged.txt"  # lines of metrics.jsonl that were not rows, kept when a resume rewrites it
-CHECKPOINT_NAME = re.compile(r"^iter_\d{4,}$")
 SD3_PIPELINE_T5_TOKENS = 256  # the T5 tokens of SD3 prompts in runs saved before max_sequence_length existed
 
 
@@ -56,23 +52,6 @@ def _sd3_folder(model) -> bool:
     except (OSError, TypeError, ValueError):
         return False
     return isinstance(index, dict) and index.get("_class_name") == "StableDiffusion3Pipeline"
-
-
-def _iteration_of(path: Path) -> int:
-    """The iteration in a name such as iter_0042 / eval_10000.png (numeric order: iter_10000 after iter_9999)."""
-    digits = re.search(r"_(\d+)", path.name)
-    return int(digits.group(1)) if digits else -1
-
-
-@dataclass
-class Checkpoint:
-    """A complete checkpoint read back from a run."""
-
-    iteration: int
-    weights: dict[str, torch.Tensor]
-    optimizer_state: dict
-    folder: Path
-    critic: dict | None = None  # ppo's critic and its optimizer state (critic.pt); None for other objectives
 
 
 @dataclass
@@ -208,8 +187,14 @@ class RunStore:
 
     # ------------------------------------------------------------------------------------ the subscriber
     def __call__(self, event) -> None:
-        """Write what a trainer event means for the folder (events come from the main process only)."""
+        """Write what a trainer event means for the folder (events come from the main process only). A folder
+        removed while its run trains is not made again: the run stops with a message, and its end is not written."""
         kind, data = event.kind, event.data
+        if kind != "started" and not self.path.is_dir():
+            if kind in ("finished", "stopped", "failed"):
+                return
+            raise WorkbenchError(f"run folder {self.path} was removed while the run was training; the run stops "
+                                 "(nothing is written again)")
         if kind == "started":
             self.write_config(data["config"])
             if data.get("resumed_from") is not None:
@@ -286,26 +271,11 @@ class RunStore:
 
     def save_checkpoint(self, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
                         keep: int = 1, critic: dict | None = None) -> Path:
-        """Write checkpoints/iter_XXXX/ completely, then point latest.json at it; keep the newest `keep`."""
-        root = self.path / "checkpoints"
-        final, tmp = root / f"iter_{iteration:04d}", root / f".iter_{iteration:04d}.tmp"
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
-            torch.save(optimizer_state, tmp / "optimizer.pt")
-            if critic is not None:
-                torch.save(critic, tmp / "critic.pt")
-            (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-        except OSError as err:
-            raise WorkbenchError(f"cannot write checkpoint {final}: {err.strerror or err}") from None
-        write_json(root / "latest.json", {"iteration": iteration, "dir": final.name})
-        old = sorted(p for p in root.glob("iter_*") if p.is_dir() and p.name != final.name)
-        for p in old[:max(0, len(old) - (keep - 1))]:
-            shutil.rmtree(p, ignore_errors=True)
-        return final
+        """Write checkpoints/iter_XXXX/ under a temporary name, fsync it, rename it into place, point latest.json
+        at it, and only then remove what it replaces: the older checkpoints beyond the newest `keep` (and a folder
+        of the same iteration written before). A reader therefore always finds a complete checkpoint; one it
+        picked may vanish under it, replaced by a newer one (`CheckpointGone`)."""
+        return write_checkpoint(self.path / "checkpoints", iteration, weights, optimizer_state, keep, critic)
 
     # ------------------------------------------------------------------------------------ the stop flag
     def request_stop(self) -> Path | None:
@@ -388,8 +358,18 @@ class RunStore:
             try:
                 return load_checkpoint(folder), problem
             except WorkbenchError as err:
-                problem = problem or str(err)
+                problem = problem or _samples_still(folder, str(err))
         return None, problem
+
+
+def _samples_still(folder: Path, problem: str) -> str:
+    """A checkpoint's problem for a resume, saying so when its weights still sample (only its optimizer state or
+    critic is missing or damaged)."""
+    try:
+        load_checkpoint(folder, optimizer=False)
+    except WorkbenchError:
+        return problem
+    return f"{problem}; its weights still sample (pick it in the app, or --model {folder}), but a resume needs all"
 
 
 def _is_row(line: str | bytes) -> bool:
@@ -400,37 +380,6 @@ def _is_row(line: str | bytes) -> bool:
         return False
     iteration = row.get("iteration") if isinstance(row, dict) else None
     return isinstance(iteration, int) and not isinstance(iteration, bool)
-
-
-def load_checkpoint(folder: str | Path) -> Checkpoint:
-    """A checkpoint folder's iteration, weights and optimizer state; an incomplete one is a WorkbenchError."""
-    folder, part = Path(folder), "state.json"
-    try:
-        iteration = json.loads((folder / "state.json").read_text())["iteration"]
-        if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
-            raise ValueError(f"iteration {iteration!r} is not a count")
-        part = "weights.safetensors"
-        weights = load_file(str(folder / "weights.safetensors"))
-        part = "optimizer.pt"
-        with zipfile.ZipFile(folder / "optimizer.pt") as archive:  # torch.save's zip: its CRCs catch damaged bytes
-            damaged = archive.testzip()
-        if damaged is not None:
-            raise ValueError(f"{damaged} fails its CRC check")
-        optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
-        if not isinstance(optimizer_state, dict):
-            raise ValueError(f"it holds a {type(optimizer_state).__name__}, not an optimizer state")
-        part = "critic.pt"
-        critic = torch.load(folder / part, weights_only=True) if (folder / part).is_file() else None
-    except (OSError, KeyError, EOFError, ValueError, TypeError, IndexError, pickle.UnpicklingError, SafetensorError,
-            RuntimeError, AttributeError, zipfile.BadZipFile) as err:  # a damaged zip or pickle fails in many ways
-        why = (str(err).splitlines() or [type(err).__name__])[0][:100]
-        raise WorkbenchError(f"checkpoint {folder} is incomplete or corrupted: {part} cannot be read ({why})"
-                             ) from None
-    bad = [name for name, t in weights.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
-    if bad:
-        raise WorkbenchError(f"checkpoint {folder} holds NaN or inf weights (e.g. {bad[0]}): the run diverged "
-                             "before it was saved")
-    return Checkpoint(iteration, weights, optimizer_state, folder, critic)
 
 
 # ------------------------------------------------------------------------------------ many runs

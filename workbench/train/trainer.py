@@ -154,12 +154,12 @@ class Trainer:
 
     def _checkpoint_to_resume(self) -> Checkpoint:
         """The newest complete checkpoint of the store; a run without one cannot resume (never starts over)."""
-        checkpoint = self.store.latest_checkpoint() if self.store is not None else None
+        checkpoint, why = self.store.newest_checkpoint() if self.store is not None else (None, "")
         if checkpoint is None:
             found = ", ".join(p.name for p in self.store.checkpoints()) if self.store else ""
             raise WorkbenchError(f"{getattr(self.store, 'path', 'the run')} has no complete checkpoint to resume from"
-                                 f"{f' ({found} are incomplete)' if found else ''}; start a fresh run with a new --out "
-                                 "(its metrics stay where they are)")
+                                 f"{f' ({found} are incomplete: {why})' if found else ''}; start a fresh run with a "
+                                 "new --out (its metrics stay where they are)")
         return checkpoint
 
     def _check_memory(self) -> None:

@@ -11,7 +11,7 @@ from functools import partial
 import gradio as gr
 from starlette.middleware import Middleware
 
-from workbench.core.fields import field_docs
+from workbench.core.fields import LIMITS, field_docs
 from workbench.core.glossary import gloss
 from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
@@ -64,6 +64,7 @@ EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
 DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, M=4): a refinement doubles the compute
 BEFORE_NOW_HEIGHT = 340  # px of the Before / Now grids: 8 prompts x 2 rows show cells of about 150 px
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
+LOADING = dict(concurrency_id="load", concurrency_limit=1)  # a picker's load: one at a time, never in sampling's way
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
               "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
@@ -87,9 +88,12 @@ def _generate_tab(wb, session) -> dict:
             gr.Examples(EXAMPLE_PROMPTS, inputs=prompt, label="Example prompts")
             gr.Markdown(VOCABULARY)
         with gr.Column(scale=2):
-            group = gr.Slider(2, 16, 8, step=1, label="Group size G (images per prompt)", elem_id="gen-group")
-            steps = gr.Slider(2, 32, 16, step=1, label="Denoising steps T", elem_id="gen-steps")
-            noise = gr.Slider(0, 1.5, 0.7, step=0.05, label="Noise level a (eta for dance_grpo; 0 = ODE)",
+            group = gr.Slider(*LIMITS["group"].range(app=True), 8, step=1, label="Group size G (images per prompt)",
+                              elem_id="gen-group")  # the ranges of every control: the one table (core/fields.py)
+            steps = gr.Slider(*LIMITS["steps"].range(app=True), 16, step=1, label="Denoising steps T",
+                              elem_id="gen-steps")
+            noise = gr.Slider(*LIMITS["noise_level"].range(app=True), 0.7, step=0.05,
+                              label="Noise level a (eta for dance_grpo; 0 = ODE)",
                               info="the randomness each step adds; at 0 every image of a group is the same (the "
                                    "deterministic ODE), and GRPO has nothing to compare")
             with gr.Row():
@@ -150,7 +154,8 @@ def _per_step_section(wb, session) -> list:
 def _attribution_tab(wb, session, choices: list) -> dict:
     gr.Markdown(gloss(ATTRIBUTION_INTRO), elem_id="attribution-intro")
     with gr.Row():
-        continuations = gr.Slider(1, 16, 4, step=1, label="Continuations per state M", elem_id="credit-k")
+        continuations = gr.Slider(*LIMITS["continuations"].range(app=True), 4, step=1,
+                                  label="Continuations per state M", elem_id="credit-k")
         estimator = gr.Dropdown(ESTIMATORS.names(), value="mc", label="Credit estimator",
                                 info="mc: Monte-Carlo; ode: ODE completion; x0: denoised prediction",
                                 elem_id="credit-estimator")
@@ -300,7 +305,8 @@ def _objectives_tab(wb, session, tab) -> None:
     view = gr.State(None)  # ui.objectives.ObjectivesView of this session
     gr.Markdown(gloss(OBJECTIVES_INTRO), elem_id="objectives-intro")
     with gr.Row():
-        updates = gr.Slider(0, 10, INNER_UPDATES, step=1, label="Inner updates N", elem_id="obj-updates")
+        updates = gr.Slider(*LIMITS["inner_updates"].range(app=True), INNER_UPDATES, step=1, label="Inner updates N",
+                            elem_id="obj-updates")
         lr = gr.Number(INNER_LR, label="Learning rate of the inner updates", elem_id="obj-lr")
         clip = gr.Number(CLIP, label="Clip range ε", elem_id="obj-clip")
         inner = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective of the inner updates")
@@ -463,7 +469,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         session = gr.State(Session())
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
-        picker = pol.picker_panel(wb, session, choices, HEAVY)
+        picker = pol.picker_panel(wb, session, choices, LOADING)
         welcome, start = welcome_panel()
         link = share.share_row()
         with gr.Tabs() as tabs:

@@ -18,7 +18,8 @@ from urllib.parse import parse_qs, urlencode
 
 import gradio as gr
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
+from workbench.core.fields import check_limit
 from workbench.flow.sde import SDE_KINDS
 from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit_estimators import ESTIMATORS
@@ -93,74 +94,100 @@ def follow_link(prompt: str, group: float, steps: float, noise: float, seed: flo
         return gr.skip()
 
 
-def _int(params: dict, key: str, default: int, low: int = 0) -> int:
+LINK_LIMIT = 8192  # characters of a link's query string: a view's settings take a few hundred
+LINK_SIZES = {"G": "group", "T": "steps", "continuations": "continuations", "seed": "seed"}  # -> LIMITS rows
+
+
+def _whole(params: dict, key: str, default: int) -> int:
+    """A whole-number parameter, within the app's range of its row in the table of limits (`core.fields`)."""
     text = params.get(key, "")
     if text == "":
         return default
     try:
         value = int(text)
-    except ValueError:
-        raise WorkbenchError(f"the link's {key}={text!r} is not a whole number") from None
-    if value < low:
-        raise WorkbenchError(f"the link's {key}={value} must be at least {low}")
+    except ValueError:  # also a number of more than 4300 digits, which Python refuses to read
+        raise WorkbenchError(f"the link's {key}={shorten(text)} is not a whole number") from None
+    try:
+        check_limit(LINK_SIZES[key], value, app=True)
+    except WorkbenchError as err:
+        raise WorkbenchError(f"the link's {key}={shorten(text)} is out of range: {err}") from None
     return value
 
 
 def parse_query(params: dict) -> dict:
-    """The view a link's query string describes, checked; absent parameters take the app's defaults."""
+    """The view a link's query string describes, checked against the same table of limits as the controls, before
+    any work; absent parameters take the app's defaults. A bad value is a message naming the parameter and its
+    limit."""
     try:
         noise = float(params.get("noise", "0.7"))
-    except ValueError:
-        raise WorkbenchError(f"the link's noise={params['noise']!r} is not a number") from None
+        check_limit("noise_level", noise, app=True)
+    except ValueError as err:  # a WorkbenchError is a ValueError too
+        why = str(err) if isinstance(err, WorkbenchError) else "is not a number"
+        raise WorkbenchError(f"the link's noise={shorten(params['noise'])} {why}") from None
     view = {"model": params.get("model", BASE) or BASE, "prompt": params.get("prompt", "").strip(),
-            "seed": _int(params, "seed", 0), "G": _int(params, "G", 8, 2), "T": _int(params, "T", 16, 1),
+            "seed": _whole(params, "seed", 0), "G": _whole(params, "G", 8), "T": _whole(params, "T", 16),
             "noise": noise, "sampler": params.get("sampler", "flow_grpo"), "window": params.get("window", ""),
-            "reward": params.get("reward", "adherence"), "continuations": _int(params, "continuations", 4, 1),
+            "reward": params.get("reward", "adherence"), "continuations": _whole(params, "continuations", 4),
             "estimator": params.get("estimator", "mc"), "tab": params.get("tab", "generate")}
     if not view["prompt"]:
         raise WorkbenchError("the link has no prompt= to sample; copy the link again after a Generate")
     if view["sampler"] not in SDE_KINDS:
-        raise WorkbenchError(f"the link's sampler={view['sampler']!r} is not one of {', '.join(SDE_KINDS)}")
+        raise WorkbenchError(f"the link's sampler={shorten(view['sampler'])} is not one of {', '.join(SDE_KINDS)}")
     if view["estimator"] not in ESTIMATORS.names():
-        raise WorkbenchError(f"the link's estimator={view['estimator']!r} is not one of "
+        raise WorkbenchError(f"the link's estimator={shorten(view['estimator'])} is not one of "
                              f"{', '.join(ESTIMATORS.names())}")
     if view["tab"] not in TABS.values():
-        raise WorkbenchError(f"the link's tab={view['tab']!r} is not one of {', '.join(TABS.values())}")
+        raise WorkbenchError(f"the link's tab={shorten(view['tab'])} is not one of {', '.join(TABS.values())}")
     parse_window(view["window"])
     view["sizes"] = parse_chunk_spec(params["chunks"], view["T"]) if params.get("chunks") else None
     return view
 
 
-def _sampled(out: tuple) -> Session:
-    """The session a guarded handler returned as its second-to-last output, or its message as an error."""
-    if not isinstance(out[-2], Session):
-        raise WorkbenchError(out[-1].lstrip("⚠ "))
-    return out[-2]
+def link_params(query: str) -> dict:
+    """{parameter: its last value} of a page's query string ("?prompt=...&G=8"); a link longer than LINK_LIMIT
+    is refused before it is parsed."""
+    if len(query or "") > LINK_LIMIT:
+        raise WorkbenchError(f"the link's query is {len(query)} characters long; a view's link has at most "
+                             f"{LINK_LIMIT}")
+    return {k: v[-1] for k, v in parse_qs((query or "").lstrip("?"), keep_blank_values=True).items()}
+
+
+def preload_link(wb: Workbench, session: Session, query: str) -> None:
+    """Page load, before `open_link`: the policy a link names is loaded outside the model's queue (the picker's),
+    so a load never holds up other sessions' sampling. A bad link does nothing here: `open_link` says why."""
+    try:
+        view = parse_query(link_params(query))
+        if view["model"] != session.source:
+            wb.policy(view["model"])
+    except Exception:  # noqa: BLE001 - reported by open_link, which checks the link again
+        pass
 
 
 @guarded(21)
 def open_link(wb: Workbench, session: Session, query: str, progress=gr.Progress()):
     """Page load -> (tabs, 12 controls, header, gallery, filmstrip, log-prob figure, credit map, rates, session,
     status): the view a shared link describes, regenerated; without a query string nothing changes. `query` is
-    the page's location.search (`QUERY_JS` passes it in)."""
+    the page's location.search (`QUERY_JS` passes it in). The whole link is checked before any work; the
+    handlers it calls raise their own messages, which are shown once (their guarded forms would escape them a
+    second time)."""
     from workbench.ui.policies import header
 
-    params = {k: v[-1] for k, v in parse_qs((query or "").lstrip("?"), keep_blank_values=True).items()}
+    params = link_params(query)
     if not params:
         return (gr.skip(),) * 20 + ("",)
     view = parse_query(params)
-    if view["model"] != session.source:
-        wb.policy(wb.source(view["model"]).checkpoint or view["model"])
-        session = session.with_source(wb.source(view["model"]).checkpoint or view["model"])
-    out = h.generate(wb, view["prompt"], view["G"], view["T"], view["noise"], view["seed"], view["reward"], session,
-                     view["sampler"], view["window"], progress=progress)
-    session = _sampled(out)
+    if view["model"] != session.source:  # a folder this app does not offer is refused here, before any load
+        source = wb.pin(view["model"])[0]
+        session = session.with_source(source.checkpoint or view["model"])
+    out = h.generate.__wrapped__(wb, view["prompt"], view["G"], view["T"], view["noise"], view["seed"],
+                                 view["reward"], session, view["sampler"], view["window"], progress=progress)
+    session = out[-2]
     gallery, strip, logprob, heatmap, rates = out[:5]
     if view["sizes"] is not None:
         session = session.with_sizes(view["sizes"])
     if view["tab"] in NEEDS_CREDIT:
-        measured = h.attribute(wb, view["continuations"], session, view["estimator"], progress=progress)
-        session = _sampled(measured)
+        measured = h.attribute.__wrapped__(wb, view["continuations"], session, view["estimator"], progress=progress)
+        session = measured[-2]
         heatmap, rates = measured[:2]
     controls = (view["prompt"], view["G"], view["T"], view["noise"], view["seed"], view["reward"], view["sampler"],
                 view["window"], session.source, format_sizes(session.sizes), view["continuations"], view["estimator"])
@@ -227,9 +254,11 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
     follow = dict(fn=follow_link, inputs=[*controls, session, row["tab"], row["base"]], outputs=[row["link"]],
                   js=CURRENT_TAB_JS, queue=False, show_progress="hidden", api_visibility="private")
     gr.on([session.change, tabs.change], **follow).then(None, [row["link"]], None, js=FOLLOW_JS)
-    demo.load(partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,
-              api_visibility="private", concurrency_id="model", concurrency_limit=1,
-              show_progress_on=[shown[-2]])  # over the credit map only: not over every control of the page
+    demo.load(partial(preload_link, wb), [session, row["tab"]], None, js=QUERY_JS, api_visibility="private",
+              concurrency_id="load", concurrency_limit=1, show_progress="hidden").then(  # the load: not in the
+        partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,  # way of
+        api_visibility="private", concurrency_id="model", concurrency_limit=1,  # other sessions' sampling
+        show_progress_on=[shown[-2]])  # over the credit map only: not over every control of the page
 
 
 def follow_chunk_edits(edits: list, spec: gr.Textbox, status: gr.Markdown, link: gr.Textbox) -> None:
