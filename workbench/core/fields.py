@@ -102,6 +102,7 @@ LIMITS = {  # the one table of limits: the CLI, the configs, the app's controls,
     "inner_epochs": Limit("inner epochs", 1, 100),
     "max_sample_rounds": Limit("sample rounds", 1, 1000),
     "keep_checkpoints": Limit("checkpoints kept", 1, 1000),
+    "threads": Limit("CPU threads", 1, 1024),
 }
 
 

@@ -23,9 +23,9 @@ from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
 LR_MAX = 1.0  # a larger AdamW step overflows float32 weights (1e30) or cannot be represented (1e300)
-RANGES = {name: LIMITS[name].range() for name in (  # the sizes a run may have, from the one table of limits
+RANGES = {name: LIMITS[name].range() for name in (  # the sizes a run may have, from the one table of limits; memory
     "steps", "prompts_per_iteration", "iterations", "eval_prompts", "lora_rank", "noise_level", "seed", "inner_epochs",
-    "max_sample_rounds", "keep_checkpoints")} | {"group": (2, LIMITS["group"].high)}  # memory is checked apart
+    "max_sample_rounds", "keep_checkpoints", "threads")} | {"group": (2, LIMITS["group"].high)}  # is checked apart
 
 
 @dataclass
@@ -163,6 +163,10 @@ class TrainConfig:
     weights) stays float32 and is saved in float32, and log-probs are computed in float32."""
     device: str | None = None
     """cuda, mps or cpu; None = the best available."""
+    threads: int | None = None
+    """Torch CPU threads, fixed for the whole run and restored on resume: the count changes the order of a
+    reduction's sums, so the same seed gives the same run only at the same count. None = torch's count when the run
+    starts (this machine's cores, or OMP_NUM_THREADS), recorded as that number (`core.threads.run_threads`)."""
     model: str | None = None
     """Local model folder (SD3 / FLUX / embedded format); None = the shipped embedded model."""
     lora_rank: int = 0

@@ -26,6 +26,7 @@ from workbench.core.budget import check_fits, rollout_bytes
 from workbench.core.errors import NonFiniteError, WorkbenchError
 from workbench.core.files import clean_json
 from workbench.core.imaging import grid
+from workbench.core.threads import run_threads
 from workbench.flow.dynamics import relative_change
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.sampler import transition
@@ -99,7 +100,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, run_dir: str | Path | RunStore | None = None,
                  policy: FlowPolicy | None = None, resume: bool = False, subscribers=()):
-        self.config = config
+        self.config = config = replace(config, threads=run_threads(config.threads))  # fixed and recorded
         self.store = run_dir if isinstance(run_dir, RunStore) or run_dir is None else RunStore(run_dir)
         self.dist = init_distributed()
         config.check_batches(self.dist.world)

@@ -10,6 +10,8 @@ from functools import partial
 
 import gradio as gr
 from starlette.middleware import Middleware
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
 from workbench.core.fields import LIMITS, field_docs
 from workbench.core.glossary import gloss
@@ -264,9 +266,11 @@ OBJECTIVES_INTRO = (
     "off (x). Chunk-GRPO uses the chunks of the **Chunks** tab; the credit comes from **Attribution**. "
     "**Click a cell** (trajectory i, step t; or set them below) to see that objective's formula with the cell's "
     "numbers.")
-# The cell formula's math font, served by Gradio from the package (launch's allowed_paths) and asked for as the page
-# loads, so the first formula is drawn in it
-MATH_FONT_URL = f"gradio_api/file={MATH_FONT.as_posix()}"
+# The cell formula's math font, served from the package's assets folder at ASSETS_ROUTE (a static route of the app,
+# so the page's config names no server path) and asked for as the page loads, so the first formula is drawn in it
+ASSETS_ROUTE = "workbench-assets"
+MATH_FONT_URL = f"{ASSETS_ROUTE}/{MATH_FONT.name}"
+MAX_UPLOAD = "1mb"  # the app takes no files: Gradio's upload route refuses anything larger (it kept any size)
 MATH_FONT_PRELOAD = f'<link rel="preload" href="{MATH_FONT_URL}" as="font" type="font/woff2" crossorigin>'
 # How often Gradio's queue looks for work while it has none (its own: every 1 ms for a new event, every 10 ms for
 # progress to send). An idle app spent ~5 % of a core on those wake-ups (0.052 CPU-s per second, app.py on the
@@ -286,9 +290,12 @@ def launch_options() -> dict:
       parsed and written again on each call, half the page's CPU of an edit;
     - `frames.HeadScript`: the page's head starts with the script that parks Gradio's leaked frame loops, so an
       idle page draws no frames;
-    - the page's few style rules (`PAGE_CSS`), and its math font served from the package (`ui.mathml`)."""
-    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)]}, "css": PAGE_CSS,
-            "allowed_paths": [str(MATH_FONT.parent)]}
+    - the page's few style rules (`PAGE_CSS`), and its math font served from the package (`ui.mathml`) at
+      ASSETS_ROUTE, a static route of the app's FastAPI (Gradio's file route is given no folder);
+    - uploads of at most MAX_UPLOAD."""
+    assets = Mount(f"/{ASSETS_ROUTE}", StaticFiles(directory=MATH_FONT.parent), name=ASSETS_ROUTE)
+    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)], "routes": [assets]},
+            "css": PAGE_CSS, "max_file_size": MAX_UPLOAD}
 
 
 def queued(demo: gr.Blocks, **options) -> gr.Blocks:

@@ -14,6 +14,7 @@ continuations and estimator, and opens the tab. A bad value is a message naming 
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlencode
 
 import gradio as gr
@@ -31,6 +32,10 @@ from workbench.ui.workbench import Workbench
 TABS = {"Generate": "generate", "Attribution": "attribution", "Chunks": "chunks", "Objectives": "objectives",
         "Fine-tune": "finetune", "Runs": "runs", "Learn": "learn", "Glossary": "glossary"}  # label -> tab id
 NEEDS_CREDIT = ("attribution", "chunks", "objectives")  # tabs whose view shows measured credit
+LINK_LIMIT = 8192  # characters of a link's query string: a view's settings take a few hundred
+ADDRESS_LIMIT = 2048  # characters of the page's address a link starts with
+ADDRESS = re.compile(r"https?://[^\s\"'<>`\\]+")  # an http(s) address without characters that could leave an href
+LINK_SIZES = {"G": "group", "T": "steps", "continuations": "continuations", "seed": "seed"}  # -> LIMITS rows
 CURRENT_TAB_JS = """(...args) => [...args.slice(0, -2),
   document.querySelector('button[role="tab"][aria-selected="true"]')?.textContent.trim() ?? '',
   window.location.origin + window.location.pathname]"""
@@ -74,7 +79,26 @@ def view_link(prompt: str, group: float, steps: float, noise: float, seed: float
              "T": int(steps), "noise": f"{float(noise):g}", "sampler": sde or "", "window": (window or "").strip(),
              "reward": (reward or "").strip(), "chunks": format_sizes(session.sizes),
              "continuations": int(continuations), "estimator": estimator or "mc", "tab": TABS.get(tab, tab or "")}
-    return (base or "") + "?" + urlencode({k: v for k, v in query.items() if v != ""})
+    return page_address(base) + "?" + urlencode({k: v for k, v in query.items() if v != ""})
+
+
+def page_address(base: str | None) -> str:
+    """The page's address a link starts with, as the browser sent it: an http(s) address of at most ADDRESS_LIMIT
+    characters, or "" (a link relative to the page); anything else (a `javascript:` address survives HTML
+    escaping in an exported page's href) is a WorkbenchError."""
+    text = (base or "").strip()
+    if text and (len(text) > ADDRESS_LIMIT or not ADDRESS.fullmatch(text)):
+        raise WorkbenchError(f"the page's address {shorten(text)} is not an http(s) address of at most "
+                             f"{ADDRESS_LIMIT} characters; reload the page from its http address")
+    return text
+
+
+def group_link(session: Session, continuations: float, estimator: str, tab: str, base: str) -> str:
+    """The link to the session's group with its own settings (not the controls', which may have moved since)."""
+    c = session.group.config
+    window = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
+    return view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, window,
+                     session.reward_spec, continuations, estimator, session, tab, base)
 
 
 def follow_link(prompt: str, group: float, steps: float, noise: float, seed: float, sde: str,
@@ -85,17 +109,10 @@ def follow_link(prompt: str, group: float, steps: float, noise: float, seed: flo
     with a control the link cannot hold (an emptied number), the address bar keeps what it has."""
     if session.group is None:
         return gr.skip()
-    c = session.group.config
-    shown = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
     try:
-        return view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, shown,
-                         session.reward_spec, continuations, estimator, session, tab, base)
-    except (TypeError, ValueError):
+        return group_link(session, continuations, estimator, tab, base)
+    except (TypeError, ValueError):  # WorkbenchError too: an address that is not the page's
         return gr.skip()
-
-
-LINK_LIMIT = 8192  # characters of a link's query string: a view's settings take a few hundred
-LINK_SIZES = {"G": "group", "T": "steps", "continuations": "continuations", "seed": "seed"}  # -> LIMITS rows
 
 
 def _whole(params: dict, key: str, default: int) -> int:
@@ -213,8 +230,7 @@ def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: f
                 "reward": session.reward_spec, "chunks": format_sizes(session.sizes),
                 "continuations": int(credit.counts.max()), "estimator": credit.estimator, "precision": credit.precision,
                 "z": session.z}
-    link = share_link(wb, prompt, group, steps, noise, seed, sde, window, reward, continuations, estimator,
-                      session, tab, base)[0]
+    link = group_link(session, int(credit.counts.max()), credit.estimator, tab, base)  # the exported group's view
     out = _fresh_export_folder() / "workbench-group.html"  # removed after a while, like the run downloads
     write_page(wb.policy(session.source), g, session.rewards, session.advantages, credit, session.z, settings, out,
                link=link, curve=wb.curve(g.num_steps, g.config.noise_level, session.source))
