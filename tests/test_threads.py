@@ -66,11 +66,14 @@ def test_others_busy_sees_a_real_busy_process():
 
 
 def test_train_flag_threads(capsys):
+    """A run's thread count is a setting (TrainConfig.threads), a whole number: no `auto` that follows the load."""
     from workbench.cli.main import main
 
+    assert main(["train", "--threads", "0", "--iterations", "1"]) == 2
+    assert "threads must be in 1..1024, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["train", "--threads", "0", "--iterations", "1"])
-    assert "expected auto or a positive whole number" in capsys.readouterr().err
+        main(["train", "--threads", "auto", "--iterations", "1"])
+    assert "--threads: expected an integer, got 'auto'" in capsys.readouterr().err
 
 
 def test_the_app_yields_cores_to_its_fine_tune(tmp_path, monkeypatch):

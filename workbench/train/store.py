@@ -369,7 +369,7 @@ def _samples_still(folder: Path, problem: str) -> str:
         load_checkpoint(folder, optimizer=False)
     except WorkbenchError:
         return problem
-    return f"{problem}; its weights still sample (pick it in the app, or --model {folder}), but a resume needs all"
+    return f"{problem}; its weights still sample (the app's picker, --model with the run), but a resume needs all"
 
 
 def _is_row(line: str | bytes) -> bool:

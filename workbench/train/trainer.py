@@ -157,6 +157,7 @@ class Trainer:
         """The newest complete checkpoint of the store; a run without one cannot resume (never starts over)."""
         checkpoint, why = self.store.newest_checkpoint() if self.store is not None else (None, "")
         if checkpoint is None:
+            why = why.replace(f"{getattr(self.store, 'path', '')}/", "")  # the run's path is said once
             found = ", ".join(p.name for p in self.store.checkpoints()) if self.store else ""
             raise WorkbenchError(f"{getattr(self.store, 'path', 'the run')} has no complete checkpoint to resume from"
                                  f"{f' ({found} are incomplete: {why})' if found else ''}; start a fresh run with a "

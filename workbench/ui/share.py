@@ -139,7 +139,7 @@ def parse_query(params: dict) -> dict:
         noise = float(params.get("noise", "0.7"))
         check_limit("noise_level", noise, app=True)
     except ValueError as err:  # a WorkbenchError is a ValueError too
-        why = str(err) if isinstance(err, WorkbenchError) else "is not a number"
+        why = f"is out of range: {err}" if isinstance(err, WorkbenchError) else "is not a number"
         raise WorkbenchError(f"the link's noise={shorten(params['noise'])} {why}") from None
     view = {"model": params.get("model", BASE) or BASE, "prompt": params.get("prompt", "").strip(),
             "seed": _whole(params, "seed", 0), "G": _whole(params, "G", 8), "T": _whole(params, "T", 16),
