@@ -922,6 +922,10 @@ MILLION_LINKS = [  # a link with a size at 10^6 -> the words of its one message 
     (f"prompt={PROMPT}&G=" + "9" * 5000, "is not a whole number"),
     (f"prompt={PROMPT}&window=0," + "9" * 5000, "SDE window must be START,END"),
     (f"prompt={PROMPT}&model=base&" + "x" * 10_000, "query is 10"),
+    (f"prompt={PROMPT}&window=0,1000000", "SDE window (0, 1000000) must satisfy 0 <= start < end <= steps (16)"),
+    (f"prompt={PROMPT}&seed=" + "1" * 30, "seed must be in 0..2^63 - 1"),
+    (f"prompt={PROMPT}&T=4&chunks=1000000", "chunk sizes [1000000] sum to 1000000 but there are 4 trained steps"),
+    (f"prompt={PROMPT}&T=4&chunks=" + ",".join(["1"] * 4000), "chunk sizes spec '1,1,1"),
 ]
 
 
@@ -937,6 +941,15 @@ def test_a_link_outside_the_limits_answers_at_once_and_takes_no_memory(app, quer
     seconds, grown = time.perf_counter() - start, rss_bytes() - before
     assert status.startswith("⚠") and needle in status.replace("\\", ""), status[:300]
     assert seconds < 1.0 and grown < 20 * 2**20, (seconds, grown)
+
+
+@pytest.mark.parametrize("spec", [",".join(["1"] * 10**6), "[" + ",".join(["1"] * 10**6) + "]", "9" * 10**6])
+def test_a_chunk_spec_of_a_million_numbers_is_refused_before_it_is_read(app, sampled, spec):
+    _, wb = app
+    start = time.perf_counter()
+    status = h.chunks_from_spec(wb, spec, sampled)[-1].replace("\\", "")
+    assert time.perf_counter() - start < 0.5 and status.startswith("⚠") and len(status) < 300, status[:400]
+    assert "has 1000000 items; 4 steps take at most 4" in status or "is not an integer" in status, status
 
 
 @pytest.mark.parametrize("call, needle", [
@@ -1162,15 +1175,16 @@ def wait_for(path: Path, process: subprocess.Popen, seconds: float = 180) -> Non
 
 
 def test_a_run_that_checkpoints_every_iteration_samples_50_times_of_50_while_it_trains(runs_wb, model_dir):
-    """The app's picker (Workbench.pin) and the command line's loader (load_policy of the run's path), alternately,
-    each sampling a group, while a real training process saves a checkpoint every iteration and keeps only the
-    newest (it removes the one before)."""
+    """The app's picker (`pick_policy`, then a group from the policy it loaded) and the command line's loader
+    (`load_policy` of the run's path), alternately, while a real training process saves a checkpoint every
+    iteration and keeps only the newest (it removes the one before)."""
     from workbench.flow.sampler import sample_group
     from workbench.train.sources import load_policy
+    from workbench.ui import policies as pol
 
     run = runs_wb.jobs.root / "live"
     trainer = start_training(model_dir, run)
-    failures, iterations = [], set()
+    failures, checkpoints = [], set()
     try:
         wait_for(run / "checkpoints" / "latest.json", trainer)
         for i in range(50):
@@ -1179,8 +1193,11 @@ def test_a_run_that_checkpoints_every_iteration_samples_50_times_of_50_while_it_
                 if i % 2:
                     policy = load_policy(str(run))
                 else:
-                    source, policy = runs_wb.pin(str(run))
-                    iterations.add(source.iteration)
+                    session, status = (out := pol.pick_policy(runs_wb, str(run), Session()))[2], out[-1]
+                    if not status.startswith("✓"):
+                        raise WorkbenchError(status)
+                    checkpoints.add(session.source)
+                    policy = runs_wb.policy(session.source)
                 group = sample_group(policy, PROMPT, SamplingConfig(group=2, steps=2, seed=i))
                 assert torch.isfinite(group.images).all()
             except WorkbenchError as err:
@@ -1189,7 +1206,7 @@ def test_a_run_that_checkpoints_every_iteration_samples_50_times_of_50_while_it_
         trainer.kill()
         trainer.wait()
     assert not failures, f"{len(failures)} of 50 failed: {failures[:3]}"
-    assert len(iterations) > 1  # the run moved on while it was loaded
+    assert len(checkpoints) > 1  # the run moved on while it was loaded
 
 
 def test_a_checkpoint_without_its_optimizer_state_samples_and_a_resume_says_what_is_missing(capsys, trained,

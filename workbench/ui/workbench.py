@@ -84,10 +84,14 @@ class Workbench:
         for _ in range(RETRIES):
             source = self.source(key)
             try:
-                return source, self._policy_of(source)
+                policy = self._policy_of(source)
             except CheckpointGone:
                 if source.run is None or Path(source.checkpoint) == Path((key or "").strip()).expanduser():
                     raise
+                continue
+            if source.run is not None:  # the session now names the checkpoint: found without the disk, which the
+                self._resolved.setdefault(source.checkpoint, source)  # run may have moved on from since
+            return source, policy
         raise WorkbenchError(f"run {key} replaced its newest checkpoint {RETRIES} times while it loaded; try again")
 
     def _policy_of(self, source):
