@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -1024,6 +1025,56 @@ def test_a_path_outside_the_allowed_folders_gets_one_message_whether_it_exists_o
         messages.add(status.replace(repr(path), "PATH"))
     assert len(messages) == 1, messages  # no answer says whether a path exists
     assert not runs_wb._policies  # nothing was loaded
+
+
+def _make(kind: str, path: Path, model_dir: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "model":
+        shutil.copytree(model_dir, path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "file":
+        path.write_text("x")
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "dangling link":
+        path.symlink_to(path.parent / "nothing")
+    else:  # a link to a model
+        shutil.copytree(model_dir, path.parent / "target")
+        path.symlink_to(path.parent / "target")
+
+
+@pytest.mark.parametrize("kind", ["model", "folder", "file", "loop", "dangling link", "link to a model"])
+@pytest.mark.parametrize("how", ["picker", "link"])
+def test_an_outside_paths_message_is_byte_identical_before_and_after_it_exists(runs_wb, model_dir, tmp_path,
+                                                                               kind, how):
+    """The same path text, asked before and after something is made there (written absolute, through `..` out
+    of the runs folder, and with `~`): the same bytes, and nothing loaded."""
+    from urllib.parse import quote
+
+    from workbench.ui import policies as pol
+    from workbench.ui import share
+
+    def ask(path: str) -> str:
+        if how == "picker":
+            return pol.pick_policy(runs_wb, path, Session())[-1]
+        return share.open_link(runs_wb, Session(), f"?prompt={quote(PROMPT)}&model={quote(path)}")[-1]
+
+    runs_wb.jobs.root.mkdir(parents=True, exist_ok=True)
+    home = Path.home()
+    target = Path(tempfile.mkdtemp(dir=home if os.access(home, os.W_OK) else tmp_path)) / f"x-{kind.replace(' ', '-')}"
+    try:
+        texts = [str(target), f"{runs_wb.jobs.root}/../{os.path.relpath(target, runs_wb.jobs.root.parent)}"]
+        if target.is_relative_to(home):
+            texts.append("~/" + str(target.relative_to(home)))
+        before = [ask(text) for text in texts]
+        _make(kind, target, model_dir)
+        after = [ask(text) for text in texts]
+    finally:
+        shutil.rmtree(target.parent, ignore_errors=True)
+    assert [m.encode() for m in before] == [m.encode() for m in after], (before, after)
+    assert all(m.startswith("⚠") and "is not a folder this app offers" in m for m in after), after
+    assert not runs_wb._policies
 
 
 def test_the_models_named_at_start_are_offered_and_load(tmp_path, model_dir):
