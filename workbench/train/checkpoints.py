@@ -49,12 +49,13 @@ class Checkpoint:
 
 
 def write_checkpoint(root: Path, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
-                     keep: int = 1, critic: dict | None = None) -> Path:
-    """Write root/iter_XXXX/ (root: a run's checkpoints folder) as `RunStore.save_checkpoint` describes."""
+                     keep: int = 1, critic: dict | None = None, within: Path | None = None) -> Path:
+    """Write root/iter_XXXX/ (root: a run's checkpoints folder) as `RunStore.save_checkpoint` describes; `within`:
+    the run's folder when it must exist already (never made again, `core.files.atomic_write`)."""
     final, tmp = root / f"iter_{iteration:04d}", root / f".iter_{iteration:04d}.tmp"
     replaced = root / f".iter_{iteration:04d}.old"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=within is None, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
@@ -69,9 +70,10 @@ def write_checkpoint(root: Path, iteration: int, weights: dict[str, torch.Tensor
             os.replace(final, replaced)
         os.replace(tmp, final)
         _fsync(root)
-    except OSError as err:
-        raise WorkbenchError(f"cannot write checkpoint {final}: {err.strerror or err}") from None
-    write_json(root / "latest.json", {"iteration": iteration, "dir": final.name})
+    except (OSError, SafetensorError, RuntimeError) as err:  # safetensors' and torch.save's I/O errors are their own
+        why = getattr(err, "strerror", None) or (str(err).splitlines() or [type(err).__name__])[0][:200]
+        raise WorkbenchError(f"cannot write checkpoint {final}: {why}") from None
+    write_json(root / "latest.json", {"iteration": iteration, "dir": final.name}, within=within)
     old = sorted((p for p in root.glob("iter_*") if p.is_dir() and p.name != final.name), key=iteration_of)
     for p in [*old[:max(0, len(old) - (keep - 1))], replaced]:
         shutil.rmtree(p, ignore_errors=True)

@@ -137,6 +137,12 @@ class RunStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.training = False  # set by the trainer's first event: from then on a write never makes the folder again
+
+    @property
+    def _within(self) -> Path | None:
+        """The folder writes may not make (`core.files.atomic_write`): the run's, once its run trains."""
+        return self.path if self.training else None
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.path)!r})"
@@ -189,12 +195,24 @@ class RunStore:
     def __call__(self, event) -> None:
         """Write what a trainer event means for the folder (events come from the main process only). A folder
         removed while its run trains is not made again: the run stops with a message, and its end is not written."""
-        kind, data = event.kind, event.data
-        if kind != "started" and not self.path.is_dir():
-            if kind in ("finished", "stopped", "failed"):
+        self.training = True
+        if event.kind != "started" and not self.path.is_dir():
+            if event.kind in ("finished", "stopped", "failed"):
                 return
-            raise WorkbenchError(f"run folder {self.path} was removed while the run was training; the run stops "
-                                 "(nothing is written again)")
+            raise self._removed()
+        try:
+            self._write(event)
+        except WorkbenchError:
+            if event.kind == "started" or self.path.is_dir():
+                raise
+            raise self._removed() from None  # removed while the event was written
+
+    def _removed(self) -> WorkbenchError:
+        return WorkbenchError(f"run folder {self.path} was removed while the run was training; the run stops "
+                              "(nothing is written again)")
+
+    def _write(self, event) -> None:
+        kind, data = event.kind, event.data
         if kind == "started":
             self.write_config(data["config"])
             if data.get("resumed_from") is not None:
@@ -218,7 +236,7 @@ class RunStore:
 
     # ------------------------------------------------------------------------------------ writes
     def write_config(self, config: dict) -> Path:
-        return write_json(self.path / CONFIG, config)
+        return write_json(self.path / CONFIG, config, within=self._within)
 
     def write_status(self, state: str, iteration: int, error: str | None = None, started: float | None = None) -> Path:
         """Replace status.json; `started` defaults to the previous file's start time (or now)."""
@@ -231,7 +249,7 @@ class RunStore:
                 started = time.time()
         return write_json(self.path / STATUS, {"state": state, "iteration": iteration, "pid": os.getpid(),
                                                "pid_start": process_start(os.getpid()), "error": error,
-                                               "started": started, "updated": time.time()})
+                                               "started": started, "updated": time.time()}, within=self._within)
 
     def append_metrics(self, record: dict) -> None:
         """Append one JSON line (one write, flush + fsync). A torn last line left by a crash is closed first,
@@ -261,13 +279,15 @@ class RunStore:
         if unread:
             with open(self.path / DAMAGED_METRICS, "ab") as f:
                 f.write(b"".join(line + b"\n" for line in unread))
-        atomic_write(self.path / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+        atomic_write(self.path / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows),
+                     within=self._within)
 
     def save_samples(self, iteration: int, image, prefix: str = "iter") -> Path:
         """A PIL image as samples/<prefix>_XXXX.png: the iteration's rollout grid (iter) or held-out grid (eval)."""
         buf = io.BytesIO()
         image.save(buf, format="PNG")
-        return atomic_write(self.path / "samples" / f"{prefix}_{iteration:04d}.png", buf.getvalue())
+        return atomic_write(self.path / "samples" / f"{prefix}_{iteration:04d}.png", buf.getvalue(),
+                            within=self._within)
 
     def save_checkpoint(self, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
                         keep: int = 1, critic: dict | None = None) -> Path:
@@ -275,7 +295,8 @@ class RunStore:
         at it, and only then remove what it replaces: the older checkpoints beyond the newest `keep` (and a folder
         of the same iteration written before). A reader therefore always finds a complete checkpoint; one it
         picked may vanish under it, replaced by a newer one (`CheckpointGone`)."""
-        return write_checkpoint(self.path / "checkpoints", iteration, weights, optimizer_state, keep, critic)
+        return write_checkpoint(self.path / "checkpoints", iteration, weights, optimizer_state, keep, critic,
+                                within=self._within)
 
     # ------------------------------------------------------------------------------------ the stop flag
     def request_stop(self) -> Path | None:
@@ -285,7 +306,7 @@ class RunStore:
             RunStore.open(self.path)  # raises the not-a-run error
         if self.info().state != "running":
             return None
-        return atomic_write(self.path / STOP, f"{time.time()}\n")
+        return atomic_write(self.path / STOP, f"{time.time()}\n", within=self.path)
 
     def stop_requested(self) -> bool:
         return (self.path / STOP).exists()
