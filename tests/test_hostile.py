@@ -123,7 +123,7 @@ REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line
     (SAMPLE + ["--device", "tpu"], ["--device", "unknown device 'tpu'"]),
     (SAMPLE + ["--device", "cuda:x"], ["--device", "unknown device"]),
     (ATTRIBUTE + ["--chunks", "-1,5"], ["--chunks", ">= 1"]),
-    (ATTRIBUTE + ["--chunks", ",".join(["1"] * 5000)], ["--chunks", "characters cut", "sum to 3"]),
+    (ATTRIBUTE + ["--chunks", ",".join(["1"] * 5000)], ["--chunks", "has 5000 items; 3 steps take at most 3"]),
     (ATTRIBUTE + ["--chunks", "2,a"], ["--chunks", "integer"]),
     (ATTRIBUTE + ["--precision", "half"], ["--precision", "invalid choice"]),
     (SAMPLE + ["--foo"], ["unrecognized arguments: --foo"]),
@@ -526,7 +526,7 @@ def test_generate_refuses_hostile_values_with_one_short_line(app, inputs, needle
 
 def test_a_long_message_on_the_page_is_one_short_line(app):
     _, wb = app
-    status = h.chunks_from_spec(wb, ",".join(["1"] * 5000), Session())[-1]
+    status = h.generate(wb, PROMPT, 2, 4, 0.7, 0, "x" * 5000 + ":1", Session())[-1]
     assert status.startswith("⚠") and "characters cut" in status and len(status) < 600 and "\n" not in status
 
 
