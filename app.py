@@ -1,4 +1,4 @@
-"""Chunk-GRPO Workbench in the browser: `python app.py [--model PATH] [--port 7860] [--host 127.0.0.1]`.
+"""Chunk-GRPO Workbench in the browser: `python app.py [--model PATH] [--models DIR ...] [--port 7860] [--host HOST]`.
 
 Opens http://127.0.0.1:7860 on the embedded model. The model loads in the background once the server
 is up, so the page is interactive at once. Importing this module builds nothing and launches nothing.
@@ -18,12 +18,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def create_app(model: str | None = None, device: str | None = None, runs_root: str = "runs", warm: bool = False,
-               dtype: str = "float32", resolution: int | None = None):
-    """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background."""
+               dtype: str = "float32", resolution: int | None = None, models: tuple[str, ...] = ()):
+    """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background;
+    `models`: folders whose models the picker offers (the only folders besides the runs and the shipped models that
+    a session may load)."""
     from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
-    wb = Workbench(model=model, device=device, runs_root=runs_root, dtype=dtype, resolution=resolution)
+    wb = Workbench(model=model, device=device, runs_root=runs_root, dtype=dtype, resolution=resolution,
+                   models=tuple(models))
     if warm:
         wb.warm_up()
     return build_app(wb), wb
@@ -44,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     p.add_argument("--runs", default="runs", help="folder of fine-tuning runs (default runs/)")
+    p.add_argument("--models", nargs="+", default=[], metavar="DIR",
+                   help="model folders (or folders of model folders) the picker offers; a session may load from "
+                        "these, the runs folder and the shipped models only")
     return p.parse_args(argv)
 
 
@@ -65,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     # first clicks.
     reuse_freed_memory()  # before the model loads: its passes reuse freed memory (workbench/core/heap.py)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution)
+    demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution,
+                          models=tuple(args.models))
     atexit.register(wb.jobs.shutdown)
     exit_on_terminate()
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)

@@ -55,9 +55,13 @@ def test_the_picker_lists_and_loads_every_kind_of_source(wb, model_dir):
     assert "already loaded" in msg(pol.pick_policy(wb, str(model_dir), session))
 
 
-@pytest.mark.parametrize("path, message", [("/no/such/folder", "/no/such/folder does not exist"),
-                                           ("/", "/ is neither a model folder nor a run")])
+@pytest.mark.parametrize("path, message", [("/no/such/folder", "'/no/such/folder' is not a folder this app offers"),
+                                           ("/", "'/' is not a folder this app offers"),
+                                           ("RUNS/nope", "RUNS/nope does not exist"),
+                                           ("RUNS", "RUNS is neither a model folder nor a run")])
 def test_a_bad_path_is_refused_naming_it_and_the_session_keeps_its_policy(wb, path, message):
+    path, message = (text.replace("RUNS", str(wb.jobs.root)) for text in (path, message))
+    wb.jobs.root.mkdir(exist_ok=True)
     out = pol.pick_policy(wb, path, Session())
     assert out[-1].startswith("⚠") and message in msg(out) and all(isinstance(v, dict) or v is not None
                                                                      for v in out[:-1])

@@ -53,7 +53,8 @@ def test_no_query_changes_nothing_and_bad_links_are_messages(wb):
     out = share.open_link(wb, Session(), "")
     assert all(is_skip(x) for x in out[:-1]) and out[-1] == ""
     bad = [("G=8", "no prompt"), (f"prompt={PROMPT}&G=two", "G='two' is not a whole number"),
-           (f"prompt={PROMPT}&G=1", "G=1 must be at least 2"), (f"prompt={PROMPT}&sampler=nope", "sampler='nope'"),
+           (f"prompt={PROMPT}&G=1", "G='1' is out of range: group size G must be in 2..16"),
+           (f"prompt={PROMPT}&sampler=nope", "sampler='nope'"),
            (f"prompt={PROMPT}&estimator=nope", "estimator='nope'"), (f"prompt={PROMPT}&tab=nope", "tab='nope'"),
            (f"prompt={PROMPT}&T=4&chunks=1,2", "sum to 3"), (f"prompt={PROMPT}&noise=x", "noise='x'")]
     for query, words in bad:

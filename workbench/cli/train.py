@@ -29,12 +29,6 @@ def _window(text: str) -> tuple[int, int]:
     return start, end
 
 
-def _threads(text: str) -> str:
-    if text == "auto" or (text.isdigit() and int(text) > 0):
-        return text
-    raise argparse.ArgumentTypeError(f"expected auto or a positive whole number, got {text!r}")
-
-
 _TYPES = {"int": integer, "float": number, "str": str, "tuple[int, int]": _window}  # TrainConfig annotations
 _FIELD_TYPES = {"seed": seed, "device": device}  # fields whose flags check more than their annotation
 
@@ -70,9 +64,6 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="run folder (default: runs/<date-time>)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     p.add_argument("--stop", default=None, metavar="RUN_DIR", help="ask a running run to stop and exit")
-    p.add_argument("--threads", type=_threads, default="auto",
-                   help="torch CPU threads: a number, or auto (default: the cores other processes leave free, "
-                        "re-measured every iteration, so a run shares cores with the app without collapsing)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the memory estimate of an iteration (docs/methods.md) and whether it fits the device; "
                         "loads no weights and starts nothing")
@@ -148,32 +139,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         trainer = Trainer(new_config(args, overrides), new_store(args.out))
     total = trainer.config.iterations
-    governor = thread_policy(args.threads)
 
     def show(event) -> None:
         line = progress_line(event, total)
         if line:
             print(line, flush=True)
-        if governor is not None and event.kind == "iteration":
-            governor.update()
 
     summary = trainer.run(callback=show)
     if trainer.dist.main:
         print(json.dumps(clean_json(summary.to_dict()), allow_nan=False), flush=True)
     _close_distributed()
     return 0
-
-
-def thread_policy(threads: str):
-    """A ThreadGovernor for --threads auto (None for a number, which is set once here)."""
-    import torch
-
-    from workbench.core.threads import ThreadGovernor
-
-    if threads != "auto":
-        torch.set_num_threads(int(threads))
-        return None
-    return ThreadGovernor()
 
 
 def dry_run(args: argparse.Namespace, overrides: dict) -> int:

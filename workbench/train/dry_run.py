@@ -13,6 +13,7 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.models.architectures import FLUX_T5_TOKENS, SD3_T5_TOKENS
+from workbench.models.config_checks import check_model_folder
 from workbench.train.config import TrainConfig
 from workbench.train.memory import REWARD_MODEL_PARAMS, MemoryEstimate, ModelSizes, RunSizes, estimate_memory, verdict
 from workbench.train.prompt_sets import is_pipeline_folder
@@ -136,6 +137,7 @@ def estimate_run(config: TrainConfig, device: str | None = None) -> tuple[Memory
     from workbench.models.adapters import default_device
 
     device = device or config.device or default_device()
+    check_model_folder(config.model)  # damaged or absurd configs are refused here, before the meta build
     run = run_sizes(config, device)
     if is_pipeline_folder(config.model):
         model = folder_sizes(Path(config.model).expanduser(), config.resolution, run.weight_bytes,

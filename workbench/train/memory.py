@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from workbench.core.budget import human_bytes
+from workbench.core.budget import check_counts, human_bytes
 
 # activations kept for backward, in units of one residual-stream tensor (transitions x tokens x width x bytes);
 # calibrated on CPU in float32 (scripts/calibrate_memory.py, docs/methods.md "Memory estimate")
@@ -22,6 +22,8 @@ ACT_PER_BLOCK = 29.0  # per transformer block without checkpointing (measured 24
 CHECKPOINT_PER_BLOCK = 7.3  # per block with checkpointing (the blocks' saved inputs and backward buffers)
 CHECKPOINT_FIXED = 39.0  # with checkpointing, once: the block being recomputed and what lies outside the blocks
 RUNTIME_BYTES = {"cpu": 85e6, "cuda": 600e6}  # the framework's own: CPU measured; a CUDA context, estimated
+ZERO_MEANS_NONE = ("lora_params_per_rank", "text_encoder_bytes", "vae_params", "vae_decode_channels", "lora_rank",
+                   "reward_params")  # sizes that may be 0; every other one must be positive
 REWARD_MODEL_PARAMS = {"clip_score": 428_000_000, "pickscore": 986_000_000}  # CLIP ViT-L/14, PickScore ViT-H/14
 
 
@@ -39,6 +41,10 @@ class ModelSizes:
     text_encoder_bytes: int = 0  # the text encoders' weights as loaded
     vae_params: int = 0  # 0 = a pixel-space model (no VAE)
     vae_decode_channels: int = 0  # channels live at full resolution at the decoder's peak (SD3 / FLUX VAE: 512)
+
+    def __post_init__(self):
+        sizes = {f.name: getattr(self, f.name) for f in fields(self)}
+        check_counts("the model's sizes", sizes, {k: sizes.pop(k) for k in ZERO_MEANS_NONE if k in sizes})
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,10 @@ class RunSizes:
     cfg: bool = False  # classifier-free guidance in training rollouts: two rows (cond, uncond) per transition
     reward_params: int = 0  # parameters of model-based rewards (float32)
     device: str = "cuda"
+
+    def __post_init__(self):
+        sizes = {f.name: getattr(self, f.name) for f in fields(self) if f.type == "int"}
+        check_counts("the run's sizes", sizes, {k: sizes.pop(k) for k in ZERO_MEANS_NONE if k in sizes})
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from workbench.train.explained import ROWS, correlation_text, explain_rows, obje
 from workbench.train.presets import gfpo_scores
 from workbench.ui.clicks import clicked_point
 from workbench.ui.formulas import cell, formula_html
-from workbench.ui.guard import guarded, number, ok, whole_number
+from workbench.ui.guard import guarded, limited, number, ok, whole_number
 from workbench.ui.handlers import _tracker
 from workbench.ui.jobs import objective_names
 from workbench.ui.redraw import shape_change
@@ -163,7 +163,7 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     """Compute button -> (maps figure, summary table, formula, view, status)."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    n = whole_number(updates, "inner updates N", 0)
+    n = limited(updates, "inner_updates")
     lr = number(lr, "learning rate")
     if lr <= 0:
         raise WorkbenchError(f"the learning rate must be > 0, got {lr:g}")

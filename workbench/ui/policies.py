@@ -20,7 +20,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.glossary import gloss
 from workbench.core.imaging import grid
 from workbench.rl.credit import Z
-from workbench.ui.guard import escape, guarded, ok, whole_number
+from workbench.ui.guard import escape, guarded, limited, ok
 from workbench.ui.handlers import _tracker, _z, rates_markdown
 from workbench.ui.state import BASE, Session
 from workbench.ui.workbench import Workbench
@@ -61,9 +61,8 @@ def pick_policy(wb: Workbench, key: str | None, session: Session, progress=gr.Pr
     key = (key or BASE).strip()
     start = time.perf_counter()
     progress(0.1, desc="loading the policy")
-    source = wb.source(key)
+    source = wb.pin(key)[0]  # a run: its newest checkpoint, loaded now
     stored = source.checkpoint or (source.key if source.adapter else key)  # an adapter's key names both folders
-    wb.policy(stored)
     seconds = time.perf_counter() - start
     menu = gr.Dropdown(choices=wb.sources(), value=stored, allow_custom_value=True)  # shows what was loaded
     if stored == session.source:
@@ -132,7 +131,7 @@ def compare(wb: Workbench, other: str | None, continuations: float, session: Ses
     credit is measured with the same estimator, M, numerics and continuation seed (`rl.credit_compare`)."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
+    k, z = limited(continuations, "continuations", "continuations (M)"), _z(z)
     other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
     group = session.group
     comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,
