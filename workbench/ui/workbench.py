@@ -144,6 +144,15 @@ class Workbench:
 
         base = self.model_path or "the embedded model"
         choices = [(f"base model: {base}", BASE)]
+        if self.model_path is None:  # the crosses lesson's result shipped with the package: a class need not wait
+            from workbench.train.lesson_result import shipped_lesson
+
+            try:
+                lesson = shipped_lesson()
+                choices.append((f"the crosses lesson shipped with the package ({lesson.iterations} iterations)",
+                                str(lesson.model)))
+            except WorkbenchError:  # an incomplete copy of the package: the picker offers what is there
+                pass
         try:
             runs = list_runs(self.jobs.root)
         except WorkbenchError:  # the runs root is a file: no run to offer
