@@ -16,6 +16,7 @@ import gradio as gr
 import pandas as pd
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.glossary import gloss
 from workbench.rl.credit import Z
 from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED
 from workbench.ui import handlers
@@ -185,7 +186,7 @@ def check_estimate(wb: Workbench) -> str:
 def exercise_section(wb: Workbench, session, heavy: dict) -> None:
     """The two exercises under Learn's walk."""
     fresh = gr.State(None)
-    gr.Markdown(INSTRUCTIONS, elem_id="exercise-intro")
+    gr.Markdown(gloss(INSTRUCTIONS), elem_id="exercise-intro")
     with gr.Row():
         seed = gr.Number(1, precision=0, label="Seed of the fresh group", elem_id="exercise-seed", scale=1)
         sample = gr.Button("Sample a fresh group", elem_id="exercise-sample-btn", scale=2)
