@@ -9,7 +9,7 @@ from workbench.ui.learn import LEARN, example_text
 
 def test_an_estimate_is_the_work_times_the_rate_measured_here(wb, sampled):
     wb.timing = None
-    assert "measured once the model has loaded" in example_text(True, wb)  # nothing assumed before a timing
+    assert "not measured on this machine yet" in example_text(True, wb)  # nothing assumed before a timing
     timing.probe(wb)
     per_eval, how = wb.timing
     assert per_eval > 0 and how == "timed as the model loaded"

@@ -195,7 +195,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_images, compare_text, status]
-    busy = dict(show_progress_on=[heatmap], scroll_to_output=True, **HEAVY)  # progress over the map; status in view
+    busy = dict(scroll_to_output=True, **HEAVY)  # to the status under the buttons (progress on the map only: no scroll)
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
                       api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
     run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z, precision], outputs,
@@ -206,7 +206,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
-                  show_progress_on=[compare_plot], scroll_to_output=True, **HEAVY)
+                  scroll_to_output=True, **HEAVY)  # to the status naming the comparison
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
                 compare_text=compare_text, both=both, continuations=continuations, estimator=estimator,
                 steps_view=steps_view)

@@ -88,7 +88,7 @@ def example_text(toy_world: bool = True, wb: Workbench | None = None) -> str:
 
     prompt, reward = learn_example(toy_world)
     evals = evaluations(LEARN["group"], LEARN["steps"], LEARN["continuations"])
-    took = "" if wb is None else ": " + estimate(wb, evals)
+    took = "" if wb is None else " (time: " + estimate(wb, evals) + ")"
     return (f"The button samples {LEARN['group']} images of *\"{prompt}\"* with the loaded model "
             f"({LEARN['steps']} steps), scores them with the `{reward}` reward, shows what step GRPO and "
             f"Chunk-GRPO push on each step, and measures credit with M={LEARN['continuations']} continuations per "
@@ -294,7 +294,7 @@ def after_estimate(wb: Workbench) -> str:
     from workbench.ui.timing import estimate, evaluations
 
     steps = preset("crosses").sampling_config(1).steps
-    return "Two groups sampled and measured: " + estimate(wb, 2 * evaluations(LEARN["group"], steps,
+    return "Two groups sampled and measured; time: " + estimate(wb, 2 * evaluations(LEARN["group"], steps,
                                                                               LEARN["continuations"])) + "."
 
 

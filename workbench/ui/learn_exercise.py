@@ -117,8 +117,19 @@ def schedule_answer(credit, choice: str, data: dict | None, z: float = Z) -> str
         verdict = (f"**{'Right' if choice in ties else 'Not this time'}.** You chose {SCHEDULES[choice]}; on this "
                    f"group the lowest share is {100 * known[best]:.0f} %, with "
                    f"{' and '.join(SCHEDULES[k] for k in ties)}.")
-    return (verdict + " One group is a noisy sample: the last column is the set of groups behind the claim above.\n\n"
-            + "\n".join(lines))
+    return verdict + _set_note(data) + "\n\n" + "\n".join(lines)
+
+
+def _set_note(data: dict | None) -> str:
+    """What the last column is, and what the set says at its own M (read from the shipped set)."""
+    if data is None:
+        return " One group is a noisy sample."
+    m = data["settings"]["continuations"]
+    step = figure(data, "step", m).mean
+    lower = [SCHEDULES[n] for n in ("uniform4", "temporal") if figure(data, n, m).mean < step]
+    said = f", where {' and '.join(lower)} lower the share" if lower else ""
+    return (f" One group is a noisy sample. The last column is the set of groups behind the claim above, at this "
+            f"exercise's M={EXAMPLE_M}: noisier than the claim's M={m}{said}.")
 
 
 @guarded(5)
@@ -180,7 +191,7 @@ def exercise_predict(wb: Workbench, choice: str, fresh: Session, progress=gr.Pro
 def check_estimate(wb: Workbench) -> str:
     """How long Check my marks takes here: the fresh group's credit (it is sampled already)."""
     g, t = EXERCISE["group"], EXERCISE["steps"]
-    return "Measuring takes " + estimate(wb, evaluations(g, t, EXAMPLE_M) - g * t) + "."
+    return "Measuring the fresh group's credit; time: " + estimate(wb, evaluations(g, t, EXAMPLE_M) - g * t) + "."
 
 
 def exercise_section(wb: Workbench, session, heavy: dict) -> None:

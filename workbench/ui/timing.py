@@ -45,10 +45,10 @@ def _keep(wb, per_eval: float, how: str) -> None:
 
 
 def estimate(wb, evals: int) -> str:
-    """'about N s on this machine (...)', or that the machine is not timed yet."""
+    """'about N s on this machine (...)', or that the machine is not timed yet (read after 'Time: ')."""
     timing = getattr(wb, "timing", None)
     if timing is None:
-        return "its time on this machine is measured once the model has loaded (reload the page to see it)"
+        return "not measured on this machine yet (the app times the model as it loads: reload the page)"
     per_eval, how = timing
     seconds = evals * per_eval
     shown = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} minutes"
