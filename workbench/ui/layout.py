@@ -194,11 +194,11 @@ def _attribution_tab(page: Page) -> dict:
     empty, text = pol.empty_comparison()
     compare_plot = gr.Plot(empty, label="Before and after", elem_id="compare-credit-plot")
     compare_text = gr.Markdown(text, elem_id="compare-credit-text")
-    compare_images = gr.Image(label="Final images: top row the compared policy, bottom row this session's",
+    compare_images = gr.Image(label="Final images of both groups (the caption names each row after Compare)",
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_images, compare_text, status]
-    busy = dict(show_progress_on=[heatmap], **HEAVY)  # the progress text over the map, not over the rates' text
+    busy = dict(scroll_to_output=True, **HEAVY)  # to the status under the buttons (progress on the map only: no scroll)
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
                       api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
     run.click(partial(h.attribute, wb), [continuations, session, estimator, crn, z, precision], outputs,
@@ -209,7 +209,7 @@ def _attribution_tab(page: Page) -> dict:
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
-                  show_progress_on=[compare_plot], **HEAVY)
+                  scroll_to_output=True, **HEAVY)  # to the status naming the comparison
     page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
                     api_visibility="private", show_progress="hidden")  # flashes
     page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private")
@@ -343,7 +343,7 @@ def _objectives_tab(page: Page) -> None:
     point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
-              [maps, summary, formula, view, status], api_name="objectives", **HEAVY).then(
+              [maps, summary, formula, view, status], api_name="objectives", scroll_to_output=True, **HEAVY).then(
         lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
         api_visibility="private", show_progress="hidden")
     scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
@@ -510,7 +510,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         share.wire(wb, demo, link, tabs, session,
                    [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
                    [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
-                    attribution["heatmap"], attribution["rates"]])
+                    attribution["heatmap"], attribution["rates"], *attribution["both"][:3]])
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change

@@ -78,6 +78,8 @@ def view_link(prompt: str, group: float, steps: float, noise: float, seed: float
              "T": int(steps), "noise": f"{float(noise):g}", "sampler": sde or "", "window": (window or "").strip(),
              "reward": (reward or "").strip(), "chunks": format_sizes(session.sizes),
              "continuations": int(continuations), "estimator": estimator or "mc", "tab": tab_id(tab or "")}
+    if session.comparison is not None and session.compared:  # the link reopens the Compare too (`compare_share`)
+        query["compare"] = session.compared
     return page_address(base) + "?" + urlencode({k: v for k, v in query.items() if v != ""})
 
 
@@ -144,7 +146,8 @@ def parse_query(params: dict) -> dict:
             "seed": _whole(params, "seed", 0), "G": _whole(params, "G", 8), "T": _whole(params, "T", 16),
             "noise": noise, "sampler": params.get("sampler", "flow_grpo"), "window": params.get("window", ""),
             "reward": params.get("reward", ""), "continuations": _whole(params, "continuations", 4),
-            "estimator": params.get("estimator", "mc"), "tab": params.get("tab", "generate")}
+            "estimator": params.get("estimator", "mc"), "tab": params.get("tab", "generate"),
+            "compare": params.get("compare", "").strip()}
     if not view["prompt"]:
         raise WorkbenchError("the link has no prompt= to sample; copy the link again after a Generate")
     if view["sampler"] not in SDE_KINDS:
@@ -183,18 +186,19 @@ def preload_link(wb: Workbench, session: Session, query: str) -> None:
         pass
 
 
-@guarded(21)
+@guarded(24)
 def open_link(wb: Workbench, session: Session, query: str, progress=gr.Progress()):
-    """Page load -> (tabs, 12 controls, header, gallery, filmstrip, log-prob figure, credit map, rates, session,
-    status): the view a shared link describes, regenerated; without a query string nothing changes. `query` is
-    the page's location.search (`QUERY_JS` passes it in). The whole link is checked before any work; the
-    handlers it calls raise their own messages, which are shown once (their guarded forms would escape them a
-    second time)."""
+    """Page load -> (tabs, 12 controls, header, gallery, filmstrip, log-prob figure, credit map, rates, comparison
+    figure, its images, its text, session, status): the view a shared link describes, regenerated (with its Compare
+    when it holds compare=KEY); without a query string nothing changes. `query` is the page's location.search
+    (`QUERY_JS` passes it in). The whole link is checked before any work; the handlers it calls raise their own
+    messages, which are shown once (their guarded forms would escape them a second time)."""
+    from workbench.ui.compare_share import open_compare
     from workbench.ui.policies import header
 
     params = link_params(query)
     if not params:
-        return (gr.skip(),) * 20 + ("",)
+        return (gr.skip(),) * 23 + ("",)
     view = parse_query(params)
     if view["model"] != session.source:  # a folder this app does not offer is refused here, before any load
         source = wb.pin(view["model"])[0]
@@ -209,11 +213,17 @@ def open_link(wb: Workbench, session: Session, query: str, progress=gr.Progress(
         measured = h.attribute.__wrapped__(wb, view["continuations"], session, view["estimator"], progress=progress)
         session = measured[-2]
         heatmap, rates = measured[:2]
+    compared = (gr.skip(),) * 3
+    if view["compare"]:
+        session, compared = open_compare(wb, view["compare"], view["continuations"], session, view["estimator"],
+                                         progress)
     controls = (view["prompt"], view["G"], view["T"], view["noise"], view["seed"], view["reward"], view["sampler"],
                 view["window"], session.source, format_sizes(session.sizes), view["continuations"], view["estimator"])
     note = f"opened a shared link: '{escape(view['prompt'])}', G={view['G']}, T={view['T']}, seed {view['seed']}"
+    if view["compare"]:
+        note += f", compared with {escape(view['compare'])}"
     return (gr.Tabs(selected=view["tab"]), *controls, header(wb, session), gallery, strip, logprob, heatmap, rates,
-            session, ok(note))
+            *compared, session, ok(note))
 
 
 @guarded(2)
@@ -225,6 +235,15 @@ def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: f
     from workbench.ui.run_handlers import _fresh_export_folder
     from workbench.viz.page import write_page
 
+    if session.comparison is not None:  # a Compare: both groups and the table on one page
+        from workbench.ui.compare_share import write_compare_page
+        from workbench.ui.run_handlers import _fresh_export_folder
+
+        link = share_link(wb, prompt, group, steps, noise, seed, sde, window, reward, continuations, estimator,
+                          session, tab, base)[0]
+        out = write_compare_page(session, link, _fresh_export_folder() / "workbench-compare.html")
+        return gr.File(str(out), visible=True), ok(f"page of both compared groups written "
+                                                   f"({out.stat().st_size / 1e6:.1f} MB): it opens offline")
     if session.group is None or session.credit is None:
         raise WorkbenchError("nothing to export yet: generate a group and measure its credit in Attribution")
     g, credit = session.group, session.credit
@@ -247,7 +266,8 @@ def share_row() -> dict:
     with gr.Row():
         copy = gr.Button("Copy link to this view", elem_id="share-btn", scale=1)
         link = gr.Textbox(label="Link to this view (model, prompt, seed, G, T, noise, sampler, chunks, "
-                                "continuations, estimator, tab)", interactive=False, elem_id="share-link", scale=4)
+                                "continuations, estimator, tab, a Compare's second policy)", interactive=False,
+                          elem_id="share-link", scale=4)
         export = gr.Button("Export page (HTML)", elem_id="export-btn", scale=1)
     page = gr.File(label="Exported page: one HTML file that opens offline", interactive=False, elem_id="export-file",
                    visible=False)
@@ -261,7 +281,8 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
     """Copy link reads `controls` (prompt, G, T, noise, seed, sampler, window, reward, continuations, estimator),
     and so does the address bar, which follows every session change and tab switch;
     a page load with a query string fills `shown` (prompt, G, T, noise, seed, reward, sampler, window, picker,
-    chunk spec, continuations, estimator, header, gallery, filmstrip, log-prob figure, credit map, rates)."""
+    chunk spec, continuations, estimator, header, gallery, filmstrip, log-prob figure, credit map, rates, comparison
+    figure, its images, its text)."""
     from functools import partial
 
     row["copy"].click(partial(share_link, wb), [*controls, session, row["tab"], row["base"]],
@@ -277,7 +298,7 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
               concurrency_id="load", concurrency_limit=1, show_progress="hidden").then(  # the load: not in the
         partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,  # way of
         api_visibility="private", concurrency_id="model", concurrency_limit=1,  # other sessions' sampling
-        show_progress_on=[shown[-2]])  # over the credit map only: not over every control of the page
+        show_progress_on=[shown[16]])  # over the credit map only: not over every control of the page
 
 
 def follow_chunk_edits(edits: list, spec: gr.Textbox, status: gr.Markdown, link: gr.Textbox) -> None:

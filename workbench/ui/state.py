@@ -35,6 +35,7 @@ class Session:
     run_id: str | None = None  # the fine-tuning run this session started
     source: str = BASE  # the policy every tab uses: a picker key (BASE, a run or checkpoint folder, a model folder)
     comparison: CreditComparison | None = None  # the group's credit under this policy and a second one
+    compared: str | None = None  # the picker key of that second policy (a shared link reopens the comparison)
     # (the continuation rewards of the credit it was set against, the StepComparison of "Compare advantages")
     steps_compared: tuple | None = None
 

@@ -48,6 +48,7 @@ class Workbench:
         self._resolved: dict[str | None, object] = {}  # path -> PolicySource of models and checkpoint folders
         self._lock, self._curve_lock = threading.Lock(), threading.Lock()
         self._batched, self._batched_lock = 0, threading.Lock()  # batched computations in flight (`batched_threads`)
+        self.timing: tuple[float, str] | None = None  # seconds per image evaluation here, and how (`ui.timing`)
 
     def source(self, key: str | None = BASE):
         """The PolicySource a picker key names (checked on disk, nothing loaded); BASE or empty: the app's model.
@@ -194,7 +195,17 @@ class Workbench:
         from workbench.train.store import RunStore, list_runs
 
         base = self.model_path or "the embedded model"
-        choices = [(f"base model: {base}", BASE), *self._listed_models()]
+        choices = [(f"base model: {base}", BASE)]
+        if self.model_path is None:  # the crosses lesson's result shipped with the package: a class need not wait
+            from workbench.train.lesson_result import shipped_lesson
+
+            try:
+                lesson = shipped_lesson()
+                choices.append((f"the crosses lesson shipped with the package ({lesson.iterations} iterations)",
+                                str(lesson.model)))
+            except WorkbenchError:  # an incomplete copy of the package: the picker offers what is there
+                pass
+        choices += self._listed_models()
         try:
             runs = list_runs(self.jobs.root)
         except WorkbenchError:  # the runs root is a file: no run to offer
@@ -229,6 +240,9 @@ class Workbench:
         def load():
             try:
                 self.curve(DEFAULT_STEPS, 0.7)
+                from workbench.ui.timing import probe
+
+                probe(self)  # the buttons' time estimates start from this machine's own speed
             except Exception:  # noqa: BLE001 - reported again, as a message, on first use
                 pass
             settle()  # the loaded model and modules leave the collector's walk (core/heap.py)
