@@ -27,7 +27,7 @@ from workbench.rl.significance import false_call_rate
 from workbench.ui import handlers, policies
 from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.learn_exercise import exercise_section
-from workbench.ui.state import BASE, Session, format_sizes
+from workbench.ui.state import BASE, LESSON, Session, format_sizes
 from workbench.ui.timing import record
 from workbench.ui.workbench import Workbench
 from workbench.viz import explain_plots
@@ -320,7 +320,6 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     model and under the newest crosses lesson's checkpoint (on the embedded model before any lesson ran here:
     the lesson result shipped with the package), the same noise and measurement (`policies`)."""
     from workbench.train import preset
-    from workbench.train.lesson_result import shipped_lesson
     from workbench.train.prompt_sets import is_pipeline_folder
 
     if is_pipeline_folder(wb.model_path):
@@ -331,7 +330,7 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     if run is None and wb.model_path is not None:
         raise WorkbenchError("no crosses lesson with a checkpoint on disk yet: in Fine-tune choose the lesson "
                              "crosses and press Start (6-13 minutes on a 2-core laptop), then come back")
-    keys = (wb.base_key(run), run) if run is not None else (BASE, str(shipped_lesson().model))  # shipped result
+    keys = (wb.base_key(run), run) if run is not None else (BASE, LESSON)  # the shipped result
     lesson = preset("crosses")
     config = replace(lesson.sampling_config(1), group=LEARN["group"], seed=0)  # the lesson's window and steps
     comparison = policies.measure_both(wb, keys, LESSON_CROSS, config, lesson.reward,

@@ -17,6 +17,8 @@ from workbench.rl.credit_compare import CreditComparison
 
 BASE = "base"  # the model picker's key of the model the app was started with
 EMBEDDED = "embedded"  # the model picker's key of the embedded model, whatever the app was started with
+LESSON = "lesson"  # the model picker's key of the crosses lesson's result shipped with the package (its server
+# path stays off the page: the picker's choices are in the page's config)
 DEFAULT_STEPS = 16  # T of the chunk editor before any group exists (the papers' 16 trained steps)
 
 

@@ -20,7 +20,7 @@ from workbench.core.heap import settle
 from workbench.core.threads import app_threads
 from workbench.flow.trajectory import SamplingConfig
 from workbench.ui.jobs import TRAIN_COMMAND, JobManager
-from workbench.ui.state import BASE, DEFAULT_STEPS, EMBEDDED
+from workbench.ui.state import BASE, DEFAULT_STEPS, EMBEDDED, LESSON
 
 CURVE_PROMPTS = 8  # default number of prompts the L1_rel curve averages over (2 trajectories each)
 KEEP_POLICIES = 3  # loaded policies kept in memory (the least recently used one is dropped first)
@@ -61,6 +61,10 @@ class Workbench:
         if adapter is not None:
             base = (self.model_path or "") if base in ("", BASE) else self.allowed.check(base)
             path = f"{base}{ADAPTER_SEP}{self.allowed.check(adapter)}"
+        elif key == LESSON:  # the lesson result shipped with the package
+            from workbench.train.lesson_result import shipped_lesson
+
+            path = str(shipped_lesson().model)
         else:
             path = self.model_path if key in ("", BASE) else None if key == EMBEDDED else self.allowed.check(key)
         if path in self._resolved:
@@ -202,7 +206,7 @@ class Workbench:
             try:
                 lesson = shipped_lesson()
                 choices.append((f"the crosses lesson shipped with the package ({lesson.iterations} iterations)",
-                                str(lesson.model)))
+                                LESSON))
             except WorkbenchError:  # an incomplete copy of the package: the picker offers what is there
                 pass
         choices += self._listed_models()
