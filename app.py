@@ -1,4 +1,4 @@
-"""Chunk-GRPO Workbench in the browser: `python app.py [--model PATH] [--port 7860] [--host 127.0.0.1]`.
+"""Chunk-GRPO Workbench in the browser: `python app.py [--model PATH] [--models DIR ...] [--port 7860] [--host HOST]`.
 
 Opens http://127.0.0.1:7860 on the embedded model. The model loads in the background once the server
 is up, so the page is interactive at once. Importing this module builds nothing and launches nothing.
@@ -19,14 +19,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def create_app(model: str | None = None, device: str | None = None, runs_root: str = "runs", warm: bool = False,
-               dtype: str = "float32", resolution: int | None = None, classroom=None):
+               dtype: str = "float32", resolution: int | None = None, classroom=None,
+               models: tuple[str, ...] = ()):
     """(gr.Blocks, Workbench) for a model folder (None = embedded); warm=True loads the model in the background;
-    `classroom`: a `ui.classroom.ClassRoom` serves the app to a class (policies only from the allowed folders)."""
+    `models`: folders whose models the picker offers (the only folders besides the runs and the shipped models that
+    a session may load); `classroom`: a `ui.classroom.ClassRoom` serves the app to a class."""
     from workbench.ui.classroom import ClassWorkbench
     from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
-    options = dict(model=model, device=device, runs_root=runs_root, dtype=dtype, resolution=resolution)
+    options = dict(model=model, device=device, runs_root=runs_root, dtype=dtype, resolution=resolution,
+                   models=tuple(models))
     wb = Workbench(**options) if classroom is None else ClassWorkbench(**options, classroom=classroom)
     if warm:
         wb.warm_up()
@@ -48,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=7860, help="port (default 7860)")
     p.add_argument("--runs", default="runs", help="folder of fine-tuning runs (default runs/)")
+    p.add_argument("--models", nargs="+", default=[], metavar="DIR",
+                   help="model folders (or folders of model folders) the picker offers; a session may load from "
+                        "these, the runs folder and the shipped models only")
     p.add_argument("--class", dest="class_mode", action="store_true",
                    help="serve a class: a class password, a teacher's token, caps on every request, the class's "
                         "experiment (README, 'Hosting a class')")
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     classroom = class_room(args) if args.class_mode else None
     demo, wb = create_app(args.model, args.device, args.runs, dtype=args.dtype, resolution=args.resolution,
-                          classroom=classroom)
+                          classroom=classroom, models=tuple(args.models))
     atexit.register(wb.jobs.shutdown)
     exit_on_terminate()
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)

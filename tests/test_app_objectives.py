@@ -268,7 +268,15 @@ def test_learn_walk_streams_numbers_it_computed(wb, monkeypatch):
     assert f"among them **{rate}** are misattributed" in text3
     assert f"{r.determined_cells} of the {r.cells} (image, step) cells are determined" in text3
     wrong = (credit.step_classes(2.0) == -1) & credit.step_valid
-    assert f"has {int(wrong[best].sum())} misattributed steps of 6" in text3
+    per_image = wrong.sum(1)  # (G,): the sentence names the image with the most, or says there is none
+    worst = int(per_image.argmax())
+    if int(per_image[worst]) == 0:
+        assert "No step of this group is determined against its image's advantage" in text3
+    else:
+        assert (f"Image {worst} (A = {float(adv[worst]):+.2f}) has {int(per_image[worst])} of its 6 steps "
+                "misattributed") in text3
+    assert "raises them anyway" not in text3  # read beside "0 misattributed steps" it was a contradiction
+    assert "**This group against the set.**" in text4  # the example is one group of the shipped set
     assert f"by its sign alone would give {100 * r.plain:.0f} % ± {100 * r.plain_se:.0f} %" in text3
     sizes = CHUNKERS.get("temporal")(6)  # [1, 1, 1, 3]
     assert session.sizes == sizes and f"pushed {3 / 1:.1f} times as hard" in text4  # |last| / |first| = 3

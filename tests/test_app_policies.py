@@ -55,9 +55,13 @@ def test_the_picker_lists_and_loads_every_kind_of_source(wb, model_dir):
     assert "already loaded" in msg(pol.pick_policy(wb, str(model_dir), session))
 
 
-@pytest.mark.parametrize("path, message", [("/no/such/folder", "/no/such/folder does not exist"),
-                                           ("/", "/ is neither a model folder nor a run")])
+@pytest.mark.parametrize("path, message", [("/no/such/folder", "'/no/such/folder' is not a folder this app offers"),
+                                           ("/", "'/' is not a folder this app offers"),
+                                           ("RUNS/nope", "RUNS/nope does not exist"),
+                                           ("RUNS", "RUNS is neither a model folder nor a run")])
 def test_a_bad_path_is_refused_naming_it_and_the_session_keeps_its_policy(wb, path, message):
+    path, message = (text.replace("RUNS", str(wb.jobs.root)) for text in (path, message))
+    wb.jobs.root.mkdir(exist_ok=True)
     out = pol.pick_policy(wb, path, Session())
     assert out[-1].startswith("⚠") and message in msg(out) and all(isinstance(v, dict) or v is not None
                                                                      for v in out[:-1])
@@ -72,7 +76,12 @@ def test_compare_with_the_same_policy_gives_identical_maps(wb):
     assert (a.step_credit == b.step_credit).all() and (a.step_classes() == b.step_classes()).all()
     heat = [t for t in figure.data if t.type == "heatmap" and t.name == "step credit"]
     assert len(heat) == 2 and heat[0].z == heat[1].z and heat[0].zmax == heat[1].zmax  # one colour scale
-    assert images.size[1] > images.size[0] / 3 * 0.5 and "difference" in text
+    picture = images["value"]
+    assert picture.size[1] > picture.size[0] / 3 * 0.5 and "difference" in text
+    before, after = session.comparison.labels  # the caption names which row is which policy
+    assert images["label"] == f"Final images, same noise: top row {before}, bottom row {after}"
+    assert text.startswith("**In one sentence:** on the same prompt and noise, the mean reward is")
+    assert "no change in credit is established" in text  # the same policy twice: every difference is 0
 
 
 def test_a_new_group_empties_the_before_and_after_section(wb):
@@ -83,7 +92,7 @@ def test_a_new_group_empties_the_before_and_after_section(wb):
     assert "difference" in text and figure.data and images.__class__.__name__ != "Image"  # shown; images left as is
     new = h.generate(wb, "a small blue ring in the center", 3, 2, 0.7, 1, "adherence", session)[-2]
     figure, images, text, status = pol.comparison_view(wb, new)
-    assert text == pol.NO_COMPARISON and images is None and not figure.data and "compare" in str(figure.layout)
+    assert text.startswith(pol.NO_COMPARISON) and images is None and not figure.data and "compare" in str(figure.layout)
 
 
 def test_compare_a_checkpoint_with_its_base_on_the_same_noise(wb):

@@ -90,9 +90,9 @@ def test_chunks_json(model_dir, capsys):
 @pytest.mark.parametrize("args,needle", [
     (["sample", "--prompt", "a red dog", "--out", "x.png"], "unknown word 'dog'"),
     (["sample", "--prompt", "", "--out", "x.png"], "empty"),
-    (["sample", "--prompt", PROMPT, "--num", "0", "--out", "x.png"], "positive integer"),
-    (["sample", "--prompt", PROMPT, "--steps", "-3", "--out", "x.png"], "positive integer"),
-    (["sample", "--prompt", PROMPT, "--num", "two", "--out", "x.png"], "positive integer"),
+    (["sample", "--prompt", PROMPT, "--num", "0", "--out", "x.png"], "whole number in 1..256, got 0"),
+    (["sample", "--prompt", PROMPT, "--steps", "-3", "--out", "x.png"], "whole number in 1..200, got -3"),
+    (["sample", "--prompt", PROMPT, "--num", "two", "--out", "x.png"], "whole number"),
     (["sample", "--prompt", PROMPT, "--steps", "2", "--out", "/proc/nope/grid.png"], "cannot write"),
     (["sample", "--prompt", PROMPT, "--model", "/nonexistent/model", "--out", "x.png"], "does not exist"),
     (["attribute", "--prompt", PROMPT, "--steps", "4", "--chunks", "2,a"], "integer"),

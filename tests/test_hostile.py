@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -93,12 +94,12 @@ def copy_run(trained: Path, tmp_path: Path) -> Path:
 SAMPLE = ["sample", "--prompt", PROMPT, "--steps", "2", "--num", "2"]
 ATTRIBUTE = ["attribute", "--prompt", PROMPT, "--steps", "3", "--group", "2", "--continuations", "1", "--chunks", "1,2"]
 REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line must hold)
-    (SAMPLE + ["--num", 10**12], ["needs at least", "--num"]),
-    (SAMPLE + ["--steps", 10**12], ["needs at least", "--steps"]),
-    (ATTRIBUTE + ["--continuations", 10**12], ["M=1000000000000", "--continuations"]),
-    (SAMPLE + ["--num", "two"], ["--num", "positive integer"]),
-    (SAMPLE + ["--num", "0"], ["--num", "positive integer"]),
-    (SAMPLE + ["--steps", "-3"], ["--steps", "positive integer"]),
+    (SAMPLE + ["--num", 10**12], ["whole number in 1..256", "--num"]),  # the table of limits (core/fields.py)
+    (SAMPLE + ["--steps", 10**12], ["whole number in 1..200", "--steps"]),
+    (ATTRIBUTE + ["--continuations", 10**12], ["whole number in 1..4096", "--continuations"]),
+    (SAMPLE + ["--num", "two"], ["--num", "expected a whole number"]),
+    (SAMPLE + ["--num", "0"], ["--num", "whole number in 1..256"]),
+    (SAMPLE + ["--steps", "-3"], ["--steps", "whole number in 1..200"]),
     (SAMPLE + ["--seed", "-5"], ["--seed", "0..2^63 - 1"]),
     (SAMPLE + ["--seed", 2**70], ["--seed", "0..2^63 - 1"]),
     (SAMPLE + ["--seed", "1.5"], ["--seed", "integer"]),
@@ -116,7 +117,7 @@ REFUSED_FLAGS = [  # (argv after the command's own, the words the one error line
     (SAMPLE + ["--device", "tpu"], ["--device", "unknown device 'tpu'"]),
     (SAMPLE + ["--device", "cuda:x"], ["--device", "unknown device"]),
     (ATTRIBUTE + ["--chunks", "-1,5"], ["--chunks", ">= 1"]),
-    (ATTRIBUTE + ["--chunks", ",".join(["1"] * 5000)], ["--chunks", "characters cut", "sum to 3"]),
+    (ATTRIBUTE + ["--chunks", ",".join(["1"] * 5000)], ["--chunks", "has 5000 items; 3 steps take at most 3"]),
     (ATTRIBUTE + ["--chunks", "2,a"], ["--chunks", "integer"]),
     (ATTRIBUTE + ["--precision", "half"], ["--precision", "invalid choice"]),
     (SAMPLE + ["--foo"], ["unrecognized arguments: --foo"]),
@@ -508,7 +509,7 @@ def test_a_negative_z_is_a_message_naming_the_field(app, api_name):
     ((PROMPT, 3, 4, 0.7, -1, "adherence"), "seed must be a whole number >= 0"),
     ((PROMPT, 3, 4, 0.7, 2.0**70, "adherence"), "seed must be an integer in 0..2^63 - 1"),
     ((PROMPT, 3, 4, float("nan"), 0, "adherence"), "noise level must be a finite number"),
-    ((PROMPT, 3, 4, 1e308, 0, "adherence"), "noise_level must be in 0..10"),
+    ((PROMPT, 3, 4, 1e308, 0, "adherence"), "noise level must be in 0..1.5 in the app"),
     ((PROMPT, "x", 4, 0.7, 0, "adherence"), "group size must be a whole number"),
 ])
 def test_generate_refuses_hostile_values_with_one_short_line(app, inputs, needle):
@@ -519,7 +520,7 @@ def test_generate_refuses_hostile_values_with_one_short_line(app, inputs, needle
 
 def test_a_long_message_on_the_page_is_one_short_line(app):
     _, wb = app
-    status = h.chunks_from_spec(wb, ",".join(["1"] * 5000), Session())[-1]
+    status = h.generate(wb, PROMPT, 2, 4, 0.7, 0, "x" * 5000 + ":1", Session())[-1]
     assert status.startswith("⚠") and "characters cut" in status and len(status) < 600 and "\n" not in status
 
 
@@ -936,3 +937,523 @@ def test_a_toy_reward_on_a_32_px_real_model_is_refused_before_sampling(capsys, t
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]  # beside
         # diffusers' loading bars: one line, before any sampling (no continuations counted)
         assert len(errors) == 1 and "reward 'adherence' serves the embedded model's toy world only" in errors[0]
+
+
+# --------------------------------------------------------------------------- issue 64: one table of limits
+# (imports of what issue 64 added stay inside the tests, so that each case runs, and fails, on the code before it)
+def rss_bytes() -> int:
+    """This process's resident memory."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+MILLION_LINKS = [  # a link with a size at 10^6 -> the words of its one message (the parameter and its limit)
+    (f"prompt={PROMPT}&G=1000000&T=4", "G='1000000' is out of range: group size G must be in 2..16"),
+    (f"prompt={PROMPT}&G=2&T=1000000", "T='1000000' is out of range: steps T must be in 2..32"),
+    (f"prompt={PROMPT}&G=2&T=4&tab=attribution&continuations=1000000",
+     "continuations='1000000' is out of range: continuations M must be in 1..16"),
+    (f"prompt={PROMPT}&noise=1000000", "noise='1000000' is out of range: noise level must be in 0..1.5"),
+    (f"prompt={PROMPT}&G=" + "9" * 5000, "is not a whole number"),
+    (f"prompt={PROMPT}&window=0," + "9" * 5000, "SDE window must be START,END"),
+    (f"prompt={PROMPT}&model=base&" + "x" * 10_000, "query is 10"),
+    (f"prompt={PROMPT}&window=0,1000000", "SDE window (0, 1000000) must satisfy 0 <= start < end <= steps (16)"),
+    (f"prompt={PROMPT}&seed=" + "1" * 30, "seed must be in 0..2^63 - 1"),
+    (f"prompt={PROMPT}&T=4&chunks=1000000", "chunk sizes [1000000] sum to 1000000 but there are 4 trained steps"),
+    (f"prompt={PROMPT}&T=4&chunks=" + ",".join(["1"] * 4000), "chunk sizes spec '1,1,1"),
+]
+
+
+@pytest.mark.parametrize("query, needle", MILLION_LINKS, ids=[n[:30] for _, n in MILLION_LINKS])
+def test_a_link_outside_the_limits_answers_at_once_and_takes_no_memory(app, query, needle):
+    from workbench.ui import share
+
+    _, wb = app
+    wb.policy()  # the app's model is loaded already: time and memory are the link's own
+    before, start = rss_bytes(), time.perf_counter()
+    share.preload_link(wb, Session(), "?" + query)  # the page load's first event, then the view's
+    status = share.open_link(wb, Session(), "?" + query)[-1]
+    seconds, grown = time.perf_counter() - start, rss_bytes() - before
+    assert status.startswith("⚠") and needle in status.replace("\\", ""), status[:300]
+    assert seconds < 1.0 and grown < 20 * 2**20, (seconds, grown)
+
+
+@pytest.mark.parametrize("spec", [",".join(["1"] * 10**6), "[" + ",".join(["1"] * 10**6) + "]", "9" * 10**6])
+def test_a_chunk_spec_of_a_million_numbers_is_refused_before_it_is_read(app, sampled, spec):
+    _, wb = app
+    start = time.perf_counter()
+    status = h.chunks_from_spec(wb, spec, sampled)[-1].replace("\\", "")
+    assert time.perf_counter() - start < 0.5 and status.startswith("⚠") and len(status) < 300, status[:400]
+    assert "has 1000000 items; 4 steps take at most 4" in status or "is not an integer" in status, status
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda wb, s: h.generate(wb, PROMPT, 17, 4, 0.7, 0, "adherence", s), "group size must be in 2..16"),
+    (lambda wb, s: h.generate(wb, PROMPT, 2, 33, 0.7, 0, "adherence", s), "steps T must be in 2..32"),
+    (lambda wb, s: h.generate(wb, PROMPT, 2, 4, 1.6, 0, "adherence", s), "noise level must be in 0..1.5"),
+    (lambda wb, s: h.attribute(wb, 17, s), "continuations (M) must be in 1..16"),
+])
+def test_handlers_check_the_apps_limits_for_callers_that_skip_the_controls(app, sampled, call, needle):
+    _, wb = app
+    status = call(wb, sampled)[-1].replace("\\", "")
+    assert status.startswith("⚠") and needle in status, status
+
+
+def test_the_controls_ranges_come_from_the_table(app):
+    from workbench.core.fields import LIMITS
+
+    demo, _ = app
+    sliders = {b.elem_id: (b.minimum, b.maximum) for b in demo.blocks.values() if isinstance(b, gr.Slider)}
+    for elem_id, row in [("gen-group", "group"), ("gen-steps", "steps"), ("gen-noise", "noise_level"),
+                         ("credit-k", "continuations"), ("obj-updates", "inner_updates")]:
+        if elem_id in sliders:
+            assert sliders[elem_id] == LIMITS[row].range(app=True), elem_id
+    assert sliders["gen-group"] == (2, 16) and sliders["credit-k"] == (1, 16)
+
+
+def test_the_command_line_reads_the_same_table(capsys, tmp_path):
+    assert_refused(capsys, [*SAMPLE, "--num", "257", "--steps", "2", "--out", tmp_path / "g.png"],
+                   "--num", "whole number in 1..256, got 257")
+    assert not (tmp_path / "g.png").exists()
+
+
+def test_a_links_message_is_escaped_once(app):
+    from workbench.ui import share
+
+    _, wb = app
+    status = share.open_link(wb, Session(), f"?prompt={PROMPT}&reward=noise_level")[-1]
+    assert "noise\\_level" in status and "\\\\" not in status, status  # Markdown shows noise_level
+    status = share.open_link(wb, Session(), "?prompt=a+%3Cb")[-1]
+    assert "'\\<" in status and "\\\\" not in status, status
+
+
+# --------------------------------------------------------------------------- issue 64: folders only where allowed
+def outside_paths(tmp_path: Path, model_dir: Path, runs: Path) -> list[str]:
+    """Paths outside the app's folders: a model folder that exists, one that does not, a way out through `..`, a
+    link out of the runs folder, a loop of links, system folders."""
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(model_dir, elsewhere / "m")
+    (elsewhere / "loop").symlink_to(elsewhere / "loop")
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / "out").symlink_to(elsewhere / "m")
+    return [str(elsewhere / "m"), str(elsewhere / "nope"), f"{runs}/../elsewhere/m", str(runs / "out"),
+            str(elsewhere / "loop"), "/etc", "/", "/proc/self/root/etc", "~"]
+
+
+@pytest.mark.parametrize("how", ["picker", "link"])
+def test_a_path_outside_the_allowed_folders_gets_one_message_whether_it_exists_or_not(runs_wb, model_dir,
+                                                                                        tmp_path, how):
+    from urllib.parse import quote
+
+    from workbench.ui import policies as pol
+    from workbench.ui import share
+
+    messages = set()
+    for path in outside_paths(tmp_path, model_dir, runs_wb.jobs.root):
+        if how == "picker":
+            status = pol.pick_policy(runs_wb, path, Session())[-1]
+        else:
+            status = share.open_link(runs_wb, Session(), f"?prompt={quote(PROMPT)}&model={quote(path)}")[-1]
+        status = status.replace("\\", "")
+        assert status.startswith("⚠") and "is not a folder this app offers" in status, status
+        messages.add(status.replace(repr(path), "PATH"))
+    assert len(messages) == 1, messages  # no answer says whether a path exists
+    assert not runs_wb._policies  # nothing was loaded
+
+
+def _make(kind: str, path: Path, model_dir: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "model":
+        shutil.copytree(model_dir, path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "file":
+        path.write_text("x")
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "dangling link":
+        path.symlink_to(path.parent / "nothing")
+    else:  # a link to a model
+        shutil.copytree(model_dir, path.parent / "target")
+        path.symlink_to(path.parent / "target")
+
+
+@pytest.mark.parametrize("kind", ["model", "folder", "file", "loop", "dangling link", "link to a model"])
+@pytest.mark.parametrize("how", ["picker", "link"])
+def test_an_outside_paths_message_is_byte_identical_before_and_after_it_exists(runs_wb, model_dir, tmp_path,
+                                                                               kind, how):
+    """The same path text, asked before and after something is made there (written absolute, through `..` out
+    of the runs folder, and with `~`): the same bytes, and nothing loaded."""
+    from urllib.parse import quote
+
+    from workbench.ui import policies as pol
+    from workbench.ui import share
+
+    def ask(path: str) -> str:
+        if how == "picker":
+            return pol.pick_policy(runs_wb, path, Session())[-1]
+        return share.open_link(runs_wb, Session(), f"?prompt={quote(PROMPT)}&model={quote(path)}")[-1]
+
+    runs_wb.jobs.root.mkdir(parents=True, exist_ok=True)
+    home = Path.home()
+    target = Path(tempfile.mkdtemp(dir=home if os.access(home, os.W_OK) else tmp_path)) / f"x-{kind.replace(' ', '-')}"
+    try:
+        texts = [str(target), f"{runs_wb.jobs.root}/../{os.path.relpath(target, runs_wb.jobs.root.parent)}"]
+        if target.is_relative_to(home):
+            texts.append("~/" + str(target.relative_to(home)))
+        before = [ask(text) for text in texts]
+        _make(kind, target, model_dir)
+        after = [ask(text) for text in texts]
+    finally:
+        shutil.rmtree(target.parent, ignore_errors=True)
+    assert [m.encode() for m in before] == [m.encode() for m in after], (before, after)
+    assert all(m.startswith("⚠") and "is not a folder this app offers" in m for m in after), after
+    assert not runs_wb._policies
+
+
+def test_the_models_named_at_start_are_offered_and_load(tmp_path, model_dir):
+    from workbench.ui import policies as pol
+
+    models = tmp_path / "models"
+    shutil.copytree(model_dir, models / "tiny")
+    wb = Workbench(device="cpu", runs_root=str(tmp_path / "runs"), models=(str(models),))
+    assert ("model: tiny", str(models / "tiny")) in wb.sources()
+    _, header, session, *_, status = pol.pick_policy(wb, str(models / "tiny"), Session())
+    assert status.startswith("✓ loaded") and session.source == str(models / "tiny"), status
+
+
+def test_a_loop_of_links_is_called_a_loop(capsys, runs_wb):
+    from workbench.ui import policies as pol
+
+    runs_wb.jobs.root.mkdir(parents=True, exist_ok=True)
+    loop = runs_wb.jobs.root / "loop"
+    loop.symlink_to(loop)
+    assert "is a loop of symbolic links" in pol.pick_policy(runs_wb, str(loop), Session())[-1]
+    assert_refused(capsys, [*SAMPLE, "--model", loop, "--out", "g.png"], "is a loop of symbolic links")
+
+
+def test_a_load_holds_up_no_other_session(runs_wb, monkeypatch):
+    """A slow load (a large model) waits only for itself: the policy another session uses is served meanwhile."""
+    import threading
+
+    import workbench.train.sources as sources
+
+    runs_wb.policy()  # the app's model, loaded
+    real, loading = sources.load_policy, threading.Event()
+
+    def slow(source, *args, **kwargs):
+        loading.set()
+        time.sleep(3)
+        return real(source, *args, **kwargs)
+    monkeypatch.setattr(sources, "load_policy", slow)
+    other = threading.Thread(target=runs_wb.policy, args=("embedded",))
+    other.start()
+    assert loading.wait(10)
+    start = time.perf_counter()
+    runs_wb.policy()
+    assert time.perf_counter() - start < 1.0
+    other.join()
+
+
+def test_the_pickers_load_is_not_in_the_models_queue(app):
+    demo, _ = app
+    picks = [f for f in demo.fns.values() if f.api_name == "pick_policy"]
+    assert picks and all(f.concurrency_id != "model" for f in picks)
+
+
+# --------------------------------------------------------------------------- issue 64: model configs checked first
+@pytest.fixture(scope="module")
+def tiny_pipelines(tmp_path_factory):
+    from tiny_pipelines import save_tiny_flux, save_tiny_sd3
+
+    root = tmp_path_factory.mktemp("pipelines")
+    return {"sd3": save_tiny_sd3(root / "sd3"), "flux": save_tiny_flux(root / "flux"),
+            "sd3-wide": save_tiny_sd3(root / "sd3-wide", heads=8)}
+
+
+def _set(name: str, key: str, value):
+    def damage(folder: Path, pipelines: dict):
+        config = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps({**config, key: value}))
+    return damage
+
+
+def _text(name: str, text: str):
+    return lambda folder, pipelines: (folder / name).write_text(text)
+
+
+def _wide_weights(folder: Path, pipelines: dict):
+    weights = "transformer/diffusion_pytorch_model.safetensors"
+    shutil.copy(pipelines["sd3-wide"] / weights, folder / weights)
+
+
+DAMAGED_MODELS = {  # damage of a tiny SD3 (or FLUX) folder -> words of the one error line
+    "model_index.json not JSON": (_text("model_index.json", "{nope"), "model_index.json"),
+    "model_index.json a list": (_text("model_index.json", "[1, 2]"), "model_index.json"),
+    "an unknown pipeline": (_set("model_index.json", "_class_name", "Nope"), "names pipeline 'Nope'"),
+    "a component entry []": (_set("model_index.json", "text_encoder", []), "text_encoder must be [library, class]"),
+    "transformer config missing": (lambda f, p: (f / "transformer/config.json").unlink(),
+                                   "transformer/config.json is missing"),
+    "transformer config not JSON": (_text("transformer/config.json", "{{"), "transformer/config.json cannot be read"),
+    "transformer config a list": (_text("transformer/config.json", "[]"), "transformer/config.json holds a list"),
+    "num_layers -3": (_set("transformer/config.json", "num_layers", -3), "num_layers must be in 1..1000, got -3"),
+    "num_layers 100000": (_set("transformer/config.json", "num_layers", 100_000), "num_layers must be in 1..1000"),
+    "sample_size NaN": (_text("transformer/config.json", '{"_class_name": "SD3Transformer2DModel", '
+                                                         '"sample_size": NaN}'), "sample_size is nan"),
+    "a head size as text": (_set("transformer/config.json", "attention_head_dim", "8"),
+                            "attention_head_dim must be a whole number"),
+    "a field the model does not take": (_set("transformer/config.json", "bogus", 1), "takes no field bogus"),
+    "vae config a list": (_text("vae/config.json", "[]"), "vae/config.json holds a list"),
+    "block_out_channels []": (_set("vae/config.json", "block_out_channels", []), "block_out_channels is empty"),
+    "weights of another size": (_wide_weights, "do not match its config.json"),
+    "weights not safetensors": (_text("transformer/diffusion_pytorch_model.safetensors", "garbage"),
+                                "diffusion_pytorch_model.safetensors cannot be read"),
+    "FLUX num_single_layers -1": (_set("transformer/config.json", "num_single_layers", -1),
+                                  "num_single_layers must be in 0..1000"),
+}
+
+
+@pytest.mark.parametrize("how", ["train --dry-run", "sample"])
+@pytest.mark.parametrize("case", DAMAGED_MODELS)
+def test_a_damaged_model_config_is_refused_before_anything_is_built(capsys, tiny_pipelines, tmp_path, case, how):
+    damage, needle = DAMAGED_MODELS[case]
+    folder = Path(shutil.copytree(tiny_pipelines["flux" if case.startswith("FLUX") else "sd3"], tmp_path / "m"))
+    damage(folder, tiny_pipelines)
+    argv = (["train", "--dry-run", "--model", folder] if how.startswith("train") else
+            [*SAMPLE, "--model", folder, "--out", tmp_path / "g.png"])
+    start = time.perf_counter()
+    line = assert_refused(capsys, argv, needle)
+    assert "unexpected" not in line and "huggingface.co" not in line and time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("case, needle", [("num_layers 5000", "sizes must be in 1..4096"),
+                                          ("config a list", "holds a list"), ("a run", "is a fine-tuning run")])
+def test_a_damaged_embedded_folder_or_a_run_given_as_a_model(capsys, model_dir, trained, tmp_path, case, needle):
+    if case == "a run":
+        folder = trained
+    else:
+        folder = Path(shutil.copytree(model_dir, tmp_path / "m"))
+        config = json.loads((folder / "config.json").read_text())
+        config["transformer"]["num_layers"] = 5000
+        (folder / "config.json").write_text("[]" if case == "config a list" else json.dumps(config))
+    assert_refused(capsys, ["train", "--dry-run", "--model", folder], needle)
+
+
+# --------------------------------------------------------------------------- issue 64: a live run can be loaded
+LIVE = ["train", "--iterations", "100000", "--eval-prompts", "0", "--prompts-per-iteration", "1", "--group", "2",
+        "--steps", "2", "--chunks", "1,1", "--report-to", "none", "--sample-every", "100000",
+        "--checkpoint-every", "1", "--threads", "1"]
+
+
+def start_training(model_dir: Path, out: Path, args: list[str] = LIVE, threads: str = "1") -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": threads}
+    return subprocess.Popen([sys.executable, "-m", "workbench", *map(str, args), "--model", str(model_dir),
+                             "--out", str(out)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, process: subprocess.Popen, seconds: float = 180) -> None:
+    end = time.time() + seconds
+    while not path.exists():
+        assert process.poll() is None, process.stderr.read()[-2000:]
+        assert time.time() < end, f"{path} did not appear"
+        time.sleep(0.05)
+
+
+def test_a_run_that_checkpoints_every_iteration_samples_50_times_of_50_while_it_trains(runs_wb, model_dir):
+    """The app's picker (`pick_policy`, then a group from the policy it loaded) and the command line's loader
+    (`load_policy` of the run's path), alternately, while a real training process saves a checkpoint every
+    iteration and keeps only the newest (it removes the one before)."""
+    from workbench.flow.sampler import sample_group
+    from workbench.train.sources import load_policy
+    from workbench.ui import policies as pol
+
+    run = runs_wb.jobs.root / "live"
+    trainer = start_training(model_dir, run)
+    failures, checkpoints = [], set()
+    try:
+        wait_for(run / "checkpoints" / "latest.json", trainer)
+        for i in range(50):
+            assert trainer.poll() is None  # still training
+            try:
+                if i % 2:
+                    policy = load_policy(str(run))
+                else:
+                    session, status = (out := pol.pick_policy(runs_wb, str(run), Session()))[2], out[-1]
+                    if not status.startswith("✓"):
+                        raise WorkbenchError(status)
+                    checkpoints.add(session.source)
+                    policy = runs_wb.policy(session.source)
+                group = sample_group(policy, PROMPT, SamplingConfig(group=2, steps=2, seed=i))
+                assert torch.isfinite(group.images).all()
+            except WorkbenchError as err:
+                failures.append(str(err))
+    finally:
+        trainer.kill()
+        trainer.wait()
+    assert not failures, f"{len(failures)} of 50 failed: {failures[:3]}"
+    assert len(checkpoints) > 1  # the run moved on while it was loaded
+
+
+def test_a_checkpoint_without_its_optimizer_state_samples_and_a_resume_says_what_is_missing(capsys, trained,
+                                                                                         tmp_path):
+    run = copy_run(trained, tmp_path)
+    (run / "checkpoints" / "iter_0002" / "optimizer.pt").unlink()
+    code, out, err = cli(capsys, [*SAMPLE, "--model", run, "--out", tmp_path / "g.png"])
+    assert code == 0 and (tmp_path / "g.png").is_file(), err
+    assert_refused(capsys, ["train", "--resume", run, "--iterations", "3"], "optimizer.pt is missing",
+                   "its weights still sample")
+
+
+def test_a_run_folder_removed_while_it_trains_is_not_made_again(model_dir, tmp_path):
+    run = tmp_path / "doomed"
+    trainer = start_training(model_dir, run)
+    try:
+        wait_for(run / "checkpoints" / "latest.json", trainer)
+        end = time.time() + 10
+        while run.exists() and time.time() < end:
+            shutil.rmtree(run, ignore_errors=True)  # the trainer may be writing a file in it meanwhile
+        trainer.wait(timeout=60)
+    finally:
+        trainer.kill()
+    err = trainer.stderr.read()
+    assert not run.exists() and trainer.returncode == 2, (run.exists(), trainer.returncode, err[-500:])
+    assert "was removed while the run was training" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- issue 64: the same seed, the same run
+def _weights(run: Path) -> dict:
+    checkpoint = sorted((run / "checkpoints").glob("iter_*"))[-1]
+    return load_file(str(checkpoint / "weights.safetensors"))
+
+
+def _numbers(run: Path) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in RunStore(run).metrics()]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_keeps_its_thread_count_whatever_torch_was_set_to(model_dir, tmp_path):
+    """The same seed and count give the same run whether torch had 1 or 2 threads (what the machine's load used
+    to choose); another count gives other numbers, which is why the count is a recorded setting."""
+    from workbench.train import Trainer
+
+    ambient = torch.get_num_threads()
+
+    def train(torch_threads: int, threads: int | None, name: str) -> Path:
+        torch.set_num_threads(torch_threads)
+        config = TrainConfig(model=str(model_dir), iterations=1, group=8, steps=8, chunks="2,2,4", eval_prompts=0,
+                             prompts_per_iteration=1, report_to="none", sample_every=100, seed=3, threads=threads)
+        Trainer(config, tmp_path / name).run()
+        return tmp_path / name
+
+    try:
+        one, one_again, two, default = train(2, 1, "one"), train(1, 1, "one-again"), train(1, 2, "two"), \
+            train(1, None, "default")
+    finally:
+        torch.set_num_threads(ambient)
+    assert [RunStore(r).config()["threads"] for r in (one, one_again, two, default)] == [1, 1, 2, 1]
+    assert _numbers(one) == _numbers(one_again) and _same(_weights(one), _weights(one_again))
+    assert not _same(_weights(one), _weights(two))  # the count changes the numbers
+
+
+RESUME_WITH_TWO = ("import sys, torch; torch.set_num_threads(2); from workbench.train import Trainer; "
+                   "Trainer.resume(sys.argv[1]).run()")
+
+
+def test_a_killed_run_resumed_under_another_thread_count_continues_exactly(model_dir, tmp_path):
+    args = ["train", "--iterations", "4", "--checkpoint-every", "1", "--group", "8", "--steps", "8", "--chunks",
+            "2,2,4", "--prompts-per-iteration", "1", "--eval-prompts", "0", "--report-to", "none", "--sample-every",
+            "100", "--seed", "3", "--threads", "1"]
+    whole = start_training(model_dir, tmp_path / "whole", args)
+    killed = start_training(model_dir, tmp_path / "killed", args)
+    try:
+        wait_for(tmp_path / "killed" / "checkpoints" / "iter_0002", killed)
+        killed.kill()
+        killed.wait()
+        assert whole.wait(timeout=600) == 0, whole.stderr.read()[-2000:]
+    finally:
+        whole.kill()
+        killed.kill()
+    assert RunStore(tmp_path / "killed").info().state == "interrupted"
+    resumed = subprocess.run([sys.executable, "-c", RESUME_WITH_TWO, str(tmp_path / "killed")], capture_output=True,
+                             text=True, env={**os.environ, "OMP_NUM_THREADS": "2"}, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert RunStore(tmp_path / "killed").config()["threads"] == 1
+    assert _numbers(tmp_path / "whole") == _numbers(tmp_path / "killed")
+    assert [r["iteration"] for r in _numbers(tmp_path / "killed")] == [1, 2, 3, 4]
+    assert _same(_weights(tmp_path / "whole"), _weights(tmp_path / "killed"))
+
+
+# --------------------------------------------------------------------------- issue 64: smaller hostile inputs
+def test_the_served_app_takes_no_large_upload_and_its_config_names_no_server_path(tmp_path):
+    import httpx
+
+    from workbench.ui.layout import launch_options, queued
+
+    demo = build_app(Workbench(device="cpu", runs_root=str(tmp_path / "runs")))
+    queued(demo).launch(server_name="127.0.0.1", prevent_thread_lock=True, **launch_options())
+    try:
+        url = demo.local_url.rstrip("/")
+        upload = httpx.post(f"{url}/gradio_api/upload", files={"files": ("big.bin", b"\0" * (3 * 2**20))})
+        config = httpx.get(f"{url}/config").text
+        font = httpx.get(f"{url}/workbench-assets/stix-two-math.woff2")
+    finally:
+        demo.close()
+    assert upload.status_code == 413
+    root = str(Path(__file__).resolve().parents[1])
+    assert root not in config and str(Path.home()) + "/" not in config and "/tmp/" not in config
+    assert font.status_code == 200 and font.content[:4] == b"wOF2"
+
+
+@pytest.mark.parametrize("point", ["9" * 5000, "[" * 100_000, "[" * 1000 + "]" * 1000])
+def test_a_click_of_thousands_of_digits_or_brackets_is_a_message(app, sampled, point):
+    _, wb = app
+    status = h.chunks_toggle(wb, point, sampled)[-1]
+    assert status.startswith("⚠") and "Unexpected" not in status and len(status) < 300, status
+
+
+@pytest.mark.parametrize("base", ["javascript:alert(1)//", "http://host/" + "a" * 1_000_000, 'http://h/"><b>'])
+def test_an_exported_pages_link_is_never_built_from_a_hostile_address(app, sampled, base):
+    from workbench.ui import share
+
+    _, wb = app
+    controls = (PROMPT, 3, 4, 0.7, 0, "flow_grpo", "", "adherence", 2, "mc")
+    for handler in (share.export_page, share.share_link):
+        status = handler(wb, *controls, sampled, "Attribution", base)[-1].replace("\\", "")
+        assert status.startswith("⚠ the page's address") and "nothing to export" not in status, status[:300]
+        assert len(status) < 500
+
+
+@pytest.mark.parametrize("link", ["javascript:alert(1)//?model=base", "JavaScript:alert(1)", " javascript:x",
+                                  "data:text/html,<b>x</b>"])
+def test_a_page_writes_no_link_of_another_scheme(link):
+    from workbench.viz.page import Page, render_page
+
+    def page(link: str) -> str:
+        return render_page(Page(title="t", settings={}, command="python -m workbench export", numbers="", link=link))
+    assert "Open the same view in the app: <a href=" not in page(link)
+    assert '<a href="http://host/?model=base">' in page("http://host/?model=base")  # a web address is kept
+
+
+@pytest.mark.parametrize("estimate", [
+    lambda: rollout_bytes(0, 16, (3, 32, 32)), lambda: rollout_bytes(8, -3, (3, 32, 32)),
+    lambda: rollout_bytes(8, 16, (3, 0, 32)), lambda: check_fits(-5, "cpu", "x", "y"),
+    lambda: check_fits(float("nan"), "cpu", "x", "y"),
+    lambda: __import__("workbench.train.memory", fromlist=["RunSizes"]).RunSizes(
+        group=0, sampling_steps=17, trained_steps=16, prompts=1, transitions_per_pass=128, lora_rank=0),
+    lambda: __import__("workbench.train.memory", fromlist=["ModelSizes"]).ModelSizes(
+        transformer_params=-1, blocks=4, width=96, tokens=64, latent_elements=3072, image_pixels=1024,
+        lora_params_per_rank=0),
+])
+def test_a_memory_estimate_of_zero_or_negative_sizes_is_refused(estimate):
+    with pytest.raises(WorkbenchError, match="must be a whole number >= |is not a byte count"):
+        estimate()
+
+
+@pytest.mark.parametrize("tex", [r"\href{javascript:alert(1)}{x}", r"\style{color:red}{x}",
+                                 r"\href{https://example.com}{\frac{a}{b}}"])
+def test_a_formula_with_a_link_or_a_style_is_shown_as_its_source(tex):
+    from workbench.ui.mathml import mathml
+
+    out = mathml(tex)
+    assert out.startswith("<code>") and "href=" not in out and "style=" not in out, out

@@ -25,3 +25,15 @@ def test_the_shipped_lesson_is_complete_and_learned_something():
 def test_an_incomplete_result_names_what_is_missing_and_how_to_remake_it(tmp_path):
     with pytest.raises(WorkbenchError, match="before.png.*scripts/ship_lesson.py"):
         shipped_lesson(tmp_path)
+
+
+def test_the_embedded_models_picker_offers_the_shipped_lesson_and_loads_it(tmp_path):
+    from workbench.ui.state import LESSON
+    from workbench.ui.workbench import Workbench
+
+    wb = Workbench(model=None, device="cpu", runs_root=str(tmp_path), curve_prompts=2)
+    choices = dict((key, label) for label, key in wb.sources())
+    key = LESSON  # a key that names no server path (the picker's choices are in the page's config)
+    assert "crosses lesson shipped with the package" in choices[key]  # a class picks it without running the lesson
+    assert wb.source(key).short == "crosses-lesson" and wb.policy(key).toy_world
+    assert wb.source(key).model == str(shipped_lesson().model)

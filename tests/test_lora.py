@@ -228,8 +228,12 @@ def test_compare_measures_an_external_lora_against_its_base(sd3_dir, sd3_run, tm
     from workbench.ui.state import Session
     from workbench.ui.workbench import Workbench
 
-    adapter = peft_adapter(sd3_dir, tmp_path / "flow-grpo-lora")
-    wb = Workbench(model=str(sd3_dir), device="cpu", runs_root=str(sd3_run.parent), curve_prompts=2)
+    adapter = peft_adapter(sd3_dir, tmp_path / "loras" / "flow-grpo-lora")
+    outside = Workbench(model=str(sd3_dir), device="cpu", runs_root=str(sd3_run.parent), curve_prompts=2)
+    status = pol.pick_policy(outside, f"base + {adapter}", Session())[-1]  # an adapter loads only from the app's
+    assert "is not a folder this app offers" in status and not outside._policies, status  # folders (--models)
+    wb = Workbench(model=str(sd3_dir), device="cpu", runs_root=str(sd3_run.parent), curve_prompts=2,
+                   models=[str(tmp_path / "loras")])
     checkpoint = RunStore(sd3_run).checkpoints()[0]
     for typed, name in ((f"base + {adapter}", "flow-grpo-lora"), (f"{sd3_dir} + {checkpoint}", checkpoint.name)):
         menu, header, session, *_, status = pol.pick_policy(wb, typed, Session())

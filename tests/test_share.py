@@ -35,7 +35,7 @@ def test_a_link_holds_the_view_and_opening_it_gives_the_same_numbers(wb):
     assert controls == (PROMPT, 3, 4, 0.7, 5, "adherence", "flow_grpo", "", "base", "1,3", 2, "mc")
     assert torch.equal(opened.group.images, session.group.images)  # the same group ...
     assert torch.equal(opened.credit.step_credit, session.credit.step_credit)  # ... and the same measurement
-    assert out[-3] == rates and opened.sizes == [1, 3]
+    assert out[18] == rates and opened.sizes == [1, 3] and all(is_skip(x) for x in out[19:22])  # no Compare
 
 
 def test_the_address_bar_link_is_the_shown_group_not_the_controls(wb):
@@ -53,7 +53,8 @@ def test_no_query_changes_nothing_and_bad_links_are_messages(wb):
     out = share.open_link(wb, Session(), "")
     assert all(is_skip(x) for x in out[:-1]) and out[-1] == ""
     bad = [("G=8", "no prompt"), (f"prompt={PROMPT}&G=two", "G='two' is not a whole number"),
-           (f"prompt={PROMPT}&G=1", "G=1 must be at least 2"), (f"prompt={PROMPT}&sampler=nope", "sampler='nope'"),
+           (f"prompt={PROMPT}&G=1", "G='1' is out of range: group size G must be in 2..16"),
+           (f"prompt={PROMPT}&sampler=nope", "sampler='nope'"),
            (f"prompt={PROMPT}&estimator=nope", "estimator='nope'"), (f"prompt={PROMPT}&tab=nope", "tab='nope'"),
            (f"prompt={PROMPT}&T=4&chunks=1,2", "sum to 3"), (f"prompt={PROMPT}&noise=x", "noise='x'")]
     for query, words in bad:

@@ -47,7 +47,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_an_older_complete_one(model_d
 @pytest.mark.parametrize("case, message", [
     ("missing", "does not exist; give a model folder"),
     ("empty", "is neither a model folder nor a run"),
-    ("no_checkpoint", "has no complete checkpoint yet"),
+    ("no_checkpoint", "has no complete checkpoint"),
     ("bad_config", "has an unreadable config"),
 ])
 def test_bad_paths_are_refused_naming_them(model_dir, tmp_path, case, message):
@@ -107,4 +107,4 @@ def test_the_command_line_takes_a_run_or_a_checkpoint_as_model(model_dir, tmp_pa
     shutil.rmtree(run / "checkpoints")
     assert main(["sample", "--prompt", prompt, "--out", str(tmp_path / "h.png"), "--model", str(run)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: run {run} has no complete checkpoint yet") and "Traceback" not in err
+    assert err.startswith(f"error: run {run} has no complete checkpoint") and "Traceback" not in err

@@ -66,11 +66,14 @@ def test_others_busy_sees_a_real_busy_process():
 
 
 def test_train_flag_threads(capsys):
+    """A run's thread count is a setting (TrainConfig.threads), a whole number: no `auto` that follows the load."""
     from workbench.cli.main import main
 
+    assert main(["train", "--threads", "0", "--iterations", "1"]) == 2
+    assert "threads must be in 1..1024, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["train", "--threads", "0", "--iterations", "1"])
-    assert "expected auto or a positive whole number" in capsys.readouterr().err
+        main(["train", "--threads", "auto", "--iterations", "1"])
+    assert "--threads: expected an integer, got 'auto'" in capsys.readouterr().err
 
 
 def test_the_app_yields_cores_to_its_fine_tune(tmp_path, monkeypatch):
@@ -244,9 +247,13 @@ def test_the_objectives_and_the_advantage_comparison_hand_the_look_ahead_the_bat
 
     wb, given = four_cores, []
     wb.policy = lambda key=None: None
-    monkeypatch.setattr(sc, "per_step_advantages", lambda *args, **kwargs: given.append(kwargs["batched"]) or {})
+    import workbench.train.explained as ex
+
+    per_step = lambda *args, **kwargs: given.append(kwargs["batched"]) or {}  # noqa: E731
+    monkeypatch.setattr(sc, "per_step_advantages", per_step)
+    monkeypatch.setattr(ex, "per_step_advantages", per_step)  # the Objectives tab's advantages (train.explained)
     monkeypatch.setattr(sc, "compare_step_advantages", lambda *args, **kwargs: given.append(kwargs["batched"]) or 1 / 0)
-    monkeypatch.setattr(ob, "gfpo_scores", lambda group: None)
+    monkeypatch.setattr(ex, "gfpo_scores", lambda group: None)
     session = Session(group=SimpleNamespace(config=SimpleNamespace(seed=0)), reward_spec="adherence",
                       reference=object())
     ob._advantages(wb, session.group, replace(session, rewards=torch.tensor([0.0, 1.0])), ["step_grpo"])

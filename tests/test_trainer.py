@@ -43,7 +43,8 @@ def test_loop_writes_run_store_and_metrics(tmp_path):
     assert summary.last_reward_mean == run.metrics[2]["reward/mean"]
     assert [p.name for p in run.samples()] == ["iter_0001.png", "iter_0002.png"]
     assert [p.name for p in run.eval_samples()] == ["eval_0000.png", "eval_0002.png"]  # before / after
-    assert TrainConfig.from_dict(run.config) == model_defaults(TINY)  # the model's defaults resolved
+    # the model's defaults resolved, the thread count recorded
+    assert TrainConfig.from_dict(run.config) == replace(model_defaults(TINY), threads=torch.get_num_threads())
     kinds = [e.kind for e in events]
     assert kinds == ["started", "eval_samples", "iteration", "iteration", "samples", "eval_samples", "iteration",
                      "samples", "checkpoint", "finished"]

@@ -70,10 +70,10 @@ def non_negative_float(text: str) -> float:
 
 
 def ranged_float(name: str):
-    """A finite number in SAMPLING_RANGES[name] (the range SamplingConfig enforces), as an argparse type."""
-    from workbench.flow.trajectory import SAMPLING_RANGES
+    """A finite number within LIMITS[name] (`core.fields`, the table every way in reads), as an argparse type."""
+    from workbench.core.fields import LIMITS
 
-    low, high = SAMPLING_RANGES[name]
+    low, high = LIMITS[name].range()
 
     def parse(text: str) -> float:
         value = number(text)
@@ -81,6 +81,23 @@ def ranged_float(name: str):
             raise argparse.ArgumentTypeError(f"must be in {low:g}..{high:g}, got {value:g}")
         return value
     parse.__name__ = "number"
+    return parse
+
+
+def limited(name: str):
+    """A whole number within LIMITS[name] (`core.fields`: the app's controls, links and API read the same table),
+    as an argparse type: `--group 1000000` is refused where it enters, before any model loads."""
+    from workbench.core.fields import LIMITS, shown
+
+    low, high = LIMITS[name].range()
+
+    def parse(text: str) -> int:
+        value = integer(text, "a whole number")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number in {shown(low)}..{shown(high)}, "
+                                             f"got {shown(value)}")
+        return value
+    parse.__name__ = "whole number"
     return parse
 
 

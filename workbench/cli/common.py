@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.cli.args import add_model_args, positive_int, ranged_float, seed
+from workbench.cli.args import add_model_args, limited, ranged_float, seed
 
 
 def add_sampling_args(p: argparse.ArgumentParser, group_default: int = 8) -> None:
     p.add_argument("--prompt", required=True, help='e.g. "a large red circle in the top left on a white background"')
-    p.add_argument("--group", "--num", dest="group", type=positive_int, default=group_default,
+    p.add_argument("--group", "--num", dest="group", type=limited("group"), default=group_default,
                    help=f"trajectories (images) per prompt, G (default {group_default})")
-    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--steps", type=limited("steps"), default=16, help="denoising steps T (default 16)")
     p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7,
                    help="SDE noise level a in 0..10; 0 = deterministic Euler ODE (default 0.7, Flow-GRPO)")
     p.add_argument("--sde", default="flow_grpo", help="SDE kind: flow_grpo, dance_grpo or cps (cps log-probs are "
@@ -52,7 +52,8 @@ def load_model(args: argparse.Namespace, prompt: str | None = None):
 
         parse_prompt(prompt)
     options = {} if args.resolution is None else {"resolution": args.resolution}
-    return load_policy(source, device=args.device, dtype=args.dtype, **options)
+    named = args.model if source.run is not None else source  # a run: its newest checkpoint as it loads
+    return load_policy(named, device=args.device, dtype=args.dtype, **options)
 
 
 def check_memory(policy, group: int, steps: int, flags: str, prompts: int = 1, continuations: int = 0) -> None:

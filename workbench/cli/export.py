@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from workbench.cli.args import non_negative_float, positive_int
+from workbench.cli.args import limited, non_negative_float
 from workbench.cli.common import add_sampling_args, check_memory, load_model, sampling_config
 from workbench.core.precision import PRECISIONS
 
@@ -75,7 +75,7 @@ def add_parser(sub) -> None:
                                    "opens offline) with its images, credit and chunk maps, the objectives' maps, "
                                    "the rates with their errors, the settings and the command that reproduces it.")
     add_sampling_args(p)
-    p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
+    p.add_argument("--continuations", type=limited("continuations"), default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
     p.add_argument("--chunks", default="temporal", help="chunk sizes over the steps, e.g. 2,3,4,7, or a chunker such "
                    "as uniform:size=4 (default: temporal, GCPO's temporal chunking of T)")

@@ -16,6 +16,7 @@ from workbench.cli import export
 from workbench.cli.args import (
     Parser,
     add_model_args,
+    limited,
     negative_values_inline,
     non_negative_float,
     positive_int,
@@ -231,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Sample a group, run M continuations from every state, and compare "
                                    "each step's measured credit with the uniform GRPO advantage.")
     add_sampling_args(p)
-    p.add_argument("--continuations", type=positive_int, default=4, metavar="M",
+    p.add_argument("--continuations", type=limited("continuations"), default=4, metavar="M",
                    help="continuations sampled from every state, M (default 4)")
     p.add_argument("--chunks", default="2,3,4,7", help="chunk sizes over the steps, or a chunker such as temporal or "
                    "uniform:size=4 (default 2,3,4,7)")
@@ -258,13 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("chunks", help="chunk boundaries from the temporal-dynamics curve",
                        description="Sample trajectories over many prompts, average their L1_rel curve, and cut "
                                    "chunks with a registered chunker.")
-    p.add_argument("--steps", type=positive_int, default=16, help="denoising steps T (default 16)")
+    p.add_argument("--steps", type=limited("steps"), default=16, help="denoising steps T (default 16)")
     p.add_argument("--method", default="adaptive",  # no choices: an unknown name's message lists the chunkers
                    help="chunker: " + ", ".join(f"{n} ({chunker_info(n).label})" for n in chunker_names()))
     p.add_argument("--prompts", type=positive_int, default=32,
                    help="prompts to average over: the toy world's scenes, or the shipped real prompts for SD3 / FLUX "
                         "(default 32)")
-    p.add_argument("--group", type=positive_int, default=2, help="trajectories per prompt (default 2)")
+    p.add_argument("--group", type=limited("group"), default=2, help="trajectories per prompt (default 2)")
     p.add_argument("--noise-level", type=ranged_float("noise_level"), default=0.7, help="SDE noise level (default 0.7)")
     p.add_argument("--metric", default="l1", help="l1, l2 or cosine (default l1)")
     add_chunker_options(p)

@@ -82,9 +82,6 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="run folder (default: runs/<date-time>)")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     p.add_argument("--stop", default=None, metavar="RUN_DIR", help="ask a running run to stop and exit")
-    p.add_argument("--threads", type=_threads, default="auto",
-                   help="torch CPU threads: a number, or auto (default: the cores other processes leave free, "
-                        "re-measured every iteration, so a run shares cores with the app without collapsing)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the run's plan: every setting resolved ('auto' ones chosen for the model and device), "
                         "the memory estimate of an iteration part by part (docs/methods.md) and whether it fits; "
@@ -171,32 +168,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_trainable(config)
         trainer = Trainer(config, new_store(args.out))
     total = trainer.config.iterations
-    governor = thread_policy(args.threads)
 
     def show(event) -> None:
         line = progress_line(event, total)
         if line:
             print(line, flush=True)
-        if governor is not None and event.kind == "iteration":
-            governor.update()
 
     summary = trainer.run(callback=show)
     if trainer.dist.main:
         print(json.dumps(clean_json(summary.to_dict()), allow_nan=False), flush=True)
     _close_distributed()
     return 0
-
-
-def thread_policy(threads: str):
-    """A ThreadGovernor for --threads auto (None for a number, which is set once here)."""
-    import torch
-
-    from workbench.core.threads import ThreadGovernor
-
-    if threads != "auto":
-        torch.set_num_threads(int(threads))
-        return None
-    return ThreadGovernor()
 
 
 def dry_run(args: argparse.Namespace, overrides: dict) -> int:

@@ -13,13 +13,21 @@ from workbench.core.errors import WorkbenchError
 JSON_LIMIT = 16 * 2**20  # bytes of a JSON file read_json reads at most (configs and status files are a few KB)
 
 
-def atomic_write(path: str | Path, data: bytes | str) -> Path:
+def atomic_write(path: str | Path, data: bytes | str, within: str | Path | None = None) -> Path:
     """Write `data` to `path` through a temporary file in the same folder, fsync and `os.replace`: a crash
-    leaves either the old file or the new one, never a torn one."""
+    leaves either the old file or the new one, never a torn one. The folders above `path` are made, except
+    `within` and what holds it: a folder that must exist already (a run's), so that one removed meanwhile is not
+    made again (the write fails instead)."""
     path = Path(path)
     raw = data.encode() if isinstance(data, str) else data
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if within is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            for folder in reversed(path.parent.relative_to(within).parents[:-1]):  # a/b -> a, a/b (not `within`)
+                (Path(within) / folder).mkdir(exist_ok=True)
+            if path.parent != Path(within):
+                path.parent.mkdir(exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -46,9 +54,9 @@ def clean_json(obj):
     return obj
 
 
-def write_json(path: str | Path, obj) -> Path:
-    """`obj` as strict, indented JSON, written atomically."""
-    return atomic_write(path, json.dumps(clean_json(obj), indent=2, allow_nan=False))
+def write_json(path: str | Path, obj, within: str | Path | None = None) -> Path:
+    """`obj` as strict, indented JSON, written atomically (`within` as for `atomic_write`)."""
+    return atomic_write(path, json.dumps(clean_json(obj), indent=2, allow_nan=False), within)
 
 
 def read_json(path: str | Path) -> dict:

@@ -55,6 +55,20 @@ def app_threads(cores: int | None = None, batched: bool = False) -> int:
     return n if batched else max(1, n - 1)
 
 
+def run_threads(threads: int | None) -> int:
+    """Fix torch's CPU threads for a fine-tuning run and return the count: `threads`, or torch's count now when None.
+
+    A run keeps its count from start to end, and a resume takes the count its config recorded: with another count
+    the same seed gives other numbers (how a CPU kernel splits a sum depends on its threads), so a count chosen from
+    the machine's load (`ThreadGovernor`) made a run depend on what else ran beside it."""
+    import torch
+
+    count = threads or torch.get_num_threads()
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
 def threads_for(cores: int, others_busy: float, maximum: int | None = None) -> int:
     """Threads to run: the cores other processes leave free, rounded to the nearest whole core, at least 1.
 

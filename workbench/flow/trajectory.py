@@ -16,13 +16,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from workbench.core.errors import WorkbenchError, shorten
+from workbench.core.fields import LIMITS
 from workbench.flow.schedule import SCHEDULES
 from workbench.flow.sde import SDE_KINDS
 
 TENSOR_FIELDS = ("sigmas", "states", "x0_preds", "means", "stds", "log_probs", "images")
-SEED_RANGE = (0, 2**63 - 1)  # every seed, on every command and control: what torch.Generator.manual_seed takes
+SEED_RANGE = LIMITS["seed"].range()  # every seed, on every command and control: what torch.Generator.manual_seed takes
 # finite, sane ranges of the sampling numbers (None = the model's default is allowed where the field is optional)
-SAMPLING_RANGES = {"noise_level": (0.0, 10.0), "shift": (1e-3, 1000.0), "guidance_scale": (0.0, 100.0)}
+SAMPLING_RANGES = {name: LIMITS[name].range() for name in ("noise_level", "shift", "guidance_scale")}
 
 
 def check_range(name: str, value, low: float, high: float) -> None:

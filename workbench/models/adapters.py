@@ -30,6 +30,7 @@ from workbench.core.precision import exact_gelu_in_bfloat16
 from workbench.flow.policy import Conditioning, FlowPolicy
 from workbench.flow.schedule import shift_sigmas
 from workbench.models.architectures import FLUX_T5_TOKENS, SD3_T5_TOKENS
+from workbench.models.config_checks import check_model_folder
 from workbench.models.embedded import CONFIG_FILE, WEIGHTS_FILE, EmbeddedPolicy, check_finite_weights
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -303,6 +304,7 @@ def load_model(path: str | Path | None = None, device: str | None = None, dtype:
     if options or dt != torch.float32:
         given = ", ".join([*options, *([f"dtype={dtype}"] if dt != torch.float32 else [])])
         raise WorkbenchError(f"the embedded model runs in float32 and takes no options ({given}); drop them")
+    check_model_folder(folder, device)  # its config's types and sizes, before anything is built
     policy = EmbeddedPolicy.load(folder, device)
     end_start_up()
     return policy
@@ -331,6 +333,7 @@ def _load_pipeline(folder: Path, device: str, dtype: torch.dtype, options: dict,
     if unknown:
         raise WorkbenchError(f"unknown option(s) {', '.join(unknown)} for {class_name}; "
                              f"valid options: {', '.join(valid)}")
+    check_model_folder(folder, device, dtype.itemsize)  # its configs' types and sizes, before anything is built
     components = {k: v for k, v in index.items() if not k.startswith("_") and isinstance(v, list) and len(v) == 2}
     missing = [k for k, (library, _) in components.items()
                if library is not None and not ((folder / k).is_dir() and any((folder / k).iterdir()))]

@@ -24,7 +24,7 @@ from numbers import Integral
 
 import torch
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
 from workbench.core.registry import Registry
 from workbench.rl.chunker_info import ChunkerInfo, ChunkOption
 
@@ -72,8 +72,8 @@ def _parse_ints(spec: str | Sequence[int]) -> list[int]:
         try:
             values.append(int(item.strip()))
         except ValueError:
-            raise WorkbenchError(f"chunk spec '{spec}' is not a comma-separated list of integers "
-                                 f"('{item.strip()}' is not an integer); write it like '2,3,4,7'") from None
+            raise WorkbenchError(f"chunk spec {shorten(spec)} is not a comma-separated list of integers "
+                                 f"({shorten(item.strip())} is not an integer); write it like '2,3,4,7'") from None
     return values
 
 
@@ -83,8 +83,13 @@ def parse_chunk_spec(spec: str | Sequence[int], num_steps: int, as_boundaries: b
     Cut points are the start indices of every chunk after the first, strictly increasing in 1..T-1.
     """
     _check_num_steps(num_steps)
-    values = _parse_ints(spec)
     kind = "boundaries" if as_boundaries else "sizes"
+    items = (spec.count(",") + 1) if isinstance(spec, str) else len(spec) if isinstance(spec, Sequence) else 0
+    most = num_steps - 1 if as_boundaries else num_steps
+    if items > max(most, 1):  # counted before any number is read: a spec of a million items costs no work
+        raise WorkbenchError(f"chunk {kind} spec {shorten(spec)} has {items} items; {num_steps} steps take at most "
+                             f"{most}")
+    values = _parse_ints(spec)
     if not values:
         raise WorkbenchError(f"chunk {kind} spec is empty; give e.g. sizes '2,3,4,7' "
                              f"(or sizes '{num_steps}' for one chunk of all {num_steps} steps)")

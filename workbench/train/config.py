@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.fields import check_types
-from workbench.flow.trajectory import SAMPLING_RANGES, SEED_RANGE, SamplingConfig, check_seed
+from workbench.core.fields import LIMITS, check_types
+from workbench.flow.trajectory import SamplingConfig, check_seed
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import schedule
 from workbench.rl.credit_estimators import lookahead_names
@@ -25,10 +25,9 @@ from workbench.train.tasks import TASKS
 from workbench.train.trackers import parse_report_to
 
 LR_MAX = 1.0  # a larger AdamW step overflows float32 weights (1e30) or cannot be represented (1e300)
-RANGES = {  # the sizes a run may have (the app's controls take their ranges from here); memory is checked apart
-    "group": (2, 256), "steps": (1, 200), "prompts_per_iteration": (1, 4096), "iterations": (1, 1_000_000),
-    "eval_prompts": (0, 200), "lora_rank": (0, 1024), "noise_level": SAMPLING_RANGES["noise_level"], "seed": SEED_RANGE,
-    "inner_epochs": (1, 100), "max_sample_rounds": (1, 1000), "keep_checkpoints": (1, 1000)}
+RANGES = {name: LIMITS[name].range() for name in (  # the sizes a run may have, from the one table of limits; memory
+    "steps", "prompts_per_iteration", "iterations", "eval_prompts", "lora_rank", "noise_level", "seed", "inner_epochs",
+    "max_sample_rounds", "keep_checkpoints", "threads")} | {"group": (2, LIMITS["group"].high)}  # is checked apart
 
 
 @dataclass
@@ -168,6 +167,10 @@ class TrainConfig:
     FLUX, float32 for the embedded model (`dry_run.model_defaults`)."""
     device: str | None = None
     """cuda, mps or cpu; None = the best available."""
+    threads: int | None = None
+    """Torch CPU threads, fixed for the whole run and restored on resume: the count changes the order of a
+    reduction's sums, so the same seed gives the same run only at the same count. None = torch's count when the run
+    starts (this machine's cores, or OMP_NUM_THREADS), recorded as that number (`core.threads.run_threads`)."""
     model: str | None = None
     """Local model folder (SD3 / FLUX / embedded format); None = the shipped embedded model."""
     lora: str | None = None

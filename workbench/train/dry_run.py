@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from workbench.core.budget import human_bytes
 from workbench.core.errors import WorkbenchError
+from workbench.models.config_checks import check_model_folder
 from workbench.train.config import TrainConfig
 from workbench.train.memory import MemoryEstimate, ModelSizes, RunSizes, estimate_memory
 from workbench.train.model_settings import AUTO, REAL_LORA_RANK, auto_settings, is_real_model, model_defaults
@@ -203,6 +204,8 @@ def plan_run(config: TrainConfig, device: str | None = None, world: int | None =
     from workbench.models.adapters import default_device
     from workbench.train.distributed import world_size
 
+    if not str(config.model or "").startswith("meta:"):
+        check_model_folder(config.model)  # damaged or absurd configs are refused here, before the meta build
     device = device or config.device or default_device()
     world = world or world_size()
     free = free_bytes(device) if free is None else free

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 from pathlib import Path
 
 from workbench.core.errors import WorkbenchError
 
-TEMP_NAMES = (".*.tmp", "checkpoints/.*.tmp", "samples/.*.tmp")  # atomic writes a kill -9 interrupted
+TEMP_NAMES = (".*.tmp", "checkpoints/.*.tmp", "checkpoints/.*.old", "samples/.*.tmp")  # what a kill -9 interrupted:
+# atomic writes' temporary files, and checkpoint folders being written or replaced (`train.checkpoints`)
 
 
 class RunLock:
@@ -106,3 +108,5 @@ def remove_stale_temps(path: Path) -> None:
         for temp in path.glob(pattern):
             if temp.is_file():
                 temp.unlink(missing_ok=True)
+            elif temp.is_dir() and not temp.is_symlink():
+                shutil.rmtree(temp, ignore_errors=True)

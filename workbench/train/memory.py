@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from workbench.core.budget import human_bytes
+from workbench.core.budget import check_counts, human_bytes
 
 # activations kept for backward, in units of one residual-stream tensor (transitions x tokens x width x bytes);
 # calibrated on CPU in float32 (scripts/calibrate_memory.py, docs/methods.md "Memory estimate")
@@ -22,6 +22,8 @@ ACT_PER_BLOCK = 27.0  # per transformer block without checkpointing (measured 24
 CHECKPOINT_PER_BLOCK = 7.3  # per block with checkpointing (the blocks' saved inputs and backward buffers)
 CHECKPOINT_FIXED = 24.0  # with checkpointing, once: the block being recomputed and what lies outside the blocks
 RUNTIME_BYTES = {"cpu": 85e6, "cuda": 600e6}  # the framework's own: CPU measured; a CUDA context, estimated
+ZERO_MEANS_NONE = ("lora_params_per_rank", "text_encoder_bytes", "vae_params", "vae_decode_channels", "lora_rank",
+                   "reward_params")  # sizes that may be 0; every other one must be positive
 REWARD_MODEL_PARAMS = {"clip_score": 428_000_000, "pickscore": 986_000_000}  # CLIP ViT-L/14, PickScore ViT-H/14
 # the allocator's reserve over the bytes the parts allocate, as a fraction of them: PyTorch's CUDA caching allocator
 # keeps freed blocks (reserved > allocated), an assumption until scripts/gpu_smoke.py measures it; on the CPU the
@@ -45,6 +47,10 @@ class ModelSizes:
     vae_decode_channels: int = 0  # channels live at full resolution at the decoder's peak (SD3 / FLUX VAE: 512)
     buffer_elements: int = 0  # non-parameter buffers of the denoiser (SD3.5-M's pos_embed: 226 M), in the load dtype
 
+    def __post_init__(self):
+        sizes = {f.name: getattr(self, f.name) for f in fields(self)}
+        check_counts("the model's sizes", sizes, {k: sizes.pop(k) for k in ZERO_MEANS_NONE if k in sizes})
+
 
 @dataclass(frozen=True)
 class RunSizes:
@@ -67,6 +73,10 @@ class RunSizes:
     device: str = "cuda"
     world: int = 1  # processes (GPUs) of the run; `prompts` is already this process's share
     fsdp: bool = False  # full fine-tuning's weights, gradients and AdamW state sharded over the `world` processes
+
+    def __post_init__(self):
+        sizes = {f.name: getattr(self, f.name) for f in fields(self) if f.type == "int"}
+        check_counts("the run's sizes", sizes, {k: sizes.pop(k) for k in ZERO_MEANS_NONE if k in sizes})
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,18 @@ without loading any weights.
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
+from workbench.train.checkpoints import CheckpointGone, checkpoint_iteration
 from workbench.train.config import TrainConfig
 from workbench.train.store import CHECKPOINT_NAME, CONFIG, RunStore, load_checkpoint
 
 ADAPTER_SEP = " + "  # "BASE + ADAPTER": a base model folder with a LoRA adapter folder (the picker, links, --model)
+RETRIES = 5  # loads of a run's newest checkpoint, each time the run replaced it while it loaded
 VALID = ("a model folder (model_index.json for SD3/FLUX, or config.json + model.safetensors), a run folder "
          "(runs/<id>: its newest complete checkpoint) or one of its checkpoints (runs/<id>/checkpoints/iter_0080)")
 
@@ -98,7 +101,7 @@ def resolve_source(path: str | Path | None, adapter: str | Path | None = None) -
     except (OSError, ValueError) as err:  # a NUL byte, a name too long for the file system
         raise WorkbenchError(f"{str(path)[:200]!r} is not a usable path ({err}); give {VALID}") from None
     if not exists:
-        raise WorkbenchError(f"{folder} does not exist; give {VALID}, or nothing for the embedded model")
+        raise WorkbenchError(f"{folder} {_missing(folder)}; give {VALID}, or nothing for the embedded model")
     if folder.is_dir() and CHECKPOINT_NAME.match(folder.name) and folder.parent.name == "checkpoints":
         return _checkpoint_source(folder)
     if folder.is_dir() and _is_run(folder):
@@ -127,6 +130,18 @@ def _adapter_source(base: str | None, adapter: str) -> PolicySource:
     return PolicySource(model=source.model, adapter=str(Path(adapter).expanduser()))
 
 
+def _missing(folder: Path) -> str:
+    """Why a path that does not exist cannot be read: a loop of symbolic links, a link to nothing, or no file."""
+    try:
+        folder.stat()
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "is a loop of symbolic links"
+    except ValueError:  # a NUL byte
+        return "is not a usable path"
+    return "is a symbolic link to nothing" if folder.is_symlink() else "does not exist"
+
+
 def _is_run(folder: Path) -> bool:
     """A run folder: config.json beside what a run writes (status, metrics, checkpoints), and no model weights."""
     marks = ("status.json", "metrics.jsonl", "checkpoints")
@@ -146,21 +161,29 @@ def _run_config(run: Path) -> TrainConfig:
 
 
 def _run_source(run: Path) -> PolicySource:
+    """The run's newest checkpoint whose weights can be read (its optimizer state is not needed to sample)."""
     config = _run_config(run)
-    for folder in RunStore(run).checkpoints():
+    store, problem = RunStore(run), ""
+    for folder in store.checkpoints():
         try:
-            iteration = load_checkpoint(folder).iteration
-        except WorkbenchError:
-            continue
-        return PolicySource(config.model, str(run), str(folder), iteration)
-    raise WorkbenchError(f"run {run} has no complete checkpoint yet (one is saved every {config.checkpoint_every} "
-                         "iterations and at the end); wait for one, or load the base model")
+            return PolicySource(config.model, str(run), str(folder), checkpoint_iteration(folder))
+        except CheckpointGone:
+            continue  # replaced by a newer one since the listing: the loop reaches it only if it is older
+        except WorkbenchError as err:
+            problem = problem or str(err)
+    if problem:
+        raise WorkbenchError(f"run {run} has no checkpoint whose weights can be read: {problem}")
+    if store.info().state in ("running", "interrupted"):
+        raise WorkbenchError(f"run {run} has no checkpoint yet (one is saved every {config.checkpoint_every} "
+                             "iterations and at the end); wait for one, or load the base model")
+    raise WorkbenchError(f"run {run} has no complete checkpoint ({store.info().state}, and its checkpoints folder "
+                         "holds none); load the base model")
 
 
 def _checkpoint_source(folder: Path) -> PolicySource:
     run = folder.parent.parent
     config = _run_config(run)
-    iteration = load_checkpoint(folder).iteration  # an incomplete checkpoint is a WorkbenchError naming it
+    iteration = checkpoint_iteration(folder)  # an unreadable checkpoint is a WorkbenchError naming its part
     return PolicySource(config.model, str(run), str(folder), iteration)
 
 
@@ -172,11 +195,22 @@ def load_policy(source: str | Path | PolicySource | None = None, device: str | N
     A model folder loads as `models.adapters.load_model` does (options such as resolution go to SD3 / FLUX), with
     its LoRA adapter applied (`models.lora.load_adapter`) when the source names one;
     a run loads its base model (the run's config.model and lora_rank) and copies the checkpoint's trained
-    weights into it. Every failure is a one-line WorkbenchError that names the path.
+    weights into it (the optimizer state is not read). A path that names a run loads the run's newest checkpoint,
+    taking the next newest when the run replaced it while it loaded. Every failure is a one-line WorkbenchError
+    that names the path.
     """
     from workbench.models.adapters import load_model
 
-    src = source if isinstance(source, PolicySource) else resolve_source(source)
+    if not isinstance(source, PolicySource):
+        for _ in range(RETRIES):
+            src = resolve_source(source)
+            try:
+                return load_policy(src, device, dtype, **options)
+            except CheckpointGone:
+                if src.run is None or Path(src.checkpoint) == Path(str(source).strip()).expanduser():
+                    raise  # a checkpoint named itself: its removal is the answer
+        raise WorkbenchError(f"run {source} replaced its newest checkpoint {RETRIES} times while it loaded; try again")
+    src = source
     if src.adapter is not None:
         from workbench.models.lora import load_adapter
 
@@ -195,11 +229,12 @@ def load_policy(source: str | Path | PolicySource | None = None, device: str | N
         raise WorkbenchError(f"a run loads its base model with the run's settings; only resolution may change "
                              f"(drop {', '.join(unknown)})")
     config = replace(config, device=device or config.device, resolution=options.get("resolution", config.resolution))
+    weights = load_checkpoint(src.checkpoint, optimizer=False).weights  # first: the trainer may replace it soon
     policy = load_base_policy(config, DistInfo())
     if config.lora_rank:
         add_lora(policy.transformer, config.lora_rank, config.lora_alpha)
     else:
         policy.transformer.requires_grad_(True)
-    copy_weights(policy.transformer, load_checkpoint(src.checkpoint).weights)
+    copy_weights(policy.transformer, weights)
     policy.name = f"{policy.name}@{Path(src.run).name}:{src.iteration}"
     return policy

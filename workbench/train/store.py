@@ -19,8 +19,9 @@ the folder; the command line, the app and the notebooks read runs through it.
 
 Every file is replaced atomically (`core.files.atomic_write`), so a crash mid-write leaves the previous
 version; metrics lines are appended with flush + fsync, and a torn last line from a crash is closed before
-the next append, so no complete row is ever lost. A checkpoint folder is complete before `latest.json`
-points at it. Nothing read from a run leads outside its folder.
+the next append, so no complete row is ever lost. A checkpoint becomes visible only once complete, and is
+removed only after its successor is (`train.checkpoints`). Nothing read from a run leads outside its folder, and a
+run folder removed while its run trains is not made again.
 """
 
 from __future__ import annotations
@@ -29,25 +30,20 @@ import csv
 import io
 import json
 import os
-import pickle
-import re
-import shutil
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.files import atomic_write, clean_json, read_json, write_json
+from workbench.train.checkpoints import CHECKPOINT_NAME, Checkpoint, load_checkpoint, write_checkpoint
+from workbench.train.checkpoints import iteration_of as _iteration_of
 
 STATES = ("running", "finished", "stopped", "failed")
 CONFIG, STATUS, METRICS, STOP = "config.json", "status.json", "metrics.jsonl", "STOP"
 DAMAGED_METRICS = "metrics.damaged.txt"  # lines of metrics.jsonl that were not rows, kept when a resume rewrites it
-CHECKPOINT_NAME = re.compile(r"^iter_\d{4,}$")
 SD3_PIPELINE_T5_TOKENS = 256  # the T5 tokens of SD3 prompts in runs saved before max_sequence_length existed
 
 
@@ -58,23 +54,6 @@ def _sd3_folder(model) -> bool:
     except (OSError, TypeError, ValueError):
         return False
     return isinstance(index, dict) and index.get("_class_name") == "StableDiffusion3Pipeline"
-
-
-def _iteration_of(path: Path) -> int:
-    """The iteration in a name such as iter_0042 / eval_10000.png (numeric order: iter_10000 after iter_9999)."""
-    digits = re.search(r"_(\d+)", path.name)
-    return int(digits.group(1)) if digits else -1
-
-
-@dataclass
-class Checkpoint:
-    """A complete checkpoint read back from a run."""
-
-    iteration: int
-    weights: dict[str, torch.Tensor]
-    optimizer_state: dict
-    folder: Path
-    critic: dict | None = None  # ppo's critic and its optimizer state (critic.pt); None for other objectives
 
 
 @dataclass
@@ -160,6 +139,12 @@ class RunStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.training = False  # set by the trainer's first event: from then on a write never makes the folder again
+
+    @property
+    def _within(self) -> Path | None:
+        """The folder writes may not make (`core.files.atomic_write`): the run's, once its run trains."""
+        return self.path if self.training else None
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.path)!r})"
@@ -210,7 +195,25 @@ class RunStore:
 
     # ------------------------------------------------------------------------------------ the subscriber
     def __call__(self, event) -> None:
-        """Write what a trainer event means for the folder (events come from the main process only)."""
+        """Write what a trainer event means for the folder (events come from the main process only). A folder
+        removed while its run trains is not made again: the run stops with a message, and its end is not written."""
+        self.training = True
+        if event.kind != "started" and not self.path.is_dir():
+            if event.kind in ("finished", "stopped", "failed"):
+                return
+            raise self._removed()
+        try:
+            self._write(event)
+        except WorkbenchError:
+            if event.kind == "started" or self.path.is_dir():
+                raise
+            raise self._removed() from None  # removed while the event was written
+
+    def _removed(self) -> WorkbenchError:
+        return WorkbenchError(f"run folder {self.path} was removed while the run was training; the run stops "
+                              "(nothing is written again)")
+
+    def _write(self, event) -> None:
         kind, data = event.kind, event.data
         if kind == "started":
             self.write_config(data["config"])
@@ -235,7 +238,7 @@ class RunStore:
 
     # ------------------------------------------------------------------------------------ writes
     def write_config(self, config: dict) -> Path:
-        return write_json(self.path / CONFIG, config)
+        return write_json(self.path / CONFIG, config, within=self._within)
 
     def write_status(self, state: str, iteration: int, error: str | None = None, started: float | None = None) -> Path:
         """Replace status.json; `started` defaults to the previous file's start time (or now)."""
@@ -248,7 +251,7 @@ class RunStore:
                 started = time.time()
         return write_json(self.path / STATUS, {"state": state, "iteration": iteration, "pid": os.getpid(),
                                                "pid_start": process_start(os.getpid()), "error": error,
-                                               "started": started, "updated": time.time()})
+                                               "started": started, "updated": time.time()}, within=self._within)
 
     def append_metrics(self, record: dict) -> None:
         """Append one JSON line (one write, flush + fsync). A torn last line left by a crash is closed first,
@@ -278,41 +281,25 @@ class RunStore:
         if unread:
             with open(self.path / DAMAGED_METRICS, "ab") as f:
                 f.write(b"".join(line + b"\n" for line in unread))
-        atomic_write(self.path / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))
+        atomic_write(self.path / METRICS, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows),
+                     within=self._within)
 
     def save_samples(self, iteration: int, image, prefix: str = "iter") -> Path:
         """A PIL image as samples/<prefix>_XXXX.png: the iteration's rollout grid (iter) or held-out grid (eval)."""
         buf = io.BytesIO()
         image.save(buf, format="PNG")
-        return atomic_write(self.path / "samples" / f"{prefix}_{iteration:04d}.png", buf.getvalue())
+        return atomic_write(self.path / "samples" / f"{prefix}_{iteration:04d}.png", buf.getvalue(),
+                            within=self._within)
 
     def save_checkpoint(self, iteration: int, weights: dict[str, torch.Tensor], optimizer_state: dict,
                         keep: int = 1, critic: dict | None = None, lora=None) -> Path:
-        """Write checkpoints/iter_XXXX/ completely, then point latest.json at it; keep the newest `keep`. A LoRA
-        run's `lora` (`models.lora.LoraFile`) is also written in diffusers' format, pytorch_lora_weights.safetensors."""
-        root = self.path / "checkpoints"
-        final, tmp = root / f"iter_{iteration:04d}", root / f".iter_{iteration:04d}.tmp"
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
-            torch.save(optimizer_state, tmp / "optimizer.pt")
-            if critic is not None:
-                torch.save(critic, tmp / "critic.pt")
-            if lora is not None:
-                from workbench.models.lora import save_lora_file
-
-                save_lora_file(tmp, lora)
-            (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-        except OSError as err:
-            raise WorkbenchError(f"cannot write checkpoint {final}: {err.strerror or err}") from None
-        write_json(root / "latest.json", {"iteration": iteration, "dir": final.name})
-        old = sorted(p for p in root.glob("iter_*") if p.is_dir() and p.name != final.name)
-        for p in old[:max(0, len(old) - (keep - 1))]:
-            shutil.rmtree(p, ignore_errors=True)
-        return final
+        """Write checkpoints/iter_XXXX/ under a temporary name, fsync it, rename it into place, point latest.json
+        at it, and only then remove what it replaces: the older checkpoints beyond the newest `keep` (and a folder
+        of the same iteration written before). A reader therefore always finds a complete checkpoint; one it
+        picked may vanish under it, replaced by a newer one (`CheckpointGone`). A LoRA run's `lora`
+        (`models.lora.LoraFile`) is also written in diffusers' format, pytorch_lora_weights.safetensors."""
+        return write_checkpoint(self.path / "checkpoints", iteration, weights, optimizer_state, keep, critic,
+                                within=self._within, lora=lora)
 
     # ------------------------------------------------------------------------------------ the stop flag
     def request_stop(self) -> Path | None:
@@ -322,7 +309,7 @@ class RunStore:
             RunStore.open(self.path)  # raises the not-a-run error
         if self.info().state != "running":
             return None
-        return atomic_write(self.path / STOP, f"{time.time()}\n")
+        return atomic_write(self.path / STOP, f"{time.time()}\n", within=self.path)
 
     def stop_requested(self) -> bool:
         return (self.path / STOP).exists()
@@ -395,8 +382,18 @@ class RunStore:
             try:
                 return load_checkpoint(folder), problem
             except WorkbenchError as err:
-                problem = problem or str(err)
+                problem = problem or _samples_still(folder, str(err))
         return None, problem
+
+
+def _samples_still(folder: Path, problem: str) -> str:
+    """A checkpoint's problem for a resume, saying so when its weights still sample (only its optimizer state or
+    critic is missing or damaged)."""
+    try:
+        load_checkpoint(folder, optimizer=False)
+    except WorkbenchError:
+        return problem
+    return f"{problem}; its weights still sample (the app's picker, --model with the run), but a resume needs all"
 
 
 def _is_row(line: str | bytes) -> bool:
@@ -407,37 +404,6 @@ def _is_row(line: str | bytes) -> bool:
         return False
     iteration = row.get("iteration") if isinstance(row, dict) else None
     return isinstance(iteration, int) and not isinstance(iteration, bool)
-
-
-def load_checkpoint(folder: str | Path) -> Checkpoint:
-    """A checkpoint folder's iteration, weights and optimizer state; an incomplete one is a WorkbenchError."""
-    folder, part = Path(folder), "state.json"
-    try:
-        iteration = json.loads((folder / "state.json").read_text())["iteration"]
-        if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0:
-            raise ValueError(f"iteration {iteration!r} is not a count")
-        part = "weights.safetensors"
-        weights = load_file(str(folder / "weights.safetensors"))
-        part = "optimizer.pt"
-        with zipfile.ZipFile(folder / "optimizer.pt") as archive:  # torch.save's zip: its CRCs catch damaged bytes
-            damaged = archive.testzip()
-        if damaged is not None:
-            raise ValueError(f"{damaged} fails its CRC check")
-        optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
-        if not isinstance(optimizer_state, dict):
-            raise ValueError(f"it holds a {type(optimizer_state).__name__}, not an optimizer state")
-        part = "critic.pt"
-        critic = torch.load(folder / part, weights_only=True) if (folder / part).is_file() else None
-    except (OSError, KeyError, EOFError, ValueError, TypeError, IndexError, pickle.UnpicklingError, SafetensorError,
-            RuntimeError, AttributeError, zipfile.BadZipFile) as err:  # a damaged zip or pickle fails in many ways
-        why = (str(err).splitlines() or [type(err).__name__])[0][:100]
-        raise WorkbenchError(f"checkpoint {folder} is incomplete or corrupted: {part} cannot be read ({why})"
-                             ) from None
-    bad = [name for name, t in weights.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
-    if bad:
-        raise WorkbenchError(f"checkpoint {folder} holds NaN or inf weights (e.g. {bad[0]}): the run diverged "
-                             "before it was saved")
-    return Checkpoint(iteration, weights, optimizer_state, folder, critic)
 
 
 # ------------------------------------------------------------------------------------ many runs

@@ -30,6 +30,7 @@ from workbench.core.budget import check_fits, rollout_bytes
 from workbench.core.errors import NonFiniteError, WorkbenchError
 from workbench.core.files import clean_json
 from workbench.core.imaging import grid
+from workbench.core.threads import run_threads
 from workbench.flow.dynamics import relative_change
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
@@ -75,6 +76,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, run_dir: str | Path | RunStore | None = None,
                  policy: FlowPolicy | None = None, resume: bool = False, subscribers=()):
+        self.config = config = replace(config, threads=run_threads(config.threads))  # fixed and recorded
         self.store = run_dir if isinstance(run_dir, RunStore) or run_dir is None else RunStore(run_dir)
         self.dist = init_distributed(config.fsdp)
         config.check_batches(self.dist.world)
@@ -157,12 +159,13 @@ class Trainer:
 
     def _checkpoint_to_resume(self) -> Checkpoint:
         """The newest complete checkpoint of the store; a run without one cannot resume (never starts over)."""
-        checkpoint = self.store.latest_checkpoint() if self.store is not None else None
+        checkpoint, why = self.store.newest_checkpoint() if self.store is not None else (None, "")
         if checkpoint is None:
+            why = why.replace(f"{getattr(self.store, 'path', '')}/", "")  # the run's path is said once
             found = ", ".join(p.name for p in self.store.checkpoints()) if self.store else ""
             raise WorkbenchError(f"{getattr(self.store, 'path', 'the run')} has no complete checkpoint to resume from"
-                                 f"{f' ({found} are incomplete)' if found else ''}; start a fresh run with a new --out "
-                                 "(its metrics stay where they are)")
+                                 f"{f' ({found} are incomplete: {why})' if found else ''}; start a fresh run with a "
+                                 "new --out (its metrics stay where they are)")
         return checkpoint
 
     def _check_memory(self) -> None:

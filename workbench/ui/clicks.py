@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
 
+CLICK_LIMIT = 1000  # characters of a forwarded click: {"trace": ..., "x": ..., "y": ...}
 ROUTES = {"curve-plot": "curve-click-btn", "objectives-plot": "objectives-click-btn"}  # plot elem_id -> button
 
 CLICK_JS = """
@@ -42,10 +43,12 @@ def clicked_point(value) -> dict:
     if isinstance(value, (int, float)):
         return {"trace": "", "x": value, "y": None}
     text = str(value or "").strip()
+    if len(text) > CLICK_LIMIT:
+        raise WorkbenchError(f"a clicked point is a few numbers, not {len(text)} characters")
     try:
         point = json.loads(text)
-    except json.JSONDecodeError:
-        raise WorkbenchError(f"a click must be a step number or a clicked point, got {text!r}") from None
+    except (ValueError, RecursionError):  # not JSON, a number of more than 4300 digits, brackets nested too deeply
+        raise WorkbenchError(f"a click must be a step number or a clicked point, got {shorten(text)}") from None
     if isinstance(point, (int, float)):
         return {"trace": "", "x": point, "y": None}
     if not isinstance(point, dict) or "x" not in point:

@@ -17,6 +17,7 @@ import time
 import gradio as gr
 
 from workbench.core.errors import WorkbenchError, one_line, shorten
+from workbench.core.fields import LIMITS, check_limit
 from workbench.core.heap import release_freed
 
 log = logging.getLogger("workbench.app")
@@ -51,6 +52,17 @@ def whole_number(value, name: str, minimum: int) -> int:
     return int(number)
 
 
+def limited(value, key: str, name: str | None = None) -> int:
+    """A form value as a whole number within the app's range of LIMITS[key] (`core.fields`: the table the controls'
+    ranges, the links and the command line read), else a WorkbenchError naming the field and the range. Every
+    handler checks its sizes here, so a call that skips the controls (a shared link, the API) meets the same
+    limits before any work."""
+    name = name or LIMITS[key].what
+    value = whole_number(value, name, LIMITS[key].range(app=True)[0])
+    check_limit(key, value, app=True, what=name)
+    return value
+
+
 def number(value, name: str) -> float:
     """A form value as a finite float, else a WorkbenchError naming the field."""
     if blank(value):
@@ -62,6 +74,13 @@ def number(value, name: str) -> float:
     if result != result or result in (float("inf"), float("-inf")):
         raise WorkbenchError(f"{name} must be a finite number, got {value!r}")
     return result
+
+
+def noise(value) -> float:
+    """The noise level a control or link gives, finite and within the app's range (LIMITS["noise_level"])."""
+    level = number(value, "noise level")
+    check_limit("noise_level", level, app=True)
+    return level
 
 
 def parse_window(text) -> tuple[int, int] | None:

@@ -12,6 +12,7 @@ from dataclasses import replace
 import gradio as gr
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.fields import LIMITS
 from workbench.core.imaging import speckle, to_pil
 from workbench.flow.pictures import x0_filmstrip
 from workbench.flow.trajectory import SamplingConfig
@@ -29,7 +30,7 @@ from workbench.rl.chunking import (
 from workbench.rl.credit import Z
 from workbench.ui.classroom import held
 from workbench.ui.clicks import clicked_point
-from workbench.ui.guard import cancel_check, escape, guarded, number, ok, parse_window, whole_number
+from workbench.ui.guard import cancel_check, escape, guarded, limited, noise, number, ok, parse_window, whole_number
 from workbench.ui.redraw import carried_relayout
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
@@ -38,7 +39,7 @@ from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html
 
 CHUNK_MAP_HINT = "measure credit in the Attribution tab to classify the chunks"  # the Chunks tab's map before credit
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
-REFINE_BUDGET_MAX = 10_000  # continuations one Refine press may spend (~20 default measurements; README)
+REFINE_BUDGET_MAX = LIMITS["budget"].high  # continuations one Refine press may spend (~20 default measurements)
 THUMB = 64  # filmstrip cells larger than this (real models decode 512-1024 px) are shrunk to it
 
 
@@ -98,9 +99,9 @@ def generate(wb: Workbench, prompt: str, group: float, steps: float, noise_level
              progress=gr.Progress()):
     """Generate tab -> (gallery [(image, caption)], x0 filmstrip, log-prob figure, cleared credit heatmap,
     rates, session, status). `window` is "START,END" (the SDE's steps; ODE elsewhere) or empty for all."""
-    config = SamplingConfig(group=whole_number(group, "group size", 1), steps=whole_number(steps, "steps", 1),
-                            noise_level=number(noise_level, "noise level"), seed=whole_number(seed, "seed", 0),
-                            sde=sde or "", window=parse_window(window))
+    config = SamplingConfig(group=limited(group, "group", "group size"), steps=limited(steps, "steps"),
+                            noise_level=noise(noise_level), seed=whole_number(seed, "seed", 0), sde=sde or "",
+                            window=parse_window(window))
     held(wb, group=config.group, steps=config.steps)  # class mode: the teacher's caps
     session = _sample(wb, prompt or "", config, reward_spec, session, progress)
     group = session.group
@@ -168,7 +169,7 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
 
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
+    k, z = limited(continuations, "continuations", "continuations (M)"), _z(z)
     estimator = estimator or "mc"
     info = ESTIMATORS.info(estimator)  # an unknown name: the message lists the valid ones
     held(wb, continuations=k)  # class mode: the teacher's caps

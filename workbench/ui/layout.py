@@ -11,8 +11,10 @@ from functools import partial
 
 import gradio as gr
 from starlette.middleware import Middleware
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
-from workbench.core.fields import field_docs
+from workbench.core.fields import LIMITS, field_docs
 from workbench.core.glossary import gloss
 from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
@@ -71,6 +73,7 @@ EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
 DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, M=4): a refinement doubles the compute
 BEFORE_NOW_HEIGHT = 340  # px of the Before / Now grids: 8 prompts x 2 rows show cells of about 150 px
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
+LOADING = dict(concurrency_id="load", concurrency_limit=1)  # a picker's load: one at a time, never in sampling's way
 VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
               f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
               "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
@@ -100,9 +103,12 @@ def _generate_tab(page: Page) -> dict:
             gr.Examples(examples, inputs=prompt, label="Example prompts")
             gr.Markdown(VOCABULARY if toy else REAL_VOCABULARY, elem_id="prompt-hints")
         with gr.Column(scale=2):
-            group = gr.Slider(2, 16, 8, step=1, label="Group size G (images per prompt)", elem_id="gen-group")
-            steps = gr.Slider(2, 32, 16, step=1, label="Denoising steps T", elem_id="gen-steps")
-            noise = gr.Slider(0, 1.5, 0.7, step=0.05, label="Noise level a (eta for dance_grpo; 0 = ODE)",
+            group = gr.Slider(*LIMITS["group"].range(app=True), 8, step=1, label="Group size G (images per prompt)",
+                              elem_id="gen-group")  # the ranges of every control: the one table (core/fields.py)
+            steps = gr.Slider(*LIMITS["steps"].range(app=True), 16, step=1, label="Denoising steps T",
+                              elem_id="gen-steps")
+            noise = gr.Slider(*LIMITS["noise_level"].range(app=True), 0.7, step=0.05,
+                              label="Noise level a (eta for dance_grpo; 0 = ODE)",
                               info="the randomness each step adds; at 0 every image of a group is the same (the "
                                    "deterministic ODE), and GRPO has nothing to compare")
             with gr.Row():
@@ -156,7 +162,8 @@ def _attribution_tab(page: Page) -> dict:
     wb, session, choices = page.wb, page.session, page.choices
     gr.Markdown(gloss(ATTRIBUTION_INTRO), elem_id="attribution-intro")
     with gr.Row():
-        continuations = gr.Slider(1, 16, 4, step=1, label="Continuations per state M", elem_id="credit-k")
+        continuations = gr.Slider(*LIMITS["continuations"].range(app=True), 4, step=1,
+                                  label="Continuations per state M", elem_id="credit-k")
         estimator = gr.Dropdown(estimator_names(), value="mc", label="Credit estimator", info=estimator_help(),
                                 elem_id="credit-estimator")
         crn = gr.Checkbox(True, label="Common random numbers", info="continuations of a trajectory share noise",
@@ -189,12 +196,11 @@ def _attribution_tab(page: Page) -> dict:
     empty, text = pol.empty_comparison()
     compare_plot = gr.Plot(empty, label="Before and after", elem_id="compare-credit-plot")
     compare_text = gr.Markdown(text, elem_id="compare-credit-text")
-    compare_images = gr.Image(label="Final images: top row the compared policy, bottom row this session's",
+    compare_images = gr.Image(label="Final images of both groups (the caption names each row after Compare)",
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_images, compare_text, status]
-    busy = dict(show_progress_on=[heatmap], **cv.long_work(wb, HEAVY))  # the progress text over the map, not over
-    # the rates' text
+    busy = dict(scroll_to_output=True, **cv.long_work(wb, HEAVY))  # to the status under the buttons
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
                       api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
     run.click(cv.handler(wb, h.attribute), [continuations, session, estimator, crn, z, precision], outputs,
@@ -205,7 +211,7 @@ def _attribution_tab(page: Page) -> dict:
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
-                  show_progress_on=[compare_plot], **cv.long_work(wb, HEAVY))
+                  scroll_to_output=True, **cv.long_work(wb, HEAVY))  # to the status naming the comparison
     page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
                     api_visibility="private", show_progress="hidden")  # flashes
     page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private")
@@ -265,9 +271,11 @@ def _chunks_tab(page: Page) -> gr.Textbox:
     return spec
 
 
-# The cell formula's math font, served by Gradio from the package (launch's allowed_paths) and asked for as the page
-# loads, so the first formula is drawn in it
-MATH_FONT_URL = f"gradio_api/file={MATH_FONT.as_posix()}"
+# The cell formula's math font, served from the package's assets folder at ASSETS_ROUTE (a static route of the app,
+# so the page's config names no server path) and asked for as the page loads, so the first formula is drawn in it
+ASSETS_ROUTE = "workbench-assets"
+MATH_FONT_URL = f"{ASSETS_ROUTE}/{MATH_FONT.name}"
+MAX_UPLOAD = "1mb"  # the app takes no files: Gradio's upload route refuses anything larger (it kept any size)
 MATH_FONT_PRELOAD = f'<link rel="preload" href="{MATH_FONT_URL}" as="font" type="font/woff2" crossorigin>'
 # How often Gradio's queue looks for work while it has none (its own: every 1 ms for a new event, every 10 ms for
 # progress to send). An idle app spent ~5 % of a core on those wake-ups (0.052 CPU-s per second, app.py on the
@@ -287,9 +295,12 @@ def launch_options() -> dict:
       parsed and written again on each call, half the page's CPU of an edit;
     - `frames.HeadScript`: the page's head starts with the script that parks Gradio's leaked frame loops, so an
       idle page draws no frames;
-    - the page's few style rules (`PAGE_CSS`), and its math font served from the package (`ui.mathml`)."""
-    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)]}, "css": PAGE_CSS,
-            "allowed_paths": [str(MATH_FONT.parent)]}
+    - the page's few style rules (`PAGE_CSS`), and its math font served from the package (`ui.mathml`) at
+      ASSETS_ROUTE, a static route of the app's FastAPI (Gradio's file route is given no folder);
+    - uploads of at most MAX_UPLOAD."""
+    assets = Mount(f"/{ASSETS_ROUTE}", StaticFiles(directory=MATH_FONT.parent), name=ASSETS_ROUTE)
+    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)], "routes": [assets]},
+            "css": PAGE_CSS, "max_file_size": MAX_UPLOAD}
 
 
 def queued(demo: gr.Blocks, **options) -> gr.Blocks:
@@ -308,7 +319,8 @@ def _objectives_tab(page: Page) -> None:
     view = gr.State(None)  # ui.objectives.ObjectivesView of this session
     gr.Markdown(gloss(OBJECTIVES_INTRO), elem_id="objectives-intro")
     with gr.Row():
-        updates = gr.Slider(0, 10, INNER_UPDATES, step=1, label="Inner updates N", elem_id="obj-updates")
+        updates = gr.Slider(*LIMITS["inner_updates"].range(app=True), INNER_UPDATES, step=1, label="Inner updates N",
+                            elem_id="obj-updates")
         lr = gr.Number(INNER_LR, label="Learning rate of the inner updates", elem_id="obj-lr")
         clip = gr.Number(CLIP, label="Clip range ε", elem_id="obj-clip")
         inner = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective of the inner updates")
@@ -333,7 +345,8 @@ def _objectives_tab(page: Page) -> None:
     point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
     clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
-              [maps, summary, formula, view, status], api_name="objectives", **cv.long_work(wb, HEAVY)).then(
+              [maps, summary, formula, view, status], api_name="objectives", scroll_to_output=True,
+              **cv.long_work(wb, HEAVY)).then(
         lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
         api_visibility="private", show_progress="hidden")
     scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
@@ -486,7 +499,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         session = gr.State(Session())
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
-        picker = pol.picker_panel(wb, session, choices, HEAVY)
+        picker = pol.picker_panel(wb, session, choices, LOADING)
         welcome, start = welcome_panel()
         link = share.share_row()
         with gr.Tabs() as tabs:
@@ -502,7 +515,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         share.wire(wb, demo, link, tabs, session,
                    [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
                    [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
-                    attribution["heatmap"], attribution["rates"]])
+                    attribution["heatmap"], attribution["rates"], *attribution["both"][:3]])
         picker["load"](gen["outputs"][0], attribution)
         demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
         demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change

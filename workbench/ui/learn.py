@@ -26,7 +26,9 @@ from workbench.rl.objectives import ObjectiveSettings
 from workbench.rl.significance import false_call_rate
 from workbench.ui import handlers, policies
 from workbench.ui.guard import escape, guarded, ok
-from workbench.ui.state import BASE, Session, format_sizes
+from workbench.ui.learn_exercise import exercise_section
+from workbench.ui.state import BASE, LESSON, Session, format_sizes
+from workbench.ui.timing import record
 from workbench.ui.workbench import Workbench
 from workbench.viz import explain_plots
 
@@ -63,6 +65,16 @@ chunk. The walk below shows both on a group sampled now.
 """
 
 
+def set_claim() -> str:
+    """The headline measured over the shipped set of groups (`learn_set`), or what is missing and how to remake it."""
+    from workbench.ui.learn_set import claim_text, load_set
+
+    try:
+        return claim_text(load_set())
+    except WorkbenchError as err:
+        return f"*{err}*"
+
+
 def learn_example(toy_world: bool) -> tuple[str, str]:
     """(prompt, reward spec) of the walk's example: the toy world's, or for a real model a shipped real prompt
     scored by the real model's default reward (the toy world's rewards and grammar never reach it)."""
@@ -71,12 +83,17 @@ def learn_example(toy_world: bool) -> tuple[str, str]:
     return (LEARN_PROMPT, "adherence") if toy_world else (REAL_LEARN_PROMPT, default_reward(False))
 
 
-def example_text(toy_world: bool = True) -> str:
+def example_text(toy_world: bool = True, wb: Workbench | None = None) -> str:
+    """What the button does, and how long it takes on this machine (`ui.timing`, measured here)."""
+    from workbench.ui.timing import estimate, evaluations
+
     prompt, reward = learn_example(toy_world)
+    evals = evaluations(LEARN["group"], LEARN["steps"], LEARN["continuations"])
+    took = "" if wb is None else " (time: " + estimate(wb, evals) + ")"
     return (f"The button samples {LEARN['group']} images of *\"{prompt}\"* with the loaded model "
             f"({LEARN['steps']} steps), scores them with the `{reward}` reward, shows what step GRPO and "
             f"Chunk-GRPO push on each step, and measures credit with M={LEARN['continuations']} continuations per "
-            "state (up to a minute or two on a CPU). The group then also appears in the other tabs.")
+            f"state{took}. The group then also appears in the other tabs.")
 
 
 def group_text(session: Session) -> str:
@@ -104,8 +121,7 @@ def step_grpo_text(ex: Explanation, advantages: torch.Tensor) -> str:
 def credit_text(credit: Credit, ex: Explanation) -> str:
     """Stage 3: the measured credit, its classes, and where it disagrees."""
     r = credit.rates(Z).step
-    wrong = (credit.step_classes(Z) == MISATTRIBUTED) & credit.step_valid  # (G, T)
-    best = int(credit.advantages.argmax())
+    wrong = ((credit.step_classes(Z) == MISATTRIBUTED) & credit.step_valid).sum(1)  # (G,) misattributed steps
     corr = float(ex.correlation(credit.step_credit)[ex.index("step_grpo")])
     k = credit.continuation_rewards.shape[-1]
     return (f"**3. The measured credit, and where it disagrees.** With M={k} continuations from every state, "
@@ -114,9 +130,21 @@ def credit_text(credit: Credit, ex: Explanation) -> str:
             f"**{_pct(r.misattributed, r.misattributed_se)}** are misattributed "
             f"(x): the step moved the expected reward against the sign of the image's advantage. The grey cells are "
             f"within noise; counting every cell by its sign alone would give {_pct(r.plain, r.plain_se)}, pulled "
-            f"towards a coin flip's 50 %. Image {best}, the best one, has {int(wrong[best].sum())} misattributed "
-            f"steps of {credit.num_steps}, and step GRPO raises them anyway. Over all cells, step GRPO's push "
+            f"towards a coin flip's 50 %. " + _worst_image_text(credit, wrong) + f" Over all cells, step GRPO's push "
             f"correlates with the credit at {corr:+.2f}." + _halves_text(credit))
+
+
+def _worst_image_text(credit: Credit, wrong: torch.Tensor) -> str:
+    """The image with the most misattributed steps, and what step GRPO does to them; or that there is none."""
+    worst = int(wrong.argmax())
+    n, a = int(wrong[worst]), float(credit.advantages[worst])
+    if n == 0:
+        return (f"No step of this group is determined against its image's advantage at M="
+                f"{credit.continuation_rewards.shape[-1]}; the set of groups above finds such steps in most groups.")
+    way = "raises" if a > 0 else "lowers"
+    return (f"Image {worst} (A = {a:+.2f}) has {n} of its {credit.num_steps} steps misattributed: their credit "
+            f"is {'negative' if a > 0 else 'positive'}, yet step GRPO {way} all {credit.num_steps} steps alike, "
+            "these included.")
 
 
 def _halves_text(credit: Credit) -> str:
@@ -154,7 +182,19 @@ def chunks_text(ex: Explanation, credit: Credit) -> str:
             f"cells and disagrees with the advantage in **{_pct(r.misattributed, r.misattributed_se)}** of them "
             f"(x on the right). The push correlates with the step credit at "
             f"{float(corr[o]):+.2f} (step GRPO: {float(corr[ex.index('step_grpo')]):+.2f}). Other schedules, "
-            "from the same measurement:\n\n" + schedule_table(credit))
+            "from the same measurement:\n\n" + schedule_table(credit) + "\n\n" + _against_set(credit, sizes))
+
+
+def _against_set(credit: Credit, sizes: list[int]) -> str:
+    """The example's step and chunk shares set against the shipped set of groups (`learn_set`)."""
+    from workbench.ui.learn_set import example_against_set, load_set
+
+    try:
+        data = load_set()
+    except WorkbenchError as err:
+        return f"*{err}*"
+    r = credit.rechunk(sizes).rates(Z)
+    return example_against_set(r.step.misattributed, r.chunk.misattributed, format_sizes(sizes), data)
 
 
 def _steps(n: int) -> str:
@@ -191,7 +231,8 @@ SCHEDULE_CAVEAT = (
 
 def invitation_text(session: Session) -> str:
     """Stage 5: where to go next."""
-    return (f"**5. Your turn.** Open **Chunks** and click the curve to add or remove boundaries of "
+    return ("**5. Your turn** comes next, on a fresh group. Then open **Chunks** and click the curve to add or "
+            f"remove boundaries of "
             f"{format_sizes(session.sizes)}: the classified chunk credit and the rates follow at once; in "
             "**Attribution**, *Refine* spends more continuations where cells are still grey. Open **Objectives** "
             "to see every objective the workbench trains with on this group, also after a few updates, when clipping "
@@ -226,6 +267,7 @@ def learn_walk(wb: Workbench, session: Session, progress=gr.Progress()):
     with wb.batched_threads():
         credit = measure_credit(policy, session.group, build_reward(reward), continuations=LEARN["continuations"],
                                 chunks=session.sizes, progress=handlers._tracker(progress, "continuations from state"))
+    record(wb, credit)
     session = replace(session, credit=credit, reference=credit)  # Monte-Carlo: what cheap estimators are set against
     yield (skip,) * 5 + (credit_text(credit, ex), handlers.credit_plot(session), chunks_text(ex, credit),
                          explain_plots.chunk_push_figure(ex, credit, Z),
@@ -245,6 +287,16 @@ credit the same way: the **Before and after** view of **Attribution** (load a ru
 to explore it in every tab).
 """
 LESSON_CROSS = "a large yellow cross in the bottom right on a gray background"  # held out: never trained on
+
+
+def after_estimate(wb: Workbench) -> str:
+    """How long the Before and after button takes here: two groups, each sampled and measured."""
+    from workbench.train import preset
+    from workbench.ui.timing import estimate, evaluations
+
+    steps = preset("crosses").sampling_config(1).steps
+    return "Two groups sampled and measured; time: " + estimate(wb, 2 * evaluations(LEARN["group"], steps,
+                                                                              LEARN["continuations"])) + "."
 
 
 def lesson_run(wb: Workbench) -> str | None:
@@ -268,7 +320,6 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     model and under the newest crosses lesson's checkpoint (on the embedded model before any lesson ran here:
     the lesson result shipped with the package), the same noise and measurement (`policies`)."""
     from workbench.train import preset
-    from workbench.train.lesson_result import shipped_lesson
     from workbench.train.prompt_sets import is_pipeline_folder
 
     if is_pipeline_folder(wb.model_path):
@@ -279,7 +330,7 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     if run is None and wb.model_path is not None:
         raise WorkbenchError("no crosses lesson with a checkpoint on disk yet: in Fine-tune choose the lesson "
                              "crosses and press Start (6-13 minutes on a 2-core laptop), then come back")
-    keys = (wb.base_key(run), run) if run is not None else (BASE, str(shipped_lesson().model))  # shipped result
+    keys = (wb.base_key(run), run) if run is not None else (BASE, LESSON)  # the shipped result
     lesson = preset("crosses")
     config = replace(lesson.sampling_config(1), group=LEARN["group"], seed=0)  # the lesson's window and steps
     comparison = policies.measure_both(wb, keys, LESSON_CROSS, config, lesson.reward,
@@ -300,7 +351,8 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
 
     toy = not is_pipeline_folder(wb.model_path)
     gr.Markdown(gloss(INTRO), elem_id="learn-intro")
-    gr.Markdown(example_text(toy))
+    gr.Markdown(set_claim() if toy else "", elem_id="learn-claim", visible=toy)  # measured on the embedded model
+    gr.Markdown(partial(example_text, toy, wb), elem_id="learn-example-text")  # a callable: read at each page load
     run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
     status = gr.Markdown(elem_id="learn-status")
     gallery = gr.Gallery(label="The group (#image, reward r, advantage A)", columns=8, height=240, format="png",
@@ -309,15 +361,18 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
     for n in range(1, 5):
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
     last = gr.Markdown(elem_id="learn-text-5")
+    if toy:  # the exercises' fresh groups are the toy world's
+        exercise_section(wb, session, heavy)
     gr.Markdown(LESSON_POINTER, elem_id="learn-lesson", visible=toy)
     after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn", visible=toy)
+    gr.Markdown(partial(after_estimate, wb), elem_id="learn-after-estimate", visible=toy)
     after_status = gr.Markdown(elem_id="learn-after-status")
     after_text = gr.Markdown(elem_id="learn-after-text", visible=toy)
     after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot", visible=toy)
-    after_images = gr.Image(label="Top row: the base model; bottom row: after the lesson (same noise)", type="pil",
+    after_images = gr.Image(label="Final images of both groups (the caption names each row)", type="pil",
                             format="png", elem_id="learn-after-images", visible=toy)
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
-              api_name="learn_example", **heavy).then(
+              api_name="learn_example", scroll_to_output=True, **heavy).then(
         partial(handlers.generate_view, wb), [session], shown, api_visibility="private", show_progress="hidden")
     after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
-                api_name="learn_after", **heavy)
+                api_name="learn_after", scroll_to_output=True, **heavy)

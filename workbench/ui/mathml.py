@@ -45,6 +45,14 @@ _MENDS = [
     (re.compile(r"<mi>log</mi>"), r'<mspace width="0.1667em" /><mi>log</mi><mspace width="0.1667em" />'),
 ]
 _TAG = re.compile(r"</?([A-Za-z][\w-]*)")  # an element's name; the output may have no element that is not MathML
+_OPEN_TAG = re.compile(r"<[A-Za-z][^>]*>")  # an element's start tag, its attributes inside
+_ATTRIBUTE = re.compile(r"\s([^\s=/>]+)\s*=")  # an attribute's name inside a start tag
+_MATHML_ATTRIBUTES = {  # presentation attributes: none of them can load, link or run anything (href, style, on* can)
+    "xmlns", "display", "displaystyle", "scriptlevel", "mathvariant", "mathcolor", "mathsize", "stretchy", "fence",
+    "separator", "form", "lspace", "rspace", "minsize", "maxsize", "symmetric", "largeop", "movablelimits", "accent",
+    "accentunder", "width", "height", "depth", "voffset", "linethickness", "linebreak", "columnalign", "rowalign",
+    "columnspacing", "rowspacing", "columnlines", "rowlines", "frame", "notation", "open", "close", "separators",
+    "encoding"}
 _MATHML_TAGS = {"math", "mrow", "mi", "mo", "mn", "ms", "mtext", "mspace", "msub", "msup", "msubsup", "munder", "mover",
                 "munderover", "mfrac", "msqrt", "mroot", "mstyle", "mtable", "mtr", "mtd", "mpadded", "mphantom",
                 "menclose", "merror", "mmultiscripts", "mprescripts", "none", "semantics", "annotation"}
@@ -52,8 +60,9 @@ _MATHML_TAGS = {"math", "mrow", "mi", "mo", "mn", "ms", "mtext", "mspace", "msub
 
 def mathml(tex: str, display: bool = True) -> str:
     """`tex` as a <math> element, with the spacing mends above. LaTeX the converter cannot read, and output with any
-    element that is not MathML (the converter copies `\\text{...}` as it is, markup included), come back as the source
-    in <code>, so a formula never breaks the view or writes markup of its own.
+    element that is not MathML (the converter copies `\\text{...}` as it is, markup included) or any attribute that
+    is not presentational (`\\href{javascript:...}` becomes an href, `\\style` a style), come back as the source in
+    <code>, so a formula never breaks the view, links anywhere or writes markup of its own.
 
         >>> mathml("A_i = -0.31", display=False)[:60]
         '<math xmlns="http://www.w3.org/1998/Math/MathML" display="in'
@@ -62,7 +71,8 @@ def mathml(tex: str, display: bool = True) -> str:
         out = convert(tex, display="block" if display else "inline")
     except Exception:  # noqa: BLE001 - latex2mathml's errors share no base of their own
         return f"<code>{html.escape(tex)}</code>"
-    if not {name.lower() for name in _TAG.findall(out)} <= _MATHML_TAGS:
+    attributes = {name.lower() for tag in _OPEN_TAG.findall(out) for name in _ATTRIBUTE.findall(tag)}
+    if not {name.lower() for name in _TAG.findall(out)} <= _MATHML_TAGS or not attributes <= _MATHML_ATTRIBUTES:
         return f"<code>{html.escape(tex)}</code>"
     for pattern, repl in _MENDS:
         out = pattern.sub(repl, out)

@@ -28,7 +28,7 @@ from workbench.train.presets import gfpo_scores
 from workbench.ui.classroom import held
 from workbench.ui.clicks import clicked_point
 from workbench.ui.formulas import cell, formula_html
-from workbench.ui.guard import guarded, number, ok, whole_number
+from workbench.ui.guard import guarded, limited, number, ok, whole_number
 from workbench.ui.handlers import _tracker
 from workbench.ui.jobs import objective_names
 from workbench.ui.redraw import shape_change
@@ -164,7 +164,7 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     """Compute button -> (maps figure, summary table, formula, view, status)."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    n = whole_number(updates, "inner updates N", 0)
+    n = limited(updates, "inner_updates")
     held(wb, objective_updates=n)  # class mode: the teacher's caps
     lr = number(lr, "learning rate")
     if lr <= 0:

@@ -21,7 +21,7 @@ from workbench.core.glossary import gloss
 from workbench.core.imaging import grid
 from workbench.rl.credit import Z
 from workbench.ui.classroom import held
-from workbench.ui.guard import escape, guarded, ok, whole_number
+from workbench.ui.guard import escape, guarded, limited, ok
 from workbench.ui.handlers import _tracker, _z, rates_markdown
 from workbench.ui.state import BASE, Session
 from workbench.ui.workbench import Workbench
@@ -62,9 +62,8 @@ def pick_policy(wb: Workbench, key: str | None, session: Session, progress=gr.Pr
     key = (key or BASE).strip()
     start = time.perf_counter()
     progress(0.1, desc="loading the policy")
-    source = wb.source(key)
+    source = wb.pin(key)[0]  # a run: its newest checkpoint, loaded now
     stored = source.checkpoint or (source.key if source.adapter else key)  # an adapter's key names both folders
-    wb.policy(stored)
     seconds = time.perf_counter() - start
     menu = gr.Dropdown(choices=wb.sources(), value=stored, allow_custom_value=True)  # shows what was loaded
     if stored == session.source:
@@ -91,15 +90,29 @@ def comparison_outputs(session: Session) -> tuple:
     if session.comparison is None:
         figure, text = empty_comparison()
         return figure, None, text
+    from workbench.ui.compare_text import headline
+
     return (credit_view.comparison_figure(session.comparison, session.z), gr.skip(),
-            credit_view.comparison_text(session.comparison, session.z))
+            headline(session.comparison, session.z) + "\n\n" + credit_view.comparison_text(session.comparison,
+                                                                                             session.z))
 
 
 @guarded(4)
 def comparison_view(wb: Workbench, session: Session):
     """Attribution opened or z changed -> (comparison figure, images, text, status) re-classified under the
     session's z and chunks (nothing is sampled)."""
-    return (*comparison_outputs(session), gr.skip())
+    figure, images, text = comparison_outputs(session)
+    return figure, images, text + "\n\n" + compare_estimate(wb, session), gr.skip()
+
+
+def compare_estimate(wb: Workbench, session: Session) -> str:
+    """How long Compare takes here for the session's group (at M = 4, the default; the time grows with M)."""
+    from workbench.ui.timing import estimate, evaluations
+
+    if session.group is None:
+        return ""
+    g, t = session.group.group_size, session.group.num_steps
+    return f"*Compare samples and measures two groups (M = 4): {estimate(wb, 2 * evaluations(g, t, 4))}.*"
 
 
 def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, reward_spec: str, continuations: int,
@@ -111,16 +124,24 @@ def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, rewa
     labels = tuple(wb.source(k).short for k in keys)
     policies = tuple(wb.policy(k) for k in keys)
     with wb.batched_threads():  # the two groups' sampling and their credit's continuations
-        return compare_credit(policies, labels, prompt, config, build_reward(reward_spec),
+        comparison = compare_credit(policies, labels, prompt, config, build_reward(reward_spec),
                               continuations=continuations, chunks=sizes, seed=config.seed, estimator=estimator or "mc",
                               crn=bool(crn), precision=precision or "auto",
                               progress=None if progress is None else _tracker(progress, "continuation batches"))
+    from workbench.ui.timing import record
+
+    record(wb, comparison.credits[-1])
+    return comparison
 
 
 def comparison_panel(comparison, z: float) -> tuple:
-    """(figure, images of both groups: top row before, bottom row after, text) of a CreditComparison."""
+    """(figure, images of both groups: top row before, bottom row after, captioned with their names, text: the
+    one-sentence headline over the table) of a CreditComparison."""
+    from workbench.ui.compare_text import headline, images_label
+
     images = grid(torch.cat([g.images for g in comparison.groups]), ncol=comparison.groups[0].group_size)
-    return (credit_view.comparison_figure(comparison, z), images, credit_view.comparison_text(comparison, z))
+    return (credit_view.comparison_figure(comparison, z), gr.update(value=images, label=images_label(comparison)),
+            headline(comparison, z) + "\n\n" + credit_view.comparison_text(comparison, z))
 
 
 @guarded(5)
@@ -133,13 +154,13 @@ def compare(wb: Workbench, other: str | None, continuations: float, session: Ses
     credit is measured with the same estimator, M, numerics and continuation seed (`rl.credit_compare`)."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
-    k, z = whole_number(continuations, "continuations (M)", 1), _z(z)
+    k, z = limited(continuations, "continuations", "continuations (M)"), _z(z)
     held(wb, continuations=k)  # class mode: the teacher's caps
     other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
     group = session.group
     comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,
                               session.sizes, estimator, crn, progress, precision)
-    session = replace(session, comparison=comparison, z=z)
+    session = replace(session, comparison=comparison, z=z, compared=other)
     same = (" (both sides are the same policy: pick a run to compare with)"
             if wb.source(other) == wb.source(session.source) else "")
     seconds = sum(c.cost.get("seconds", 0.0) for c in comparison.credits)

@@ -14,11 +14,13 @@ continuations and estimator, and opens the tab. A bad value is a message naming 
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlencode
 
 import gradio as gr
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
+from workbench.core.fields import check_limit
 from workbench.flow.sde import SDE_KINDS
 from workbench.rewards import parse_reward_spec
 from workbench.rl.chunking import schedule
@@ -29,6 +31,10 @@ from workbench.ui.state import BASE, Session, format_sizes
 from workbench.ui.tabs import TABS, check_tab, tab_id
 from workbench.ui.workbench import Workbench
 
+LINK_LIMIT = 8192  # characters of a link's query string: a view's settings take a few hundred
+ADDRESS_LIMIT = 2048  # characters of the page's address a link starts with
+ADDRESS = re.compile(r"https?://[^\s\"'<>`\\]+")  # an http(s) address without characters that could leave an href
+LINK_SIZES = {"G": "group", "T": "steps", "continuations": "continuations", "seed": "seed"}  # -> LIMITS rows
 CURRENT_TAB_JS = """(...args) => [...args.slice(0, -2),
   document.querySelector('button[role="tab"][aria-selected="true"]')?.textContent.trim() ?? '',
   window.location.origin + window.location.pathname]"""
@@ -72,7 +78,28 @@ def view_link(prompt: str, group: float, steps: float, noise: float, seed: float
              "T": int(steps), "noise": f"{float(noise):g}", "sampler": sde or "", "window": (window or "").strip(),
              "reward": (reward or "").strip(), "chunks": format_sizes(session.sizes),
              "continuations": int(continuations), "estimator": estimator or "mc", "tab": tab_id(tab or "")}
-    return (base or "") + "?" + urlencode({k: v for k, v in query.items() if v != ""})
+    if session.comparison is not None and session.compared:  # the link reopens the Compare too (`compare_share`)
+        query["compare"] = session.compared
+    return page_address(base) + "?" + urlencode({k: v for k, v in query.items() if v != ""})
+
+
+def page_address(base: str | None) -> str:
+    """The page's address a link starts with, as the browser sent it: an http(s) address of at most ADDRESS_LIMIT
+    characters, or "" (a link relative to the page); anything else (a `javascript:` address survives HTML
+    escaping in an exported page's href) is a WorkbenchError."""
+    text = (base or "").strip()
+    if text and (len(text) > ADDRESS_LIMIT or not ADDRESS.fullmatch(text)):
+        raise WorkbenchError(f"the page's address {shorten(text)} is not an http(s) address of at most "
+                             f"{ADDRESS_LIMIT} characters; reload the page from its http address")
+    return text
+
+
+def group_link(session: Session, continuations: float, estimator: str, tab: str, base: str) -> str:
+    """The link to the session's group with its own settings (not the controls', which may have moved since)."""
+    c = session.group.config
+    window = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
+    return view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, window,
+                     session.reward_spec, continuations, estimator, session, tab, base)
 
 
 def follow_link(prompt: str, group: float, steps: float, noise: float, seed: float, sde: str,
@@ -83,94 +110,121 @@ def follow_link(prompt: str, group: float, steps: float, noise: float, seed: flo
     with a control the link cannot hold (an emptied number), the address bar keeps what it has."""
     if session.group is None:
         return gr.skip()
-    c = session.group.config
-    shown = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
     try:
-        return view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, shown,
-                         session.reward_spec, continuations, estimator, session, tab, base)
-    except (TypeError, ValueError):
+        return group_link(session, continuations, estimator, tab, base)
+    except (TypeError, ValueError):  # WorkbenchError too: an address that is not the page's
         return gr.skip()
 
 
-def _int(params: dict, key: str, default: int, low: int = 0) -> int:
+def _whole(params: dict, key: str, default: int) -> int:
+    """A whole-number parameter, within the app's range of its row in the table of limits (`core.fields`)."""
     text = params.get(key, "")
     if text == "":
         return default
     try:
         value = int(text)
-    except ValueError:
-        raise WorkbenchError(f"the link's {key}={text!r} is not a whole number") from None
-    if value < low:
-        raise WorkbenchError(f"the link's {key}={value} must be at least {low}")
+    except ValueError:  # also a number of more than 4300 digits, which Python refuses to read
+        raise WorkbenchError(f"the link's {key}={shorten(text)} is not a whole number") from None
+    try:
+        check_limit(LINK_SIZES[key], value, app=True)
+    except WorkbenchError as err:
+        raise WorkbenchError(f"the link's {key}={shorten(text)} is out of range: {err}") from None
     return value
 
 
 def parse_query(params: dict) -> dict:
-    """The view a link's query string describes, checked; absent parameters take the app's defaults."""
+    """The view a link's query string describes, checked against the same table of limits as the controls, before
+    any work; absent parameters take the app's defaults. A bad value is a message naming the parameter and its
+    limit."""
     try:
         noise = float(params.get("noise", "0.7"))
-    except ValueError:
-        raise WorkbenchError(f"the link's noise={params['noise']!r} is not a number") from None
+        check_limit("noise_level", noise, app=True)
+    except ValueError as err:  # a WorkbenchError is a ValueError too
+        why = f"is out of range: {err}" if isinstance(err, WorkbenchError) else "is not a number"
+        raise WorkbenchError(f"the link's noise={shorten(params['noise'])} {why}") from None
     view = {"model": params.get("model", BASE) or BASE, "prompt": params.get("prompt", "").strip(),
-            "seed": _int(params, "seed", 0), "G": _int(params, "G", 8, 2), "T": _int(params, "T", 16, 1),
+            "seed": _whole(params, "seed", 0), "G": _whole(params, "G", 8), "T": _whole(params, "T", 16),
             "noise": noise, "sampler": params.get("sampler", "flow_grpo"), "window": params.get("window", ""),
-            "reward": params.get("reward", ""), "continuations": _int(params, "continuations", 4, 1),
-            "estimator": params.get("estimator", "mc"), "tab": params.get("tab", "generate")}
+            "reward": params.get("reward", ""), "continuations": _whole(params, "continuations", 4),
+            "estimator": params.get("estimator", "mc"), "tab": params.get("tab", "generate"),
+            "compare": params.get("compare", "").strip()}
     if not view["prompt"]:
         raise WorkbenchError("the link has no prompt= to sample; copy the link again after a Generate")
     if view["sampler"] not in SDE_KINDS:
-        raise WorkbenchError(f"the link's sampler={view['sampler']!r} is not one of {', '.join(SDE_KINDS)}")
+        raise WorkbenchError(f"the link's sampler={shorten(view['sampler'])} is not one of {', '.join(SDE_KINDS)}")
     if view["estimator"] not in ESTIMATORS.names():
-        raise WorkbenchError(f"the link's estimator={view['estimator']!r} is not one of "
+        raise WorkbenchError(f"the link's estimator={shorten(view['estimator'])} is not one of "
                              f"{', '.join(ESTIMATORS.names())}")
     check_tab(view["tab"])
     if view["reward"].strip():
         try:
             parse_reward_spec(view["reward"])
         except WorkbenchError as err:
-            raise WorkbenchError(f"the link's reward={view['reward']!r}: {err}") from None
+            raise WorkbenchError(f"the link's reward={shorten(view['reward'])}: {err}") from None
     parse_window(view["window"])
     view["sizes"] = schedule(params["chunks"], view["T"]) if params.get("chunks") else None  # sizes or a chunker
     return view
 
 
-def _sampled(out: tuple) -> Session:
-    """The session a guarded handler returned as its second-to-last output, or its message as an error."""
-    if not isinstance(out[-2], Session):
-        raise WorkbenchError(out[-1].lstrip("⚠ "))
-    return out[-2]
+def link_params(query: str) -> dict:
+    """{parameter: its last value} of a page's query string ("?prompt=...&G=8"); a link longer than LINK_LIMIT
+    is refused before it is parsed."""
+    if len(query or "") > LINK_LIMIT:
+        raise WorkbenchError(f"the link's query is {len(query)} characters long; a view's link has at most "
+                             f"{LINK_LIMIT}")
+    return {k: v[-1] for k, v in parse_qs((query or "").lstrip("?"), keep_blank_values=True).items()}
 
 
-@guarded(21)
+def preload_link(wb: Workbench, session: Session, query: str) -> None:
+    """Page load, before `open_link`: the policy a link names is loaded outside the model's queue (the picker's),
+    so a load never holds up other sessions' sampling. A bad link does nothing here: `open_link` says why."""
+    try:
+        view = parse_query(link_params(query))
+        if view["model"] != session.source:
+            wb.policy(view["model"])
+    except Exception:  # noqa: BLE001 - reported by open_link, which checks the link again
+        pass
+
+
+@guarded(24)
 def open_link(wb: Workbench, session: Session, query: str, progress=gr.Progress()):
-    """Page load -> (tabs, 12 controls, header, gallery, filmstrip, log-prob figure, credit map, rates, session,
-    status): the view a shared link describes, regenerated; without a query string nothing changes. `query` is
-    the page's location.search (`QUERY_JS` passes it in)."""
+    """Page load -> (tabs, 12 controls, header, gallery, filmstrip, log-prob figure, credit map, rates, comparison
+    figure, its images, its text, session, status): the view a shared link describes, regenerated (with its Compare
+    when it holds compare=KEY); without a query string nothing changes. `query` is the page's location.search
+    (`QUERY_JS` passes it in). The whole link is checked before any work; the handlers it calls raise their own
+    messages, which are shown once (their guarded forms would escape them a second time)."""
+    from workbench.ui.compare_share import open_compare
     from workbench.ui.policies import header
 
-    params = {k: v[-1] for k, v in parse_qs((query or "").lstrip("?"), keep_blank_values=True).items()}
+    params = link_params(query)
     params.pop("teacher", None)  # class mode's teacher link (ui/classroom_view.py) describes no view
     if not params:
-        return (gr.skip(),) * 20 + ("",)
+        return (gr.skip(),) * 23 + ("",)
     view = parse_query(params)
-    if view["model"] != session.source:
-        wb.policy(wb.source(view["model"]).checkpoint or view["model"])
-        session = session.with_source(wb.source(view["model"]).checkpoint or view["model"])
-    out = h.generate(wb, view["prompt"], view["G"], view["T"], view["noise"], view["seed"], view["reward"], session,
-                     view["sampler"], view["window"], progress=progress)
-    session = _sampled(out)
+    if view["model"] != session.source:  # a folder this app does not offer is refused here, before any load
+        source = wb.pin(view["model"])[0]
+        session = session.with_source(source.checkpoint or view["model"])
+    out = h.generate.__wrapped__(wb, view["prompt"], view["G"], view["T"], view["noise"], view["seed"],
+                                 view["reward"], session, view["sampler"], view["window"], progress=progress)
+    session = out[-2]
     gallery, strip, logprob, heatmap, rates = out[:5]
     if view["sizes"] is not None:
         session = session.with_sizes(view["sizes"])
     if TABS.info(view["tab"]).needs_credit:
-        measured = h.attribute(wb, view["continuations"], session, view["estimator"], progress=progress)
-        session = _sampled(measured)
+        measured = h.attribute.__wrapped__(wb, view["continuations"], session, view["estimator"], progress=progress)
+        session = measured[-2]
         heatmap, rates = measured[:2]
+    compared = (gr.skip(),) * 3
+    if view["compare"]:
+        session, compared = open_compare(wb, view["compare"], view["continuations"], session, view["estimator"],
+                                         progress)
     controls = (view["prompt"], view["G"], view["T"], view["noise"], view["seed"], view["reward"], view["sampler"],
                 view["window"], session.source, format_sizes(session.sizes), view["continuations"], view["estimator"])
     note = f"opened a shared link: '{escape(view['prompt'])}', G={view['G']}, T={view['T']}, seed {view['seed']}"
+    if view["compare"]:
+        note += f", compared with {escape(view['compare'])}"
     return (gr.Tabs(selected=view["tab"]), *controls, header(wb, session), gallery, strip, logprob, heatmap, rates,
-            session, ok(note))
+            *compared, session, ok(note))
 
 
 @guarded(2)
@@ -182,6 +236,15 @@ def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: f
     from workbench.ui.run_handlers import _fresh_export_folder
     from workbench.viz.page import write_page
 
+    if session.comparison is not None:  # a Compare: both groups and the table on one page
+        from workbench.ui.compare_share import write_compare_page
+        from workbench.ui.run_handlers import _fresh_export_folder
+
+        link = share_link(wb, prompt, group, steps, noise, seed, sde, window, reward, continuations, estimator,
+                          session, tab, base)[0]
+        out = write_compare_page(session, link, _fresh_export_folder() / "workbench-compare.html")
+        return gr.File(str(out), visible=True), ok(f"page of both compared groups written "
+                                                   f"({out.stat().st_size / 1e6:.1f} MB): it opens offline")
     if session.group is None or session.credit is None:
         raise WorkbenchError("nothing to export yet: generate a group and measure its credit in Attribution")
     g, credit = session.group, session.credit
@@ -190,8 +253,7 @@ def export_page(wb: Workbench, prompt: str, group: float, steps: float, noise: f
                 "reward": session.reward_spec, "chunks": format_sizes(session.sizes),
                 "continuations": int(credit.counts.max()), "estimator": credit.estimator, "precision": credit.precision,
                 "z": session.z}
-    link = share_link(wb, prompt, group, steps, noise, seed, sde, window, reward, continuations, estimator,
-                      session, tab, base)[0]
+    link = group_link(session, int(credit.counts.max()), credit.estimator, tab, base)  # the exported group's view
     out = _fresh_export_folder() / "workbench-group.html"  # removed after a while, like the run downloads
     write_page(wb.policy(session.source), g, session.rewards, session.advantages, credit, session.z, settings, out,
                link=link, curve=wb.curve(g.num_steps, g.config.noise_level, session.source))
@@ -205,7 +267,8 @@ def share_row() -> dict:
     with gr.Row():
         copy = gr.Button("Copy link to this view", elem_id="share-btn", scale=1)
         link = gr.Textbox(label="Link to this view (model, prompt, seed, G, T, noise, sampler, chunks, "
-                                "continuations, estimator, tab)", interactive=False, elem_id="share-link", scale=4)
+                                "continuations, estimator, tab, a Compare's second policy)", interactive=False,
+                          elem_id="share-link", scale=4)
         export = gr.Button("Export page (HTML)", elem_id="export-btn", scale=1)
     page = gr.File(label="Exported page: one HTML file that opens offline", interactive=False, elem_id="export-file",
                    visible=False)
@@ -219,7 +282,8 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
     """Copy link reads `controls` (prompt, G, T, noise, seed, sampler, window, reward, continuations, estimator),
     and so does the address bar, which follows every session change and tab switch;
     a page load with a query string fills `shown` (prompt, G, T, noise, seed, reward, sampler, window, picker,
-    chunk spec, continuations, estimator, header, gallery, filmstrip, log-prob figure, credit map, rates)."""
+    chunk spec, continuations, estimator, header, gallery, filmstrip, log-prob figure, credit map, rates, comparison
+    figure, its images, its text)."""
     from functools import partial
 
     row["copy"].click(partial(share_link, wb), [*controls, session, row["tab"], row["base"]],
@@ -231,9 +295,11 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
     follow = dict(fn=follow_link, inputs=[*controls, session, row["tab"], row["base"]], outputs=[row["link"]],
                   js=CURRENT_TAB_JS, queue=False, show_progress="hidden", api_visibility="private")
     gr.on([session.change, tabs.change], **follow).then(None, [row["link"]], None, js=FOLLOW_JS)
-    demo.load(partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,
-              api_visibility="private", concurrency_id="model", concurrency_limit=1,
-              show_progress_on=[shown[-2]])  # over the credit map only: not over every control of the page
+    demo.load(partial(preload_link, wb), [session, row["tab"]], None, js=QUERY_JS, api_visibility="private",
+              concurrency_id="load", concurrency_limit=1, show_progress="hidden").then(  # the load: not in the
+        partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,  # way of
+        api_visibility="private", concurrency_id="model", concurrency_limit=1,  # other sessions' sampling
+        show_progress_on=[shown[16]])  # over the credit map only: not over every control of the page
 
 
 def follow_chunk_edits(edits: list, spec: gr.Textbox, status: gr.Markdown, link: gr.Textbox) -> None:

@@ -17,6 +17,8 @@ from workbench.rl.credit_compare import CreditComparison
 
 BASE = "base"  # the model picker's key of the model the app was started with
 EMBEDDED = "embedded"  # the model picker's key of the embedded model, whatever the app was started with
+LESSON = "lesson"  # the model picker's key of the crosses lesson's result shipped with the package (its server
+# path stays off the page: the picker's choices are in the page's config)
 DEFAULT_STEPS = 16  # T of the chunk editor before any group exists (the papers' 16 trained steps)
 
 
@@ -35,6 +37,7 @@ class Session:
     run_id: str | None = None  # the fine-tuning run this session started
     source: str = BASE  # the policy every tab uses: a picker key (BASE, a run or checkpoint folder, a model folder)
     comparison: CreditComparison | None = None  # the group's credit under this policy and a second one
+    compared: str | None = None  # the picker key of that second policy (a shared link reopens the comparison)
     # (the continuation rewards of the credit it was set against, the StepComparison of "Compare advantages")
     steps_compared: tuple | None = None
 

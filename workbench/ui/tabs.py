@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, shorten
 from workbench.core.registry import Registry
 
 TABS = Registry("tab")
@@ -67,5 +67,5 @@ def tab_id(label_or_id: str) -> str:
 def check_tab(name: str) -> str:
     """`name` if it is a registered tab's id, else a message listing the valid ones."""
     if name not in TABS:
-        raise WorkbenchError(f"the link's tab={name!r} is not one of {', '.join(tab_ids())}")
+        raise WorkbenchError(f"the link's tab={shorten(name)} is not one of {', '.join(tab_ids())}")
     return name

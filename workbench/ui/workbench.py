@@ -13,12 +13,14 @@ import os
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
+from pathlib import Path
 
+from workbench.core.errors import WorkbenchError
 from workbench.core.heap import settle
 from workbench.core.threads import app_threads
 from workbench.flow.trajectory import SamplingConfig
 from workbench.ui.jobs import TRAIN_COMMAND, JobManager
-from workbench.ui.state import BASE, DEFAULT_STEPS, EMBEDDED
+from workbench.ui.state import BASE, DEFAULT_STEPS, EMBEDDED, LESSON
 
 CURVE_PROMPTS = 8  # default number of prompts the L1_rel curve averages over (2 trajectories each)
 KEEP_POLICIES = 3  # loaded policies kept in memory (the least recently used one is dropped first)
@@ -29,29 +31,42 @@ class Workbench:
 
     def __init__(self, model: str | None = None, device: str | None = None, runs_root: str = "runs",
                  train_command=TRAIN_COMMAND, curve_prompts: int = CURVE_PROMPTS, dtype: str = "float32",
-                 resolution: int | None = None):
+                 resolution: int | None = None, models: tuple[str, ...] = ()):
         from workbench.models.adapters import default_device, torch_dtype
+        from workbench.train.allowed import AllowedFolders
 
         self.model_path, self.explicit_device, self.curve_prompts = model, device, curve_prompts
         self.device = device or default_device()
         torch_dtype(dtype)  # an unknown dtype is refused at start
         self.dtype, self.resolution = dtype, resolution  # how SD3 / FLUX folders load (the embedded model: float32)
         self.jobs = JobManager(runs_root, self.device, train_command)
+        self.models = tuple(str(m) for m in models)  # folders of models the picker offers (`app.py --models`)
+        self.allowed = AllowedFolders.of(runs_root, model, self.models)  # where a typed path or a link may load
         self._policies: OrderedDict[str, object] = OrderedDict()  # source key -> FlowPolicy, most recent last
+        self._loading: dict[object, threading.Lock] = {}  # source -> the lock of its load in progress
         self._curves: dict[tuple[str, int, float], object] = {}
         self._resolved: dict[str | None, object] = {}  # path -> PolicySource of models and checkpoint folders
         self._lock, self._curve_lock = threading.Lock(), threading.Lock()
         self._batched, self._batched_lock = 0, threading.Lock()  # batched computations in flight (`batched_threads`)
+        self.timing: tuple[float, str] | None = None  # seconds per image evaluation here, and how (`ui.timing`)
 
     def source(self, key: str | None = BASE):
-        """The PolicySource a picker key names (checked on disk, nothing loaded); BASE or empty: the app's model."""
+        """The PolicySource a picker key names (checked on disk, nothing loaded); BASE or empty: the app's model.
+        Any other path, and each folder of 'BASE + ADAPTER' (a base model with a LoRA adapter; 'base + ADAPTER':
+        the app's model), must lie in a folder this app offers (`train.allowed`), checked before it is looked at."""
         from workbench.train.sources import ADAPTER_SEP, resolve_source, split_adapter
 
         key = (key or "").strip()
         base, adapter = split_adapter(key)
-        if adapter is not None and base in ("", BASE):  # "base + ADAPTER": the app's model with a LoRA adapter
-            key = f"{self.model_path or ''}{ADAPTER_SEP}{adapter}"
-        path = self.model_path if key in ("", BASE) else None if key == EMBEDDED else key
+        if adapter is not None:
+            base = (self.model_path or "") if base in ("", BASE) else self.allowed.check(base)
+            path = f"{base}{ADAPTER_SEP}{self.allowed.check(adapter)}"
+        elif key == LESSON:  # the lesson result shipped with the package
+            from workbench.train.lesson_result import shipped_lesson
+
+            path = str(shipped_lesson().model)
+        else:
+            path = self.model_path if key in ("", BASE) else None if key == EMBEDDED else self.allowed.check(key)
         if path in self._resolved:
             return self._resolved[path]
         source = resolve_source(path)
@@ -68,18 +83,60 @@ class Workbench:
 
     def policy(self, key: str | None = BASE):
         """The FlowPolicy a picker key names, loaded on first use and kept among the last KEEP_POLICIES
-        (WorkbenchError naming the path if it is bad)."""
-        from workbench.train.sources import load_policy
+        (WorkbenchError naming the path if it is bad); a run's key: its newest checkpoint (`pin`)."""
+        return self.pin(key)[1]
 
-        source = self.source(key)
+    def pin(self, key: str | None = BASE) -> tuple:
+        """(the PolicySource loaded, its FlowPolicy) of a picker key. A run's key loads the run's newest checkpoint;
+        when the training run replaced that checkpoint while it loaded, the newer one is taken (a run that is
+        training can always be loaded). A chosen checkpoint that is gone is a message saying so."""
+        from workbench.train.checkpoints import CheckpointGone
+        from workbench.train.sources import RETRIES
+
+        for _ in range(RETRIES):
+            source = self.source(key)
+            try:
+                policy = self._policy_of(source)
+            except CheckpointGone:
+                if source.run is None or Path(source.checkpoint) == Path((key or "").strip()).expanduser():
+                    raise
+                continue
+            if source.run is not None:  # the session now names the checkpoint: found without the disk, which the
+                self._resolved.setdefault(source.checkpoint, source)  # run may have moved on from since
+            return source, policy
+        raise WorkbenchError(f"run {key} replaced its newest checkpoint {RETRIES} times while it loaded; try again")
+
+    def _policy_of(self, source):
+        """The loaded policy of a PolicySource. A load holds only its own policy's lock: sessions asking for that
+        policy wait for it, every other session's policy is served meanwhile."""
         self.share_cores()
         with self._lock:
-            if source not in self._policies:
-                self._policies[source] = load_policy(source, device=self.device, **self._load_options(source))
-                while len(self._policies) > KEEP_POLICIES:
-                    self._policies.popitem(last=False)
-            self._policies.move_to_end(source)
-            return self._policies[source]
+            if source in self._policies:
+                self._policies.move_to_end(source)
+                return self._policies[source]
+            gate = self._loading.setdefault(source, threading.Lock())
+        with gate:
+            return self._load(source)
+
+    def _load(self, source):
+        """Load `source` (its gate held) unless a session that held the gate before loaded it; keep it."""
+        from workbench.train.sources import load_policy
+
+        with self._lock:
+            if source in self._policies:
+                return self._policies[source]
+        try:
+            policy = load_policy(source, device=self.device, **self._load_options(source))
+        except BaseException:
+            with self._lock:
+                self._loading.pop(source, None)
+            raise
+        with self._lock:
+            self._loading.pop(source, None)
+            self._policies[source] = policy
+            while len(self._policies) > KEEP_POLICIES:
+                self._policies.popitem(last=False)
+            return policy
 
     def share_cores(self, batched: bool = False) -> int:
         """Set torch's threads before this thread computes: one while a CPU fine-tune of this app runs (its trainer
@@ -139,11 +196,20 @@ class Workbench:
     def sources(self) -> list[tuple[str, str]]:
         """The picker's choices, (label, key): the base model, then every run on disk (newest first) with its
         newest checkpoint and each saved iteration. Nothing is loaded; a damaged run is left out."""
-        from workbench.core.errors import WorkbenchError
         from workbench.train.store import RunStore, list_runs
 
         base = self.model_path or "the embedded model"
         choices = [(f"base model: {base}", BASE)]
+        if self.model_path is None:  # the crosses lesson's result shipped with the package: a class need not wait
+            from workbench.train.lesson_result import shipped_lesson
+
+            try:
+                lesson = shipped_lesson()
+                choices.append((f"the crosses lesson shipped with the package ({lesson.iterations} iterations)",
+                                LESSON))
+            except WorkbenchError:  # an incomplete copy of the package: the picker offers what is there
+                pass
+        choices += self._listed_models()
         try:
             runs = list_runs(self.jobs.root)
         except WorkbenchError:  # the runs root is a file: no run to offer
@@ -156,12 +222,31 @@ class Workbench:
             choices += [(f"run {info.name} · iteration {int(f.name.split('_')[1])}", str(f)) for f in folders]
         return choices
 
+    def _listed_models(self) -> list[tuple[str, str]]:
+        """(label, key) of each model in the `--models` folders: a folder that is a model, or the model folders
+        directly inside it."""
+        from workbench.train.prompt_sets import is_pipeline_folder
+
+        def is_model(folder: Path) -> bool:
+            return is_pipeline_folder(str(folder)) or ((folder / "config.json").is_file()
+                                                       and (folder / "model.safetensors").is_file())
+        found = []
+        for root in map(Path, self.models):
+            try:
+                found += [root] if is_model(root) else sorted(p for p in root.iterdir() if p.is_dir() and is_model(p))
+            except OSError:  # a folder gone since the start: nothing to offer from it
+                continue
+        return [(f"model: {folder.name}", str(folder)) for folder in found]
+
     def warm_up(self) -> threading.Thread:
         """In the background: load the model and compute the default L1_rel curve (the first forward passes
         are slow in a fresh process), so the page is interactive before the model is."""
         def load():
             try:
                 self.curve(DEFAULT_STEPS, 0.7)
+                from workbench.ui.timing import probe
+
+                probe(self)  # the buttons' time estimates start from this machine's own speed
             except Exception:  # noqa: BLE001 - reported again, as a message, on first use
                 pass
             settle()  # the loaded model and modules leave the collector's walk (core/heap.py)

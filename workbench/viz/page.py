@@ -54,7 +54,7 @@ def render_page(page: Page) -> str:
                                                                    config={"responsive": True})
                       for h, fig in page.figures)
     link = (f'<p>Open the same view in the app: <a href="{html.escape(page.link)}">{html.escape(page.link)}</a></p>'
-            if page.link else "")
+            if page.link.startswith(("http://", "https://")) else "")  # never another scheme in an href
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(page.title)}</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:1em auto;padding:0 1em}}
