@@ -3,7 +3,7 @@
 A learner who starts a fine-tune from the app and keeps exploring other tabs has two processes computing on
 the same cores. With torch's default (one OpenMP thread per core, spinning while it waits for work), a
 training process that runs 2 threads on 2 cores next to one busy single-threaded process slowed from 1.7 s to
-~48 s per iteration (issue 24, measured on this machine class): each parallel region waits for a thread that
+~48 s per iteration (measured on a 2-core machine; docs/performance.md): each parallel region waits for a thread that
 the scheduler has parked behind the other process. Two remedies, both here:
 
 - `threads_for`: use only the cores other processes leave free (never fewer than 1), re-measured every
@@ -43,14 +43,10 @@ def app_threads(cores: int | None = None, batched: bool = False) -> int:
     the app computes (it draws the progress; the app is a page on the same laptop); every core for `batched`
     work: the credit's continuations and dense_grpo's look-ahead (large batched passes, `Workbench.batched_threads`).
 
-    Measured with bench/browser.py on 2 cores (issue 24). Every core for everything (until commit 40e00e3)
-    slowed the views: on 2026-12-02 credit 5.1-6.8 s to its first status, Generate 4.6-6.2 s and the Objectives tab
-    10.6-29.9 s on two threads, against 4.1-4.5, 3.7-3.8 and 8.5-10.2 s on one; on the Xeon on 2026-12-03 the
-    Objectives tab 19.3 / 19.7 s against 15.6 / 13.2 s (140b72a:docs/perf-data/xeon/README.md). An OpenMP team waits for
-    its slowest thread, and the browser takes a second-core thread's turns. The credit's passes gained from the
-    second core all the same: on the Xeon its presses took 5.6-6.1 s on two threads against 7.1-7.2 s on one (the
-    whole app on two threads); on the EPYC (2026-12-05) 3.5 s against 3.9 s (medians of the later presses), with
-    `batched` (140b72a:docs/perf-data/epyc/README.md, "The app's threads measured again")."""
+    Why (bench/browser.py on 2 cores; figures in docs/performance.md): every core for everything slowed the views
+    (credit, Generate and the Objectives tab took 1.2-2x longer on two threads than on one), because an OpenMP team
+    waits for its slowest thread and the browser takes a second-core thread's turns. The credit's large batched
+    passes gain from the second core all the same (10-20 % faster), hence `batched`."""
     n = cores or cpu_count()
     return n if batched else max(1, n - 1)
 

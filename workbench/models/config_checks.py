@@ -202,6 +202,8 @@ def check_model_folder(folder: str | Path | None, device: str | None = None, byt
     from workbench.models.embedded import CONFIG_FILE, WEIGHTS_FILE
 
     folder = Path(folder).expanduser()
+    if not folder.exists():
+        raise WorkbenchError(f"{folder} does not exist")
     free = free_bytes(device) if device is not None else None
     if (folder / "model_index.json").is_file():
         return _check_pipeline(folder, free, bytes_per_param)

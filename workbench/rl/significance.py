@@ -40,7 +40,7 @@ def _beta_fraction(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor, iters: int
 
     The loop runs in NumPy: the same float64 operations in the same order (bit for bit torch's result), but a
     (G, T) array's operation costs ~1 us there against ~5 us for a tensor's, and a re-chunk (Chunks tab edits)
-    spent half its time here (issue 24)."""
+    spent half its time here before."""
     def tiny(v):
         return np.where(np.abs(v) < _TINY, _TINY, v)
     device = x.device

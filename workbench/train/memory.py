@@ -23,7 +23,7 @@ CHECKPOINT_PER_BLOCK = 7.3  # per block with checkpointing (the blocks' saved in
 CHECKPOINT_FIXED = 24.0  # with checkpointing, once: the block being recomputed and what lies outside the blocks
 RUNTIME_BYTES = {"cpu": 85e6, "cuda": 600e6}  # the framework's own: CPU measured; a CUDA context, estimated
 ZERO_MEANS_NONE = ("lora_params_per_rank", "text_encoder_bytes", "vae_params", "vae_decode_channels", "lora_rank",
-                   "reward_params")  # sizes that may be 0; every other one must be positive
+                   "reward_params", "buffer_elements")  # sizes that may be 0; every other one must be positive
 REWARD_MODEL_PARAMS = {"clip_score": 428_000_000, "pickscore": 986_000_000}  # CLIP ViT-L/14, PickScore ViT-H/14
 # the allocator's reserve over the bytes the parts allocate, as a fraction of them: PyTorch's CUDA caching allocator
 # keeps freed blocks (reserved > allocated), an assumption until scripts/gpu_smoke.py measures it; on the CPU the

@@ -322,7 +322,7 @@ class RunStore:
 
     # ------------------------------------------------------------------------------------ reads
     def config(self) -> dict:
-        """The run's saved settings. A run saved before `max_sequence_length` existed (2026-12-05) encoded SD3
+        """The run's saved settings. A run saved before `max_sequence_length` existed encoded SD3
         prompts with the diffusers pipeline's 256 T5 tokens, and keeps them when it resumes or loads (the default is
         now Flow-GRPO's 128, docs/methods.md "Real models")."""
         saved = read_json(self.path / CONFIG)

@@ -18,8 +18,6 @@ import time
 from dataclasses import dataclass, fields, replace
 
 from workbench.core.errors import WorkbenchError
-from workbench.train.allowed import AllowedFolders
-from workbench.ui.state import BASE, EMBEDDED
 from workbench.ui.workbench import Workbench
 
 CAP_LABELS = {"group": "group size G", "steps": "steps T", "continuations": "continuations (M)",
@@ -193,22 +191,9 @@ class ClassRoom:
 
 
 class ClassWorkbench(Workbench):
-    """The app's Workbench in class mode: policies load only from the allowed folders, and the handlers find the
-    `ClassRoom` as `wb.classroom`."""
+    """The app's Workbench in class mode: the handlers find the `ClassRoom` as `wb.classroom`. Policies load only
+    from the allowed folders, as in every Workbench (`Workbench.source` checks each path a key names)."""
 
-    def __init__(self, *args, classroom: ClassRoom, models: tuple[str, ...] = (), **kwargs):
+    def __init__(self, *args, classroom: ClassRoom, **kwargs):
         super().__init__(*args, **kwargs)
         self.classroom = classroom
-        self.allowed = AllowedFolders.of(self.jobs.root, self.model_path, tuple(models))
-
-    def source(self, key: str | None = BASE):
-        """As `Workbench.source`, after every path the key names (a model, a run, a base and an adapter) passed
-        `allowed.check`."""
-        from workbench.train.sources import split_adapter
-
-        text = (key or "").strip()
-        if text not in ("", BASE, EMBEDDED):
-            for part in split_adapter(text):
-                if part and part not in (BASE, EMBEDDED):
-                    self.allowed.check(part)
-        return super().source(key)

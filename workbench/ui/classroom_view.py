@@ -92,8 +92,8 @@ def record(classroom: ClassRoom, request, session: Session, continuations, estim
     """Add a session's measured group to the class's experiment (nothing when the session opted out)."""
     rates, c = session.credit.rates(session.z), session.group.config
     window = f"{c.window[0]},{c.window[1]}" if c.window is not None else ""
-    link = share.view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, window,
-                           session.reward_spec, continuations, estimator, session, "attribution", "/")
+    link = "/" + share.view_link(session.group.prompt, c.group, c.steps, c.noise_level, c.seed, c.sde, window,
+                                 session.reward_spec, continuations, estimator, session, "attribution", "")
     m = int(continuations) if (estimator or "mc") == "mc" else 1  # a look-ahead estimator: one per state
     return classroom.record(request, rates.step.misattributed, rates.chunk.misattributed, session.sizes, c.group,
                             c.steps, m, session.group.prompt, link)

@@ -1,11 +1,10 @@
-"""LaTeX as MathML the browser lays out itself: the Objectives tab's cell formula (issue 24).
+"""LaTeX as MathML the browser lays out itself: the Objectives tab's cell formula.
 
 A map click's reply carries the clicked cell's formula, four or five display equations. Gradio's Markdown typeset
 them with KaTeX in the page: 861 elements of absolutely placed spans, whose script, style and layout took 54 of a map
 click's 119 ms with the page's main thread slowed twice, the emulated Xeon of this machine class. Written here as
 MathML (`latex2mathml`), the same equations are 227 elements that the browser lays out natively (MathML Core:
-Chromium 109+, Firefox, Safari), and they take 10 of 74 ms (a probe since removed,
-`140b72a:scripts/probe_formula_cost.py`, its runs in `140b72a:docs/perf-data/epyc/mathml/`); screen readers read
+Chromium 109+, Firefox, Safari), and they take 10 of 74 ms (docs/performance.md); screen readers read
 them as they read KaTeX's hidden MathML copy.
 
 MathML's look comes from a math font (an OpenType MATH table); the app ships STIX Two Math (SIL Open Font License,

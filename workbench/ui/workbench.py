@@ -146,7 +146,7 @@ class Workbench:
 
         The count is set per thread (Gradio runs each handler in a worker thread), but part of it is the process's:
         a second thread setting one thread slowed a credit measurement computing on two threads from 2.8-3.6 s to
-        3.9-4.2 s (140b72a:docs/perf-data/epyc/README.md, "The app's threads measured again"). So no handler lowers
+        3.9-4.2 s (docs/performance.md). So no handler lowers
         it while a batched computation runs."""
         import torch
 

@@ -149,7 +149,7 @@ def chunk_figure(credit: Credit, z: float) -> go.Figure:
                                     edges, "chunk", dict(title=dict(text="credit (reward)", side="right"),
                                                          thickness=12))
     # Built every chunk edit: plotly's validation of these dicts was 7 of the handler's ~9 ms on a quiet machine
-    # and ~15 of ~20 ms while the browser drew beside it (issue 24). They are plotly's own property names and
+    # and ~15 of ~20 ms while the browser drew beside it. They are plotly's own property names and
     # values (tests/test_viz.py builds them validated and checks the same JSON), so the figure skips it.
     return go.Figure(dict(data=traces, layout=layout), _validate=False)
 

@@ -28,7 +28,7 @@ LAYOUT = dict(margin=dict(l=70, r=20, t=60, b=100),  # the template: plotly_whit
 COLORBAR_MARGIN = 125  # px right of a plot with a colorbar (its two-line title needs ~105-116). A figure whose margin
 # plotly must push out (for a colorbar, a legend, tick labels) is drawn twice: in chromium the Attribution map took
 # 143-153 ms to draw with the push, 66-70 ms without, the Objectives maps 484-528 against 237-259 ms
-# (bench/figures.py); ~8 ms more per chunk edit for the chunk map (issue 24). The chunk map's title is one
+# (bench/figures.py); ~8 ms more per chunk edit for the chunk map. The chunk map's title is one
 # line along the bar: a two-line title ("credit<br>(reward)") took ~5 ms more of the map's ~37 ms draw.
 
 
