@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from workbench.rl.credit_estimators import continuation_cost, grid_rows
 from workbench.ui import timing
@@ -74,3 +75,67 @@ def test_the_progress_bar_says_the_time_left_at_the_runs_own_pace_not_its_start_
     assert abs(int(said[1]) * 60 + int(said[2]) - actual) < 0.1 * actual
     old = (now - 1000.0) / 2 * 78  # the old pace: elapsed over finished iterations
     assert old > 1.5 * actual  # what the old bar said was far off
+
+
+def test_measure_credit_and_refine_say_their_time_from_the_measured_rate(wb, sampled):
+    from workbench.ui import waits
+
+    group, credit = sampled.group, sampled.credit
+    assert waits.credit_evaluations(group, 2, "mc") == credit.cost["nfe"]  # what the measurement itself counts
+    wb.timing = (0.01, "from the last credit measurement here")
+    text = waits.credit_wait(wb, 2, "mc", 100, sampled)
+    assert f"**Measure credit** about 1 s on this machine ({credit.cost['nfe']} image evaluations at 10.0 ms" in text
+    assert "**Refine** (100 continuations): at most 3 s" in text  # 100 continuations of at most T - 1 = 3 steps
+    more = waits.credit_evaluations(group, 4, "mc")
+    assert more > credit.cost["nfe"] and f"({more} image evaluations" in waits.credit_wait(wb, 4, "mc", 100, sampled)
+    assert "no transformer evaluation" in waits.credit_wait(wb, 4, "x0", 100, sampled)
+    assert "need a group" in waits.credit_wait(wb, 4, "mc", 100, None)
+
+
+def test_generate_says_its_time_only_when_it_is_slow(wb):
+    from workbench.ui import waits
+
+    wb.timing = (0.001, "timed as the model loaded")
+    assert waits.generate_wait(wb, 8, 16) == ""  # 128 evaluations: a tenth of a second
+    wb.timing = (0.01, "timed as the model loaded")
+    assert "about 5 s on this machine (512 image evaluations at 10.0 ms" in waits.generate_wait(wb, 16, 32)
+
+
+def test_objectives_compute_is_bounded_and_says_its_size_and_time(wb, sampled):
+    from workbench.ui import objectives as ob
+    from workbench.ui import waits
+    from workbench.ui.jobs import objective_names
+
+    n = len(objective_names())
+    wb.objectives_timing = {}
+    assert "not timed on this machine yet" in waits.objectives_wait(wb, 1, None, sampled)
+    timing.probe_objectives(wb)  # as the model loads
+    rates = wb.objectives_timing
+    assert rates["advantages"][0] > 0 and rates["update"][0] > 0
+    said = waits.objectives_wait(wb, 2, None, sampled)
+    cells = sampled.group.group_size * sampled.group.num_steps  # 3 x 4
+    seconds = cells * (rates["advantages"][0] + 2 * rates["update"][0])
+    assert f"Size: {n} objectives x G=3 x T=4, 2 inner updates: about {timing.shown(seconds)} on this machine" in said
+    start = time.perf_counter()
+    view = ob.objectives_compute(wb, 2, 1e-4, 1e-4, "step_grpo", None, sampled)[3]
+    took = time.perf_counter() - start
+    parts = wb.objectives_timing
+    assert parts["update"][1] == parts["advantages"][1] == "from the last Compute here"
+    assert cells * (parts["advantages"][0] + 2 * parts["update"][0]) <= took  # the press's own parts, timed
+    kept = waits.objectives_wait(wb, 2, view, sampled)  # the group's advantages are kept: only the updates left
+    assert f"about {timing.shown(2 * cells * parts['update'][0])} on this machine" in kept
+    # over the limit: said before the press, refused with the limit named when pressed
+    over = waits.OBJECTIVES_WORK // (n * cells)  # N + 1 passes that exceed it
+    assert "over the limit of 6000" in waits.objectives_wait(wb, over, None, sampled)
+    status = ob.objectives_compute(wb, over, 1e-4, 1e-4, "step_grpo", None, sampled)[-1]
+    assert f"over the limit of {waits.OBJECTIVES_WORK}" in status and f"{n} objectives x G=3 x T=4" in status
+
+
+def test_the_welcome_times_learns_example_at_the_measured_rate(wb):
+    from workbench.ui.welcome import welcome_text
+
+    wb.timing = None
+    assert "in about a minute" not in welcome_text(wb) and "once the model is timed" in welcome_text(wb)
+    wb.timing = (0.01, "timed as the model loaded")
+    evals = timing.evaluations(LEARN["group"], LEARN["steps"], LEARN["continuations"])
+    assert f"in about {timing.shown(evals * 0.01)} on this machine" in welcome_text(wb)

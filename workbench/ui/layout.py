@@ -21,14 +21,13 @@ from workbench.rl.chunking import parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
-from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
 from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
-from workbench.ui import share
+from workbench.ui import share, waits
 from workbench.ui import step_handlers as sh
 from workbench.ui import train_form as tf
 from workbench.ui.clicks import CLICK_JS
@@ -47,6 +46,8 @@ from workbench.ui.welcome import (
     FINETUNE_INTRO,
     GENERATE_INTRO,
     RUNS_INTRO,
+    SPECKLE_NOTE,
+    VOCABULARY,
     glossary_tab,
     go_to_learn,
     welcome_panel,
@@ -65,14 +66,7 @@ EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
 DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, M=4): a refinement doubles the compute
 BEFORE_NOW_HEIGHT = 340  # px of the Before / Now grids: 8 prompts x 2 rows show cells of about 150 px
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
-VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
-              f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
-              "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
 CHUNKERS_SHOWN = ["temporal", "uniform", "adaptive", "equal_mass"]
-SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a clean render scores about 0.02). "
-                "Flow-GRPO's SDE injects noise on its second-to-last step that the last, nearly noiseless step "
-                "cannot remove, so its final images carry speckle that the rewards score; the CPS sampler, or an SDE "
-                "window that ends a few steps before the end, gives clean images (docs/samplers.md).")
 SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot be undone); cps and an SDE window "
             "that ends before the last steps give clean images (docs/samplers.md)")
 REAL_VOCABULARY = ("SD3 / FLUX read any text. The examples come from the shipped real prompt set "
@@ -109,6 +103,7 @@ def _generate_tab(wb, session) -> dict:
                                     elem_id="gen-reward",
                                     info=f"empty: {DEFAULT_REWARD_NOTE}; rewards: " + ", ".join(rewards_for(toy)))
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+            gr.Markdown(partial(waits.generate_wait, wb), inputs=[group, steps], elem_id="generate-wait")
     status = gr.Markdown(elem_id="generate-status")
     # 640 px: both rows of four of G = 8 with their captions (450 px hid the second row's); a larger group scrolls
     gallery = gr.Gallery(label="Final images (reward, GRPO advantage, speckle)", columns=4, format="png",
@@ -174,6 +169,8 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                            label="Refinement budget (continuations)",
                            elem_id="refine-budget", scale=3)
         refine = gr.Button("Refine", elem_id="refine-btn", scale=1)
+    waiting = [continuations, estimator, budget, session]  # what Measure credit and Refine cost
+    gr.Markdown(partial(waits.credit_wait, wb), inputs=waiting, elem_id="credit-wait")
     status = gr.Markdown(elem_id="credit-status")
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
@@ -312,6 +309,7 @@ def _objectives_tab(wb, session, tab) -> None:
         clip = gr.Number(CLIP, label="Clip range ε", elem_id="obj-clip")
         inner = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective of the inner updates")
         run = gr.Button("Compute", variant="primary", elem_id="objectives-btn")
+    gr.Markdown(partial(waits.objectives_wait, wb), inputs=[updates, view, session], elem_id="objectives-wait")
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
     scale = gr.Radio(list(ob.SCALES), value="shared", label="Colour scale", elem_id="obj-scale")
@@ -475,7 +473,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
         picker = pol.picker_panel(wb, session, choices, HEAVY)
-        welcome, start = welcome_panel()
+        welcome, start = welcome_panel(wb)
         link = share.share_row()
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
