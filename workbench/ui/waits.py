@@ -13,8 +13,8 @@ from workbench.rl.credit_estimators import continuation_cost, grid_rows
 from workbench.ui import timing
 from workbench.ui.jobs import objective_names
 
-OBJECTIVES_WORK = 6000  # at most objectives x G x T x (N inner updates + 1) per Compute in the app; the default
-# (9 x 8 x 16 x 4 = 4608) fits, G=16, T=32 with N=3 (18432) does not
+OBJECTIVES_WORK = 13_000  # at most objectives x G x T x (N inner updates + 1) per Compute in the app: the default
+# group (G=8, T=16) with every N of the slider (9 x 8 x 16 x 11 = 12672) fits, G=16, T=32 with N=2 or more does not
 SLOW_S = 5.0  # a button whose work takes longer says so beforehand
 
 
@@ -43,7 +43,7 @@ def credit_wait(wb, continuations, estimator, budget, session) -> str:
                if evals == 0 else timing.estimate(wb, evals))
     refine = timing.seconds(wb, budget * (group.num_steps - 1))  # a continuation from state s runs T - s steps
     refine = "" if refine is None else f" · **Refine** ({budget} continuations): at most {timing.shown(refine)}"
-    return f"*Time: **Measure credit** {measure}{refine}.*"
+    return f"Time: **Measure credit** {measure}{refine}."
 
 
 def objectives_work(group, updates: int) -> int:
