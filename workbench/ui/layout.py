@@ -131,10 +131,10 @@ ATTRIBUTION_INTRO = (
 
 def _per_step_section(wb, session) -> list:
     """Attribution: ppo's and dense_grpo's per-step advantages beside the measured credit (`step_handlers`)."""
-    gr.Markdown(gloss("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns "
-                      "a critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** "
-                      "(TP-GRPO) gives each step the gain of the reward of an ODE completion from its states. Here "
-                      "all three are set beside the Monte-Carlo credit measured above.", ("ppo", "dense_grpo")))
+    gr.Markdown(gloss("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns a "
+                      "critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** (TP-GRPO) "
+                      "the gain of the reward of an ODE completion from its states. Here all three are set beside the "
+                      "Monte-Carlo credit measured above.", ("ppo", "dense_grpo", "GAE", "reward")))
     with gr.Row():
         critic = gr.Dropdown(sh.critic_choices(wb), value=sh.FIT, allow_custom_value=True, filterable=True,
                              label="ppo's critic", info="fitted on this group, or the critic a ppo run saved",
@@ -256,7 +256,7 @@ def _chunks_tab(wb, session, tab, link: gr.Textbox) -> gr.Textbox:
 OBJECTIVES_INTRO = (
     "What each objective does to each step of the group made in **Generate**: the map of an objective shows "
     "its push −w = −dL/d log p on every (trajectory, step), blue raising that step's log-prob, red lowering "
-    "it, on **one colour scale for all maps** (a map whose largest push is 10x or more below the scale's end "
+    "it, on **one scale for all maps** (a map whose largest push is 10x or more below the scale's end "
     "says so in its title: GPG and Dr. GRPO divide by more, so their maps look pale; choose *a scale per "
     "objective* to see their pattern). The top row is the first update of an iteration (every ratio "
     "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "

@@ -69,7 +69,7 @@ def set_claim() -> str:
     from workbench.ui.learn_set import claim_text, load_set
 
     try:
-        return claim_text(load_set())
+        return gloss(claim_text(load_set()), ("held-out",))
     except WorkbenchError as err:
         return f"*{err}*"
 
@@ -363,7 +363,7 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
     last = gr.Markdown(elem_id="learn-text-5")
     if toy:  # the exercises' fresh groups are the toy world's
         exercise_section(wb, session, heavy)
-    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson", visible=toy)
+    gr.Markdown(gloss(LESSON_POINTER, ("CFG",)), elem_id="learn-lesson", visible=toy)
     after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn", visible=toy)
     gr.Markdown(partial(after_estimate, wb), elem_id="learn-after-estimate", visible=toy)
     after_status = gr.Markdown(elem_id="learn-after-status")
