@@ -189,6 +189,8 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     check_objectives_work(group, n)  # bounded: its size said beside the button (`ui.waits`)
     same = view is not None and view.group is group
     start = time.perf_counter()
+    if not same:  # its longest part at G=8, T=16: said while it runs, before the inner updates' own progress
+        progress(0, desc="per-step advantages (ppo's critic, dense_grpo's look-ahead)")
     advantages = view.advantages if same else _advantages(wb, group, session, names)
     middle = time.perf_counter()
     moved = moved_log_probs(wb.policy(session.source), group, advantages[inner], inner, settings, n, lr,
