@@ -1,4 +1,5 @@
-"""A run's time left, from the timings its own finished iterations wrote (metrics.jsonl), not from the wall clock.
+"""A run's time left, from the timings its own finished iterations wrote (metrics.jsonl), not from the wall clock
+(docs/methods.md, *Time estimates*).
 
 The wall clock since the start counts the process start, the model load and the first held-out evaluation: divided
 by one finished iteration and multiplied by the iterations left, it said "about 50 min" at the start of a lesson
