@@ -103,7 +103,7 @@ def _generate_tab(wb, session) -> dict:
                                     elem_id="gen-reward",
                                     info=f"empty: {DEFAULT_REWARD_NOTE}; rewards: " + ", ".join(rewards_for(toy)))
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-            gr.Markdown(partial(waits.generate_wait, wb), inputs=[group, steps], elem_id="generate-wait")
+            waits.line(partial(waits.generate_wait, wb), [group, steps], "generate-wait")
     status = gr.Markdown(elem_id="generate-status")
     # 640 px: both rows of four of G = 8 with their captions (450 px hid the second row's); a larger group scrolls
     gallery = gr.Gallery(label="Final images (reward, GRPO advantage, speckle)", columns=4, format="png",
@@ -170,7 +170,7 @@ def _attribution_tab(wb, session, choices: list) -> dict:
                            elem_id="refine-budget", scale=3)
         refine = gr.Button("Refine", elem_id="refine-btn", scale=1)
     waiting = [continuations, estimator, budget, session]  # what Measure credit and Refine cost
-    gr.Markdown(partial(waits.credit_wait, wb), inputs=waiting, elem_id="credit-wait")
+    waits.line(partial(waits.credit_wait, wb), waiting, "credit-wait")
     status = gr.Markdown(elem_id="credit-status")
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
@@ -309,7 +309,7 @@ def _objectives_tab(wb, session, tab) -> None:
         clip = gr.Number(CLIP, label="Clip range ε", elem_id="obj-clip")
         inner = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective of the inner updates")
         run = gr.Button("Compute", variant="primary", elem_id="objectives-btn")
-    gr.Markdown(partial(waits.objectives_wait, wb), inputs=[updates, view, session], elem_id="objectives-wait")
+    waits.line(partial(waits.objectives_wait, wb), [updates, view, session], "objectives-wait")
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
     scale = gr.Radio(list(ob.SCALES), value="shared", label="Colour scale", elem_id="obj-scale")
@@ -473,7 +473,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
         picker = pol.picker_panel(wb, session, choices, HEAVY)
-        welcome, start = welcome_panel(wb)
+        welcome, start = welcome_panel(wb, demo)
         link = share.share_row()
         with gr.Tabs() as tabs:
             with gr.Tab("Generate", id="generate"):
@@ -498,7 +498,7 @@ def build_app(wb: Workbench) -> gr.Blocks:
             with gr.Tab("Runs", id="runs") as runs_tab:
                 _runs_tab(wb, runs_tab)
             with gr.Tab("Learn", id="learn"):
-                learn_tab(wb, session, gen["shown"], HEAVY)
+                learn_tab(wb, session, gen["shown"], HEAVY, demo)
             with gr.Tab("Glossary", id="glossary"):
                 glossary_tab()
         start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)

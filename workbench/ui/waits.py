@@ -1,12 +1,14 @@
 """What a slow button will cost, said beside it before it is pressed: its size and its time on this machine.
 
-Each function here is the value of a line placed next to its button (a `gr.Markdown` whose value is the function,
-recomputed by Gradio whenever one of its inputs changes), and reads the rates `ui.timing` measured on this machine:
+Each function here is the text of a `line` placed next to its button (recomputed whenever one of its inputs
+changes), and reads the rates `ui.timing` measured on this machine:
 Measure credit and Refine from the group, M and the estimator; Objectives' Compute from its size, which is also
 capped here; Generate when its group is large.
 """
 
 from __future__ import annotations
+
+import gradio as gr
 
 from workbench.core.errors import WorkbenchError
 from workbench.rl.credit_estimators import continuation_cost, grid_rows
@@ -16,6 +18,23 @@ from workbench.ui.jobs import objective_names
 OBJECTIVES_WORK = 13_000  # at most objectives x G x T x (N inner updates + 1) per Compute in the app: the default
 # group (G=8, T=16) with every N of the slider (9 x 8 x 16 x 11 = 12672) fits, G=16, T=32 with N=2 or more does not
 SLOW_S = 5.0  # a button whose work takes longer says so beforehand
+
+
+def line(fn, inputs: list, elem_id: str) -> gr.Markdown:
+    """A Markdown line showing fn(*inputs), recomputed whenever an input changes (a private event: not an API)."""
+    shown = gr.Markdown(fn(*(block.value for block in inputs)), elem_id=elem_id)
+    gr.on([block.change for block in inputs], fn, inputs, shown, api_visibility="private", show_progress="hidden",
+          queue=False)
+    return shown
+
+
+def timed(demo: gr.Blocks | None, fn, elem_id: str, **options) -> gr.Markdown:
+    """A Markdown text fn() written again as each page loads (a private event: not an API), so a rate measured
+    after the page was built is said from the next visit on."""
+    shown = gr.Markdown(fn(), elem_id=elem_id, **options)
+    if demo is not None:
+        demo.load(fn, None, shown, api_visibility="private", show_progress="hidden", queue=False)
+    return shown
 
 
 def credit_evaluations(group, continuations: int, estimator: str) -> int:

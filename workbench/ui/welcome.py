@@ -13,6 +13,7 @@ import gradio as gr
 from workbench.core.glossary import gloss, glossary_markdown
 from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.ui.jobs import objective_names
+from workbench.ui.waits import timed
 
 WELCOME = """
 **New to GRPO?** GRPO fine-tunes an image model by sampling a group of images for one prompt, scoring
@@ -25,8 +26,8 @@ the **Glossary** tab lists them all.
 
 
 def welcome_text(wb=None) -> str:
-    """The welcome, with Learn's example timed at this machine's measured rate (`ui.timing`; the page computes it
-    again on every load, so a rate measured as the model loaded is said from the next visit on)."""
+    """The welcome, with Learn's example timed at this machine's measured rate (`ui.timing`; written again as each
+    page loads, so a rate measured as the model loaded is said from the next visit on)."""
     from workbench.ui.learn import LEARN
     from workbench.ui.timing import evaluations, seconds, shown
 
@@ -72,10 +73,11 @@ SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a
                 "window that ends a few steps before the end, gives clean images (docs/samplers.md).")
 
 
-def welcome_panel(wb=None) -> tuple[gr.Accordion, gr.Button]:
-    """The welcome, open on every visit, and its button into Learn (wired by the layout to the tabs)."""
+def welcome_panel(wb=None, demo: gr.Blocks | None = None) -> tuple[gr.Accordion, gr.Button]:
+    """The welcome, open on every visit, and its button into Learn (wired by the layout to the tabs); its text is
+    written again as each page loads (`waits.timed`), with the rate measured by then."""
     with gr.Accordion("Welcome: start here", open=True, elem_id="welcome") as panel:
-        gr.Markdown(partial(welcome_text, wb), elem_id="welcome-text")  # computed on each page load
+        timed(demo, partial(welcome_text, wb), "welcome-text")
         start = gr.Button("Start with Learn", variant="primary", elem_id="welcome-btn")
     return panel, start
 
