@@ -140,9 +140,10 @@ def test_a_finished_run_comes_back_in_a_new_session(wb, model_dir):
 def test_the_progress_bar_says_elapsed_and_left():
     from workbench.ui.jobs import RunView
 
-    view = RunView("r", "running", 20, 80, "", [], None, started=1000.0, updated=1100.0)
+    metrics = [{"iteration": it, "time/iteration_s": 5.0} for it in range(1, 21)]  # 5 s each, no evaluation
+    view = RunView("r", "running", 20, 80, "", metrics, None, started=1000.0, updated=1100.0)
     bar = rh.progress_html(view, now=1100.0)
-    assert "iteration 20/80" in bar and "1 min 40 s elapsed" in bar and "about 5 min 00 s left" in bar
+    assert "iteration 20/80" in bar and "1 min 40 s elapsed" in bar and "about 5 min 00 s left (± 30 s)" in bar
     assert "width:25.0%" in bar
     done = rh.progress_html(RunView("r", "finished", 80, 80, "", [], None, started=1000.0, updated=1300.0))
     assert "5 min 00 s elapsed · finished<" in done and " left" not in done

@@ -136,6 +136,33 @@ TERMS = (
          "Per-step advantages from a look-ahead (TP-GRPO): the reward of an ODE completion from each state, "
          "each step credited with the change it made, normalised per step across the group, pushed by the "
          "clipped per-step ratio objective.", "Objectives"),
+    Term("reward", ("reward", "rewards"),
+         "The score a reward function gives a final image for its prompt (here, in the embedded world, how well "
+         "the shape, colour, size, position and background match it). GRPO only sees rewards: it makes a group's "
+         "better-scored images more likely.", "Rewards"),
+    Term("CFG", ("CFG", "classifier-free guidance", "guidance scale"),
+         "Classifier-free guidance: each step evaluates the model with and without the prompt and moves further "
+         "in the direction the prompt adds, by the guidance scale (1 = off). It sharpens adherence at twice the "
+         "evaluations per step."),
+    Term("held-out", ("held-out", "held out", "held-out prompts"),
+         "Prompts never trained on, drawn with the same noise at every evaluation of a run: their accuracy says "
+         "whether the model learned the task or only the training prompts."),
+    Term("common random numbers", ("common random numbers", "CRN"),
+         "The continuations of one trajectory share their noise draws (continuation k uses the same noise from "
+         "every state), so the difference between two states' values is not blurred by different luck; the "
+         "credit's errors shrink.", "Monte-Carlo credit"),
+    Term("false-call rate", ("false-call rate",),
+         "The chance that a cell whose true credit is 0 is still called misattributed or aligned: P(|N(0,1)| > z) "
+         "per cell, 4.6 % at z = 2. A larger z calls fewer cells and fewer of them wrongly.", "False-call rate"),
+    Term("GAE", ("GAE",),
+         "Generalized Advantage Estimation: each step's advantage from a critic's values of the states, the "
+         "discounted sum of the changes of value it and the later steps made (ppo's per-step advantages).",
+         "Per-step advantages"),
+    Term("credit mass against A", ("credit mass against A", "credit mass against the advantage",
+                                   "mass against A"),
+         "Of all the credit of a group's determined cells (summed as |credit|), the share in cells whose credit "
+         "has the opposite sign of the image's advantage A: how much of what the steps did GRPO pushes the wrong "
+         "way, weighing a large misattribution more than a small one.", "Credit uncertainty"),
 )
 
 

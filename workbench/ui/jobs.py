@@ -67,6 +67,7 @@ class RunView:
     eval_cfg: bool = False  # the evaluation grids have a second row at the model's CFG
     started: float | None = None  # when the run started (time.time(), from status.json)
     updated: float | None = None  # when its status was last written
+    eval_every: int | None = None  # held-out evaluation every this many iterations (config.json); None: none said
 
     @property
     def done(self) -> bool:
@@ -168,7 +169,9 @@ class JobManager:
         started, updated = (info.status.get(k) for k in ("started", "updated"))
         return RunView(run_id, state, info.iteration, total if isinstance(total, int) else None, message,
                        info.metrics, samples[-1] if samples else None, info.eval_samples(),
-                       info.config.get("eval_cfg") is True, _time(started), _time(updated))
+                       info.config.get("eval_cfg") is True, _time(started), _time(updated),
+                       every if isinstance(every := info.config.get("eval_every"), int) and info.config.get(
+                           "eval_prompts") else None)
 
     def shutdown(self) -> None:
         """When the app exits: ask live runs to stop (they save a checkpoint first); end those not yet started."""

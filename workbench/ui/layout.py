@@ -24,7 +24,6 @@ from workbench.rl.chunking import chunker_info, chunker_names, parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import estimator_help, estimator_names
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
-from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.train.config import RANGES, TrainConfig
 from workbench.train.model_settings import model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
@@ -33,7 +32,7 @@ from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
-from workbench.ui import share
+from workbench.ui import share, waits
 from workbench.ui import step_handlers as sh
 from workbench.ui import train_form as tf
 from workbench.ui.clicks import CLICK_JS
@@ -55,6 +54,8 @@ from workbench.ui.welcome import (
     GENERATE_INTRO,
     OBJECTIVES_INTRO,
     RUNS_INTRO,
+    SPECKLE_NOTE,
+    VOCABULARY,
     glossary_tab,
     go_to_learn,
     welcome_panel,
@@ -74,13 +75,6 @@ DEFAULT_BUDGET = 480  # continuations of one default measurement (G=8, T=16, M=4
 BEFORE_NOW_HEIGHT = 340  # px of the Before / Now grids: 8 prompts x 2 rows show cells of about 150 px
 HEAVY = dict(concurrency_id="model", concurrency_limit=1)  # sampling events share the model one at a time
 LOADING = dict(concurrency_id="load", concurrency_limit=1)  # a picker's load: one at a time, never in sampling's way
-VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
-              f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
-              "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
-SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a clean render scores about 0.02). "
-                "Flow-GRPO's SDE injects noise on its second-to-last step that the last, nearly noiseless step "
-                "cannot remove, so its final images carry speckle that the rewards score; the CPS sampler, or an SDE "
-                "window that ends a few steps before the end, gives clean images (docs/samplers.md).")
 SDE_NOTE = ("flow_grpo leaves speckle in pixel space (its last noisy step cannot be undone); cps and an SDE window "
             "that ends before the last steps give clean images (docs/samplers.md)")
 REAL_VOCABULARY = ("SD3 / FLUX read any text. The examples come from the shipped real prompt set "
@@ -122,6 +116,7 @@ def _generate_tab(page: Page) -> dict:
                                     elem_id="gen-reward",
                                     info=f"empty: {DEFAULT_REWARD_NOTE}; rewards: " + ", ".join(rewards_for(toy)))
             run = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+            waits.line(partial(waits.generate_wait, wb), [group, steps], "generate-wait")
     status = gr.Markdown(elem_id="generate-status")
     # 640 px: both rows of four of G = 8 with their captions (450 px hid the second row's); a larger group scrolls
     gallery = gr.Gallery(label="Final images (reward, GRPO advantage, speckle)", columns=4, format="png",
@@ -139,10 +134,10 @@ def _generate_tab(page: Page) -> dict:
 
 def _per_step_section(wb, session) -> list:
     """Attribution: ppo's and dense_grpo's per-step advantages beside the measured credit (`step_handlers`)."""
-    gr.Markdown(gloss("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns "
-                      "a critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** "
-                      "(TP-GRPO) gives each step the gain of the reward of an ODE completion from its states. Here "
-                      "all three are set beside the Monte-Carlo credit measured above.", ("ppo", "dense_grpo")))
+    gr.Markdown(gloss("### Per-step advantages\nGRPO gives every step of image i its advantage A(i). **ppo** learns a "
+                      "critic V(x_t, t, prompt) and gives each step its GAE advantage A(i,t); **dense_grpo** (TP-GRPO) "
+                      "the gain of the reward of an ODE completion from its states. Here all three are set beside the "
+                      "Monte-Carlo credit measured above.", ("ppo", "dense_grpo", "GAE", "reward")))
     with gr.Row():
         critic = gr.Dropdown(sh.critic_choices(wb), value=sh.FIT, allow_custom_value=True, filterable=True,
                              label="ppo's critic", info="fitted on this group, or the critic a ppo run saved",
@@ -179,6 +174,8 @@ def _attribution_tab(page: Page) -> dict:
                            label="Refinement budget (continuations)",
                            elem_id="refine-budget", scale=3)
         refine = gr.Button("Refine", elem_id="refine-btn", scale=1)
+    waiting = [continuations, estimator, budget, session]  # what Measure credit and Refine cost
+    waits.line(partial(waits.credit_wait, wb), waiting, "credit-wait")
     status = gr.Markdown(elem_id="credit-status")
     rates = gr.Markdown(elem_id="credit-rates")
     heatmap = gr.Plot(empty_figure("Step credit", "generate a group, then measure credit"), label="Credit",
@@ -325,6 +322,7 @@ def _objectives_tab(page: Page) -> None:
         clip = gr.Number(CLIP, label="Clip range ε", elem_id="obj-clip")
         inner = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective of the inner updates")
         run = gr.Button("Compute", variant="primary", elem_id="objectives-btn")
+    waits.line(partial(waits.objectives_wait, wb), [updates, view, session], "objectives-wait")
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
     scale = gr.Radio(list(ob.SCALES), value="shared", label="Colour scale", elem_id="obj-scale")
@@ -488,7 +486,8 @@ def _runs_tab(page: Page) -> None:
 
 
 TABS.register("learn", info=TabInfo("Learn", order=70))(
-    lambda page: learn_tab(page.wb, page.session, page.built["generate"]["shown"], cv.long_work(page.wb, HEAVY)))
+    lambda page: learn_tab(page.wb, page.session, page.built["generate"]["shown"], cv.long_work(page.wb, HEAVY),
+                           page.demo))
 TABS.register("glossary", info=TabInfo("Glossary", order=80))(lambda page: glossary_tab())
 
 
@@ -500,13 +499,13 @@ def build_app(wb: Workbench) -> gr.Blocks:
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
         picker = pol.picker_panel(wb, session, choices, LOADING)
-        welcome, start = welcome_panel()
+        welcome, start = welcome_panel(wb, demo)
         link = share.share_row()
         with gr.Tabs() as tabs:
             built: dict = {}
             for name in tab_ids():
                 with gr.Tab(TABS.info(name).label, id=name) as tab:
-                    built[name] = TABS.get(name)(Page(wb, session, tab, link["link"], choices, built))
+                    built[name] = TABS.get(name)(Page(wb, session, tab, link["link"], choices, built, demo))
             cv.class_tab(wb, demo)  # class mode only (app.py --class)
         gen, attribution, spec = built["generate"], built["attribution"], built["chunks"]
         start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)

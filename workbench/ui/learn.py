@@ -29,6 +29,7 @@ from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.learn_exercise import exercise_section
 from workbench.ui.state import BASE, LESSON, Session, format_sizes
 from workbench.ui.timing import record
+from workbench.ui.waits import timed
 from workbench.ui.workbench import Workbench
 from workbench.viz import explain_plots
 
@@ -70,7 +71,7 @@ def set_claim() -> str:
     from workbench.ui.learn_set import claim_text, load_set
 
     try:
-        return claim_text(load_set())
+        return gloss(claim_text(load_set()), ("held-out",))
     except WorkbenchError as err:
         return f"*{err}*"
 
@@ -344,7 +345,7 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     return figure, images, lead + text, session, ok(f"compared the base model and {escape(comparison.labels[1])}")
 
 
-def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
+def learn_tab(wb: Workbench, session, shown: list, heavy: dict, demo: gr.Blocks | None = None) -> None:
     """The tab's page; after the walk, Generate's `shown` controls and views take the example group. With a real
     model the crosses lesson's part is not offered (the walk runs on a real prompt and reward)."""
     from workbench.train.prompt_sets import is_pipeline_folder
@@ -352,7 +353,7 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
     toy = not is_pipeline_folder(wb.model_path)
     gr.Markdown(gloss(INTRO), elem_id="learn-intro")
     gr.Markdown(set_claim() if toy else "", elem_id="learn-claim", visible=toy)  # measured on the embedded model
-    gr.Markdown(partial(example_text, toy, wb), elem_id="learn-example-text")  # a callable: read at each page load
+    timed(demo, partial(example_text, toy, wb), "learn-example-text")  # written again at each page load
     run = gr.Button("Run the example", variant="primary", elem_id="learn-btn")
     status = gr.Markdown(elem_id="learn-status")
     gallery = gr.Gallery(label="The group (#image, reward r, advantage A)", columns=8, height=240, format="png",
@@ -362,10 +363,10 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict) -> None:
         stages += [gr.Markdown(elem_id=f"learn-text-{n}"), gr.Plot(label=f"Stage {n}", elem_id=f"learn-plot-{n}")]
     last = gr.Markdown(elem_id="learn-text-5")
     if toy:  # the exercises' fresh groups are the toy world's
-        exercise_section(wb, session, heavy)
-    gr.Markdown(LESSON_POINTER, elem_id="learn-lesson", visible=toy)
+        exercise_section(wb, session, heavy, demo)
+    gr.Markdown(gloss(LESSON_POINTER, ("CFG",)), elem_id="learn-lesson", visible=toy)
     after = gr.Button("Before and after the crosses lesson", elem_id="learn-after-btn", visible=toy)
-    gr.Markdown(partial(after_estimate, wb), elem_id="learn-after-estimate", visible=toy)
+    timed(demo, partial(after_estimate, wb), "learn-after-estimate", visible=toy)
     after_status = gr.Markdown(elem_id="learn-after-status")
     after_text = gr.Markdown(elem_id="learn-after-text", visible=toy)
     after_plot = gr.Plot(label="A held-out cross group before and after", elem_id="learn-after-plot", visible=toy)

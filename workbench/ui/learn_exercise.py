@@ -24,6 +24,7 @@ from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.learn_set import EXAMPLE_M, SCHEDULES, figure, load_set, schedule_sizes
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.timing import estimate, evaluations, record
+from workbench.ui.waits import timed
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
 
@@ -194,7 +195,7 @@ def check_estimate(wb: Workbench) -> str:
     return "Measuring the fresh group's credit; time: " + estimate(wb, evaluations(g, t, EXAMPLE_M) - g * t) + "."
 
 
-def exercise_section(wb: Workbench, session, heavy: dict) -> None:
+def exercise_section(wb: Workbench, session, heavy: dict, demo: gr.Blocks | None = None) -> None:
     """The two exercises under Learn's walk."""
     fresh = gr.State(None)
     gr.Markdown(gloss(INSTRUCTIONS), elem_id="exercise-intro")
@@ -210,7 +211,7 @@ def exercise_section(wb: Workbench, session, heavy: dict) -> None:
                          datatype=["str", *["bool"] * EXERCISE["steps"]], interactive=True, static_columns=[0],
                          label="Tick the cells you expect to be misattributed", elem_id="exercise-table")
     check = gr.Button("Check my marks", variant="primary", elem_id="exercise-check-btn")
-    gr.Markdown(partial(check_estimate, wb), elem_id="exercise-check-estimate")
+    timed(demo, partial(check_estimate, wb), "exercise-check-estimate")
     checked = gr.Markdown(elem_id="exercise-check-status")
     score = gr.Markdown(elem_id="exercise-score")
     answer = gr.Plot(label="The measured credit of the fresh group (x: misattributed)", elem_id="exercise-plot")

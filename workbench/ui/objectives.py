@@ -11,6 +11,7 @@ status line.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field, replace
 
 import gradio as gr
@@ -23,7 +24,7 @@ from workbench.rl.credit import Credit
 from workbench.rl.explain import Explanation, explain, moved_log_probs, paired_advantages, paired_estimator
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config import TrainConfig
-from workbench.train.explained import ROWS, correlation_text, explain_rows, objective_advantages, objective_numbers
+from workbench.train.explained import ROWS, correlation_text, explain_rows, objective_numbers
 from workbench.train.presets import gfpo_scores
 from workbench.ui.classroom import held
 from workbench.ui.clicks import clicked_point
@@ -33,6 +34,8 @@ from workbench.ui.handlers import _tracker
 from workbench.ui.jobs import objective_names
 from workbench.ui.redraw import shape_change
 from workbench.ui.state import Session, format_sizes
+from workbench.ui.timing import record_objectives
+from workbench.ui.waits import check_objectives_work
 from workbench.ui.workbench import Workbench
 from workbench.viz.explain_plots import SELECTED, objective_maps_figure, selection_outline
 from workbench.viz.plots import empty_figure
@@ -176,10 +179,17 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
     # A group keeps its rewards and its policy (Session.with_group, with_source): the previous view's advantages of
     # the same group are this press's too. Among them ppo's fitted critic and dense_grpo's look-ahead: 5.7 + 1.9 s
     # of an 11 s press at G=8, T=16 on one core, when only N, the learning rate, the clip or the inner objective moved.
+    check_objectives_work(group, n)  # bounded: its size said beside the button (`ui.waits`)
     same = view is not None and view.group is group
+    start = time.perf_counter()
+    if not same:  # its longest part at G=8, T=16: said while it runs, before the inner updates' own progress
+        progress(0, desc="per-step advantages (ppo's critic, dense_grpo's look-ahead)")
     advantages = view.advantages if same else _advantages(wb, group, session, names)
+    middle = time.perf_counter()
     moved = moved_log_probs(wb.policy(session.source), group, advantages[inner], inner, settings, n, lr,
                             progress=_tracker(progress, "inner update"))
+    record_objectives(wb, group.group_size * group.num_steps, None if same else middle - start,
+                      (time.perf_counter() - middle) / n if n else None)
     selected = view.selected if same else ObjectivesView.selected
     view = ObjectivesView(group, advantages, moved, n, lr, settings.clip_low, inner, list(session.sizes), selected)
     return _render(view, session, f"explained {len(names)} objectives on G={group.group_size}, "
@@ -189,8 +199,9 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
 def _advantages(wb: Workbench, group: TrajectoryGroup, session: Session, names: list[str]) -> dict:
     """Paired (G,) advantages, and (G, T) per-step ones for ppo (a critic fitted on the group) and dense_grpo."""
     from workbench.rewards import build_reward
+    from workbench.train.step_compare import explained_advantages
 
-    return objective_advantages(wb.policy(session.source), group, session.rewards, names,
+    return explained_advantages(wb.policy(session.source), group, session.rewards, names,
                                 build_reward(session.reward_spec), batched=wb.batched_threads)
 
 

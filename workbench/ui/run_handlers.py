@@ -28,6 +28,7 @@ from workbench.train import PRESETS
 from workbench.train.hacking import run_verdict
 from workbench.train.store import RunStore, compare_runs, export_csv, list_runs
 from workbench.ui import train_form as tf
+from workbench.ui.eta import time_left
 from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.jobs import RunView
 from workbench.ui.state import Session
@@ -173,7 +174,8 @@ def _duration(seconds: float) -> str:
 
 
 def progress_html(view: RunView, now: float | None = None) -> str:
-    """A progress bar: iteration of total, elapsed time and, while running, the time left at the pace so far."""
+    """A progress bar: iteration of total, elapsed time and, while running, the time left at this run's own pace
+    (`ui.eta.time_left`: its finished iterations and held-out evaluations, not the start-up in the elapsed time)."""
     if not view.total:
         return ""
     done = min(view.iteration, view.total)
@@ -183,8 +185,9 @@ def progress_html(view: RunView, now: float | None = None) -> str:
     if view.started is not None and end is not None:
         elapsed = max(0.0, end - view.started)
         parts.append(f"{_duration(elapsed)} elapsed")
-        if view.state == "running" and 0 < done < view.total:
-            parts.append(f"about {_duration(elapsed / done * (view.total - done))} left")
+        left = time_left(view.metrics, view.total, view.eval_every) if view.state == "running" else None
+        if left is not None and done < view.total:  # from this run's own iteration and evaluation timings
+            parts.append(f"about {_duration(left[0])} left (± {_duration(left[1])})")
     if view.state not in ("starting", "running"):
         parts.append(view.state)
     return (f'<div class="run-progress" style="border:1px solid #ccc;border-radius:4px;height:1.4em;position:relative">'

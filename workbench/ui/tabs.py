@@ -50,6 +50,7 @@ class Page:
     link: object = None
     choices: list = field(default_factory=list)
     built: dict = field(default_factory=dict)
+    demo: object = None  # the page's gr.Blocks (for events on its load)
 
 
 def tab_ids() -> list[str]:

@@ -1,24 +1,40 @@
 """A first visit: the welcome above the tabs that leads into Learn, the tab introductions that explain
 their words where they first use them (`workbench.core.glossary.gloss`), and the Glossary tab.
 
-Texts only and the small builders that place them; no measurement is stated here.
+Texts and the small builders that place them; the one time stated (Learn's example) is measured here.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import gradio as gr
 
 from workbench.core.glossary import gloss, glossary_markdown
+from workbench.toyworld.world import BACKGROUNDS, COLORS, POSITIONS, SHAPES, SIZES
 from workbench.ui.jobs import objective_names
+from workbench.ui.waits import timed
 
-WELCOME = gloss("""
+WELCOME = """
 **New to GRPO?** GRPO fine-tunes an image model by sampling a group of images for one prompt, scoring
 them, and pushing every denoising step of the better images up and of the worse ones down, each by one
 advantage. This workbench measures what each step really did (its credit) and shows where that one number
 gets a step wrong, and what grouping steps into chunks changes. **Learn** walks through it on one example
-group in about a minute; the group then appears in every other tab. Hover a dotted word for its meaning;
+group {when}; the group then appears in every other tab. Hover a dotted word for its meaning;
 the **Glossary** tab lists them all.
-""")
+"""
+
+
+def welcome_text(wb=None) -> str:
+    """The welcome, with Learn's example timed at this machine's measured rate (`ui.timing`; written again as each
+    page loads, so a rate measured as the model loaded is said from the next visit on)."""
+    from workbench.ui.learn import LEARN
+    from workbench.ui.timing import evaluations, seconds, shown
+
+    took = None if wb is None else seconds(wb, evaluations(LEARN["group"], LEARN["steps"], LEARN["continuations"]))
+    when = ("(its button says how long it takes on this machine once the model is timed)" if took is None
+            else f"in about {shown(took)} on this machine (timed here)")
+    return gloss(WELCOME.format(when=when))
 
 GENERATE_INTRO = gloss(
     "Sample a group of G images of one prompt. Each image is a trajectory of T denoising steps from noise, and "
@@ -49,7 +65,7 @@ ATTRIBUTION_INTRO = (
 OBJECTIVES_INTRO = (
     "What each objective does to each step of the group made in **Generate**: the map of an objective shows "
     "its push −w = −dL/d log p on every (trajectory, step), blue raising that step's log-prob, red lowering "
-    "it, on **one colour scale for all maps** (a map whose largest push is 10x or more below the scale's end "
+    "it, on **one scale for all maps** (a map whose largest push is 10x or more below the scale's end "
     "says so in its title: GPG and Dr. GRPO divide by more, so their maps look pale; choose *a scale per "
     "objective* to see their pattern). The top row is the first update of an iteration (every ratio "
     "1); the bottom row comes after N AdamW updates on a copy of the model, where clipping switches units "
@@ -71,11 +87,20 @@ FINETUNE_INTRO = gloss(
     "the **Objectives** tab shows what each pushes on your group. Runs go in a separate process; Before / Now "
     "show the same held-out prompts and noise before and after.")
 
+VOCABULARY = (f"**shapes** {', '.join(SHAPES)} · **colours** {', '.join(COLORS)} · **sizes** {', '.join(SIZES)} · "
+              f"**positions** {', '.join(POSITIONS)} · **backgrounds** {', '.join(BACKGROUNDS)} "
+              "(write e.g. *on a white background*). Unspecified attributes are left to the model.")
+SPECKLE_NOTE = ("*Speckle* is the mean difference between neighbouring pixels (a clean render scores about 0.02). "
+                "Flow-GRPO's SDE injects noise on its second-to-last step that the last, nearly noiseless step "
+                "cannot remove, so its final images carry speckle that the rewards score; the CPS sampler, or an SDE "
+                "window that ends a few steps before the end, gives clean images (docs/samplers.md).")
 
-def welcome_panel() -> tuple[gr.Accordion, gr.Button]:
-    """The welcome, open on every visit, and its button into Learn (wired by the layout to the tabs)."""
+
+def welcome_panel(wb=None, demo: gr.Blocks | None = None) -> tuple[gr.Accordion, gr.Button]:
+    """The welcome, open on every visit, and its button into Learn (wired by the layout to the tabs); its text is
+    written again as each page loads (`waits.timed`), with the rate measured by then."""
     with gr.Accordion("Welcome: start here", open=True, elem_id="welcome") as panel:
-        gr.Markdown(WELCOME, elem_id="welcome-text")
+        timed(demo, partial(welcome_text, wb), "welcome-text")
         start = gr.Button("Start with Learn", variant="primary", elem_id="welcome-btn")
     return panel, start
 

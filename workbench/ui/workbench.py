@@ -49,6 +49,7 @@ class Workbench:
         self._lock, self._curve_lock = threading.Lock(), threading.Lock()
         self._batched, self._batched_lock = 0, threading.Lock()  # batched computations in flight (`batched_threads`)
         self.timing: tuple[float, str] | None = None  # seconds per image evaluation here, and how (`ui.timing`)
+        self.objectives_timing: dict = {}  # Objectives' part -> (seconds per image-step, how) (`ui.timing`)
 
     def source(self, key: str | None = BASE):
         """The PolicySource a picker key names (checked on disk, nothing loaded); BASE or empty: the app's model.
@@ -244,9 +245,10 @@ class Workbench:
         def load():
             try:
                 self.curve(DEFAULT_STEPS, 0.7)
-                from workbench.ui.timing import probe
+                from workbench.ui.timing import probe, probe_objectives
 
                 probe(self)  # the buttons' time estimates start from this machine's own speed
+                probe_objectives(self)
             except Exception:  # noqa: BLE001 - reported again, as a message, on first use
                 pass
             settle()  # the loaded model and modules leave the collector's walk (core/heap.py)

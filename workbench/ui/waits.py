@@ -1,0 +1,124 @@
+"""What a slow button will cost, said beside it before it is pressed: its size and its time on this machine.
+
+Each function here is the text of a `line` placed next to its button (recomputed whenever one of its inputs
+changes), and reads the rates `ui.timing` measured on this machine:
+Measure credit and Refine from the group, M and the estimator; Objectives' Compute from its size, which is also
+capped here; Generate when its group is large.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from workbench.core.errors import WorkbenchError
+from workbench.rl.credit_estimators import continuation_cost, grid_rows
+from workbench.ui import timing
+from workbench.ui.jobs import objective_names
+
+OBJECTIVES_WORK = 13_000  # at most objectives x G x T x (N inner updates + 1) per Compute in the app: the default
+# group (G=8, T=16) with every N of the slider (9 x 8 x 16 x 11 = 12672) fits, G=16, T=32 with N=2 or more does not
+SLOW_S = 5.0  # a button whose work takes longer says so beforehand
+
+
+def line(fn, inputs: list, elem_id: str) -> gr.Markdown:
+    """A Markdown line showing fn(*inputs), recomputed whenever an input changes (a private event: not an API)."""
+    shown = gr.Markdown(fn(*(block.value for block in inputs)), elem_id=elem_id)
+    gr.on([block.change for block in inputs], fn, inputs, shown, api_visibility="private", show_progress="hidden",
+          queue=False)
+    return shown
+
+
+def timed(demo: gr.Blocks | None, fn, elem_id: str, **options) -> gr.Markdown:
+    """A Markdown text fn() written again as each page loads (a private event: not an API), so a rate measured
+    after the page was built is said from the next visit on."""
+    shown = gr.Markdown(fn(), elem_id=elem_id, **options)
+    if demo is not None:
+        demo.load(fn, None, shown, api_visibility="private", show_progress="hidden", queue=False)
+    return shown
+
+
+def credit_evaluations(group, continuations: int, estimator: str) -> int:
+    """Image evaluations a credit measurement of `group` costs (as `credit_estimators` counts them)."""
+    g, t = group.group_size, group.num_steps
+    if estimator == "x0":
+        return 0
+    if estimator == "ode":
+        return continuation_cost(grid_rows(g, range(0, t), range(1)), t)
+    first = 1 if group.config.shared_noise else 0
+    return continuation_cost(grid_rows(g, range(first, t), range(continuations)), t, group.config.sde_mask())
+
+
+def credit_wait(wb, continuations, estimator, budget, session) -> str:
+    """The Attribution buttons' line: Measure credit's and Refine's time here for the session's group."""
+    group = getattr(session, "group", None)
+    if group is None:
+        return "*Measure credit and Refine need a group: generate one first.*"
+    try:
+        m, budget = max(1, int(continuations)), max(1, int(budget))
+    except (TypeError, ValueError):
+        return ""  # the handler names the bad field when pressed
+    evals = credit_evaluations(group, m, estimator or "mc")
+    measure = ("no transformer evaluation (the sampler's own predictions are scored): about a second"
+               if evals == 0 else timing.estimate(wb, evals))
+    refine = timing.seconds(wb, budget * (group.num_steps - 1))  # a continuation from state s runs T - s steps
+    refine = "" if refine is None else f" · **Refine** ({budget} continuations): at most {timing.shown(refine)}"
+    return f"Time: **Measure credit** {measure}{refine}."
+
+
+def objectives_work(group, updates: int) -> int:
+    """The size of a Compute: objectives x G x T x (N inner updates + the pass at ratio 1)."""
+    return len(objective_names()) * group.group_size * group.num_steps * (updates + 1)
+
+
+def objectives_size(group, updates: int) -> str:
+    """'9 objectives x G=8 x T=16, 3 inner updates'."""
+    return (f"{len(objective_names())} objectives x G={group.group_size} x T={group.num_steps}, {updates} inner "
+            f"update{'' if updates == 1 else 's'}")
+
+
+def check_objectives_work(group, updates: int) -> None:
+    """A WorkbenchError naming the limit when a Compute's size is over OBJECTIVES_WORK."""
+    work = objectives_work(group, updates)
+    if work > OBJECTIVES_WORK:
+        raise WorkbenchError(f"Compute's size {objectives_size(group, updates)} is {work} cells x passes, over the "
+                             f"limit of {OBJECTIVES_WORK} here: lower the inner updates N, or G or T in Generate")
+
+
+def objectives_seconds(wb, group, updates: int, advantages: bool = True) -> tuple[float, str] | None:
+    """(seconds, how measured) of a Compute: the per-step advantages (unless kept from the group's last Compute) and
+    N inner updates, at the rates timed here; None before they are timed."""
+    rates, cells = getattr(wb, "objectives_timing", None) or {}, group.group_size * group.num_steps
+    if "update" not in rates or (advantages and "advantages" not in rates):
+        return None
+    seconds = updates * cells * rates["update"][0] + (cells * rates["advantages"][0] if advantages else 0.0)
+    return seconds, rates["update"][1]
+
+
+def objectives_wait(wb, updates, view, session) -> str:
+    """The Compute button's line: its size and its time here, or that it is over the limit."""
+    group = getattr(session, "group", None)
+    if group is None:
+        return "*Compute needs a group: generate one first.*"
+    try:
+        n = max(0, int(updates))
+    except (TypeError, ValueError):
+        return ""
+    size = objectives_size(group, n)
+    if objectives_work(group, n) > OBJECTIVES_WORK:
+        return f"*Size: {size}: over the limit of {OBJECTIVES_WORK} (objectives x G x T x (N + 1)) here.*"
+    kept = view is not None and getattr(view, "group", None) is group  # the advantages of this group are kept
+    timed = objectives_seconds(wb, group, n, advantages=not kept)
+    if timed is None:
+        return f"*Size: {size}: not timed on this machine yet (the app times it as the model loads).*"
+    seconds, how = timed
+    return f"*Size: {size}: about {timing.shown(seconds)} on this machine ({how}; a busier machine takes longer).*"
+
+
+def generate_wait(wb, group, steps) -> str:
+    """Generate's line, only when its sampling takes longer than SLOW_S here."""
+    try:
+        evals = int(group) * int(steps)
+    except (TypeError, ValueError):
+        return ""
+    seconds = timing.seconds(wb, evals)
+    return "" if seconds is None or seconds < SLOW_S else f"*Time: {timing.estimate(wb, evals)}.*"
