@@ -101,7 +101,7 @@ def test_generate_says_its_time_only_when_it_is_slow(wb):
     assert "about 5 s on this machine (512 image evaluations at 10.0 ms" in waits.generate_wait(wb, 16, 32)
 
 
-def test_objectives_compute_is_bounded_and_says_its_size_and_time(wb, sampled):
+def test_objectives_compute_is_bounded_and_says_its_size_and_time(wb, sampled, monkeypatch):
     from workbench.ui import objectives as ob
     from workbench.ui import waits
     from workbench.ui.jobs import objective_names
@@ -124,8 +124,10 @@ def test_objectives_compute_is_bounded_and_says_its_size_and_time(wb, sampled):
     assert cells * (parts["advantages"][0] + 2 * parts["update"][0]) <= took  # the press's own parts, timed
     kept = waits.objectives_wait(wb, 2, view, sampled)  # the group's advantages are kept: only the updates left
     assert f"about {timing.shown(2 * cells * parts['update'][0])} on this machine" in kept
-    # over the limit: said before the press, refused with the limit named when pressed
-    over = waits.OBJECTIVES_WORK // (n * cells)  # N + 1 passes that exceed it
+    # over the limit: said before the press, refused with the limit named when pressed (a limit this small group
+    # reaches within the inner updates' own range, 0..10: the app's G=16, T=32 reach the real one at N=2)
+    monkeypatch.setattr(waits, "OBJECTIVES_WORK", n * cells * 3)
+    over = 3  # N + 1 = 4 passes of n objectives x G x T: over the limit
     assert f"over the limit of {waits.OBJECTIVES_WORK}" in waits.objectives_wait(wb, over, None, sampled)
     status = ob.objectives_compute(wb, over, 1e-4, 1e-4, "step_grpo", None, sampled)[-1]
     assert f"over the limit of {waits.OBJECTIVES_WORK}" in status and f"{n} objectives x G=3 x T=4" in status

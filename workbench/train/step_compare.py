@@ -112,14 +112,3 @@ def per_step_advantages(policy: FlowPolicy, group: TrajectoryGroup, rewards: tor
                 values, _ = LookaheadCredit(config, policy, reward_fn).values(group, rewards.float())
             out[name] = torch.where(trained, lookahead_advantages(values), torch.zeros(()))
     return out
-
-
-def explained_advantages(policy: FlowPolicy, group: TrajectoryGroup, rewards: torch.Tensor, names: list[str],
-                         reward_fn, batched=nullcontext) -> dict[str, torch.Tensor]:
-    """What the objectives explainer weighs each objective's push with: paired (G,) advantages, and (G, T) per-step
-    ones for the objectives that name a `step_credit` (`per_step_advantages`)."""
-    from workbench.rl.explain import paired_advantages
-    from workbench.train.presets import gfpo_scores
-
-    advantages = paired_advantages(rewards, names, metric=gfpo_scores(group))
-    return advantages | per_step_advantages(policy, group, rewards, names, reward_fn, batched=batched)

@@ -24,7 +24,7 @@ from workbench.rl.credit import Credit
 from workbench.rl.explain import Explanation, explain, moved_log_probs, paired_advantages, paired_estimator
 from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config import TrainConfig
-from workbench.train.explained import ROWS, correlation_text, explain_rows, objective_numbers
+from workbench.train.explained import ROWS, correlation_text, explain_rows, objective_advantages, objective_numbers
 from workbench.train.presets import gfpo_scores
 from workbench.ui.classroom import held
 from workbench.ui.clicks import clicked_point
@@ -199,9 +199,8 @@ def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, in
 def _advantages(wb: Workbench, group: TrajectoryGroup, session: Session, names: list[str]) -> dict:
     """Paired (G,) advantages, and (G, T) per-step ones for ppo (a critic fitted on the group) and dense_grpo."""
     from workbench.rewards import build_reward
-    from workbench.train.step_compare import explained_advantages
 
-    return explained_advantages(wb.policy(session.source), group, session.rewards, names,
+    return objective_advantages(wb.policy(session.source), group, session.rewards, names,
                                 build_reward(session.reward_spec), batched=wb.batched_threads)
 
 

@@ -46,7 +46,7 @@ def probe_objectives(wb) -> None:
     from workbench.rewards import build_reward
     from workbench.rl.explain import moved_log_probs
     from workbench.rl.objectives import OBJECTIVES
-    from workbench.train.step_compare import explained_advantages
+    from workbench.train.explained import objective_advantages
 
     policy = wb.policy()
     if not policy.toy_world:
@@ -55,7 +55,7 @@ def probe_objectives(wb) -> None:
     reward_fn = build_reward("adherence")
     rewards = torch.as_tensor(reward_fn(group.images, [group.prompt] * group.group_size), dtype=torch.float32)
     start = time.perf_counter()
-    advantages = explained_advantages(policy, group, rewards, OBJECTIVES.names(), reward_fn, wb.batched_threads)
+    advantages = objective_advantages(policy, group, rewards, OBJECTIVES.names(), reward_fn, wb.batched_threads)
     middle = time.perf_counter()
     moved_log_probs(policy, group, advantages["step_grpo"], "step_grpo", updates=1)
     record_objectives(wb, group.group_size * group.num_steps, middle - start, time.perf_counter() - middle,
