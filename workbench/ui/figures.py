@@ -8,8 +8,12 @@
   `gr.HTML(selected=...)` (`selection`) and the maps, 20 of them, are not sent again.
 - **The chunk map** (Chunks tab, viz/chunk_map.py): markup only.
 
-Everything here is gr.HTML's documented API (`html_template`, `css_template`, `js_on_load` with `element`, `props`,
-`trigger` and `watch`; `gr.EventData` for a triggered event's data, props updated by returning `gr.HTML(prop=...)`),
+Their style rules are the page's (`CSS`, in `launch(css=...)`), not each component's `css_template`: gr.HTML writes a
+css_template into the page's stylesheet again on every update of the component, a new selection included, and
+chromium then restyles every element the rules name (the maps' 2,500 cells: ~90 ms of a map click on a busy core).
+
+Everything here is gr.HTML's documented API (`html_template`, `js_on_load` with `element`, `props`, `trigger` and
+`watch`; `gr.EventData` for a triggered event's data, props updated by returning `gr.HTML(prop=...)`),
 working on markup the server drew: no script reads Plotly's or Gradio's private state (tests/test_no_private_js.py).
 """
 
@@ -23,6 +27,8 @@ from workbench.core.errors import WorkbenchError
 from workbench.viz.chunk_map import CSS as CHUNK_MAP_CSS
 from workbench.viz.dynamics_svg import CSS as CURVE_CSS
 from workbench.viz.push_maps import CSS as MAPS_CSS
+
+CSS = CURVE_CSS + CHUNK_MAP_CSS + MAPS_CSS  # the figures' rules, each under its drawing's own class
 
 CURVE_JS = """
 element.addEventListener('click', (event) => {
@@ -94,18 +100,18 @@ element.addEventListener('mouseleave', () => {
 
 def curve_view(value: str, **options) -> gr.HTML:
     """The temporal-dynamics curve; its `toggle` event carries the clicked step."""
-    return gr.HTML(value, css_template=CURVE_CSS, js_on_load=CURVE_JS, apply_default_css=False, **options)
+    return gr.HTML(value, js_on_load=CURVE_JS, apply_default_css=False, **options)
 
 
 def maps_view(value: str, **options) -> gr.HTML:
     """The objectives' maps; its `cell` event carries the clicked cell, its `selected` prop places the outline."""
-    return gr.HTML(value, selected=None, css_template=MAPS_CSS, js_on_load=MAPS_JS, apply_default_css=False,
+    return gr.HTML(value, selected=None, js_on_load=MAPS_JS, apply_default_css=False,
                    **options)
 
 
 def chunk_map_view(value: str, **options) -> gr.HTML:
     """The classified chunk map: markup, no script."""
-    return gr.HTML(value, css_template=CHUNK_MAP_CSS, js_on_load=None, apply_default_css=False, **options)
+    return gr.HTML(value, js_on_load=None, apply_default_css=False, **options)
 
 
 def maps(markup: str, selected: dict | None) -> gr.HTML:

@@ -271,14 +271,15 @@ PROGRESS_POLL_S = 0.05  # progress bars get at most 20 updates a second
 
 # The filmstrip's step labels (t=0 .. t=T-1) run along the top of its image, where Gradio draws the component's
 # label (left) and its buttons (right) over the image: they hid t=0..3 and t=15. The image starts below them.
-PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }\n" + font_css(MATH_FONT_URL)
+PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }\n" + font_css(MATH_FONT_URL) + figures.CSS
 
 
 def launch_options() -> dict:
     """Keyword arguments of `demo.launch`, fresh each time (Gradio adds to `app_kwargs`):
     - no run history: Gradio kept every call's outputs (two figures per chunk edit) in the browser's localStorage,
       parsed and written again on each call, half the page's CPU of an edit;
-    - the page's few style rules (`PAGE_CSS`), and its math font served from the package (`ui.mathml`)."""
+    - the page's few style rules (`PAGE_CSS`, the figures' among them: `ui.figures`), and its math font served from
+      the package (`ui.mathml`)."""
     return {"run_history": False, "css": PAGE_CSS, "allowed_paths": [str(MATH_FONT.parent)]}
 
 
