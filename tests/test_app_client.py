@@ -110,14 +110,16 @@ def test_objectives_and_boundary_endpoints(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/objectives", "/objectives_cell", "/chunks_toggle", "/learn_example"} <= names
     client.predict(PROMPT, 3, 4, 0.7, 0, "adherence", api_name="/generate")  # this client's session: G=3, T=4
-    chunk_map, spec, rates, status = client.predict("1", api_name="/chunks_toggle")  # 1,1,1,1
+    curve, chunk_map, spec, rates, status = client.predict("1", api_name="/chunks_toggle")  # 1,1,1,1
     assert status == "✓ removed the boundary after step 1: chunks 1,2,1" and spec == "1,2,1"
-    assert "chunks [1, 2, 1]" in chunk_map  # the curve's new title rides on the map (ui/redraw.py)
+    assert "Temporal dynamics and chunks [1, 2, 1]" in curve and 'class="wb-chunk-map"' in chunk_map
     *_, status = client.predict("3", api_name="/chunks_toggle")
     assert status.startswith("⚠ a boundary can follow steps 0..2")
     maps, summary, formula, status = client.predict(1, 1e-3, 1e-4, "step_grpo", api_name="/objectives")
     assert status.startswith("✓ explained") and "| gspo | grpo |" in summary and "<math" in formula
-    assert '"moved|chunk_grpo"' in maps["plot"]
+    # an update of the maps' markup (outlined) and of their selected cell, the prop the page places the outline by
+    assert 'data-trace="moved|chunk_grpo"' in maps["value"] and 'class="wb-outline"' in maps["value"]
+    assert maps["props"]["selected"] == {"trace": "moved|chunk_grpo", "i": 0, "t": 0}
     maps, formula, status = client.predict("gpg", "ratio1", 2, 3, api_name="/objectives_cell")
     assert status == "✓ gpg at i=2, t=3" and "<b>gpg</b> at trajectory i = 2, step t = 3, at ratio 1" in formula
 
