@@ -57,7 +57,7 @@ def exit_on_terminate() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from workbench.core.heap import reuse_freed_memory
-    from workbench.ui.layout import launch_options, queued  # after the arguments: --help builds nothing
+    from workbench.ui.layout import launch_options  # after the arguments: --help builds nothing
 
     # The collector is not deferred through the app's start-up as through the CLI's (core/heap.py): the page came
     # up ~1.5 s sooner, but the first credit press of a session took ~1.5 s longer (3 rounds of 3 plus a check,
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(wb.jobs.shutdown)
     exit_on_terminate()
     print(f"Chunk-GRPO Workbench: http://{args.host}:{args.port}", file=sys.stderr, flush=True)
-    queued(demo, default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
+    demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
                                                      prevent_thread_lock=True, **launch_options())
     wb.warm_up()  # after the server is up: importing diffusers and loading the model would delay the page
     demo.block_thread()

@@ -26,7 +26,7 @@ pytestmark = BROWSER
 def served(tmp_path_factory):
     """(address, runs folder) of the app on a random-init tiny model (no training here)."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app, launch_options, queued
+    from workbench.ui.layout import build_app, launch_options
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
@@ -36,7 +36,7 @@ def served(tmp_path_factory):
     for attempt in range(3):  # gradio's start-up check gives the first page 3 s, which a loaded CPU can miss
         port = free_port()
         try:
-            queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+            demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                                 **launch_options())
             break
         except ValueError as err:

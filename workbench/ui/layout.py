@@ -265,13 +265,6 @@ def _chunks_tab(page: Page) -> gr.Textbox:
 # loads, so the first formula is drawn in it
 MATH_FONT_URL = f"gradio_api/file={MATH_FONT.as_posix()}"
 MATH_FONT_PRELOAD = f'<link rel="preload" href="{MATH_FONT_URL}" as="font" type="font/woff2" crossorigin>'
-# How often Gradio's queue looks for work while it has none (its own: every 1 ms for a new event, every 10 ms for
-# progress to send). An idle app spent ~5 % of a core on those wake-ups (0.052 CPU-s per second, app.py on the
-# embedded model, nothing open); the interactive events skip the queue (`queue=False`), the queued ones take seconds.
-QUEUE_POLL_S = 0.01  # a queued event starts at most this much later
-PROGRESS_POLL_S = 0.05  # progress bars get at most 20 updates a second
-
-
 # The filmstrip's step labels (t=0 .. t=T-1) run along the top of its image, where Gradio draws the component's
 # label (left) and its buttons (right) over the image: they hid t=0..3 and t=15. The image starts below them.
 PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }\n" + font_css(MATH_FONT_URL) + figures.CSS
@@ -284,16 +277,6 @@ def launch_options() -> dict:
     - the page's few style rules (`PAGE_CSS`, the figures' among them: `ui.figures`), and its math font served from
       the package (`ui.mathml`)."""
     return {"run_history": False, "css": PAGE_CSS, "allowed_paths": [str(MATH_FONT.parent)]}
-
-
-def queued(demo: gr.Blocks, **options) -> gr.Blocks:
-    """`demo.queue(**options)` with the queue's idle polling at QUEUE_POLL_S / PROGRESS_POLL_S (Gradio 6 keeps
-    them on the queue object as `sleep_when_free` and `progress_update_sleep_when_free`; tests/test_app_client.py
-    fails if they go)."""
-    demo.queue(**options)
-    demo._queue.sleep_when_free = QUEUE_POLL_S
-    demo._queue.progress_update_sleep_when_free = PROGRESS_POLL_S
-    return demo
 
 
 @TABS.register("objectives", info=TabInfo("Objectives", order=40, needs_credit=True))
