@@ -3,11 +3,14 @@ lines, titles and outline of the plotly figure the notebooks and the exported pa
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from xml.etree import ElementTree
 
 import pytest
 import torch
+from PIL import Image
 
 from workbench.rl.explain import explain
 from workbench.rl.objectives import ObjectiveSettings
@@ -41,6 +44,14 @@ def panels(markup: str) -> dict[str, ElementTree.Element]:
     return {g.get("data-trace"): g for g in root.iter("g") if g.get("class") == "panel"}
 
 
+def cells_image(panel: ElementTree.Element) -> Image.Image:
+    """The map's cells: the PNG of the panel's one image."""
+    (image,) = panel.findall("image[@class='cells']")
+    head, data = image.get("href").split(",", 1)
+    assert head == "data:image/png;base64"
+    return Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+
+
 def test_the_maps_draw_the_figures_maps_values_and_colours(rows, credits):
     figure = objective_maps_figure(rows, credits)
     heat = {tr.name: tr for tr in figure.data if tr.type == "heatmap"}
@@ -51,10 +62,10 @@ def test_the_maps_draw_the_figures_maps_values_and_colours(rows, credits):
         z = json.loads(panel.get("data-z"))
         assert torch.tensor(z) == pytest.approx(torch.tensor(heat[name].z), rel=1e-3, abs=1e-12), name
         if "|" in name:  # the shared push scale; the first column's maps each on their own
-            cells = panel.findall("rect[@class='cell']")
-            assert len(cells) == G * T
-            for cell, value in zip(cells, torch.tensor(heat[name].z).flatten().tolist()):  # row by row
-                assert rgb(cell.get("fill")) == rgb(css(scale_colour(value, scale))), name
+            image = cells_image(panel)
+            assert image.size == (T, G)  # one pixel a cell: columns are steps, rows trajectories
+            for pixel, value in zip(image.get_flattened_data(), torch.tensor(heat[name].z).flatten().tolist()):  # row by row
+                assert pixel == rgb(css(scale_colour(value, scale)))[:3], name
 
 
 def test_clipped_units_and_chunk_boundaries_are_marked(rows, credits):

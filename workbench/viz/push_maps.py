@@ -7,16 +7,20 @@ maps (or one per map); x = a clipped unit; dashed lines = chunk boundaries of ob
 outline marks the selected cell. Each map is a `g.panel` whose `data-trace` is "<row key>|<objective>" ("credit",
 "log-ratio" in the first column) and whose place is in its data-x/y/w/h: the page finds a clicked cell and moves the
 outline from them (ui/figures.py), and shows a cell's values from the panel's data-z / data-ratio / data-clipped.
-As markup, a click or a new selection moves one rectangle, where plotly drew every map again.
+Each map's cells are one small PNG, a pixel a cell, scaled up unsmoothed. As markup, a click or a new selection
+moves one rectangle, where plotly drew every map again.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import json
 from collections.abc import Sequence
 
 import torch
+from PIL import Image
 
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.explain import Explanation
@@ -33,7 +37,7 @@ CSS = """
 .wb-maps { font-family: FONT; color: INK; padding: 4px; position: relative; }
 .wb-maps svg { display: block; width: 100%; height: auto; }
 .wb-maps g.panel { cursor: pointer; }
-.wb-maps rect.cell { shape-rendering: crispEdges; }
+.wb-maps image.cells { image-rendering: pixelated; }
 .wb-maps .wb-tip { position: absolute; pointer-events: none; background: white; border: 1px solid #aab;
                    padding: 3px 6px; font-size: 12px; white-space: nowrap; display: none; z-index: 5; }
 .wb-maps .wb-maps-hint { font-size: 14px; padding: 120px 0; text-align: center; }
@@ -52,19 +56,28 @@ def panel_origin(row: int, column: int, columns: int) -> tuple[float, float]:
     return LEFT + column * (width + GAP), TOP + row * (HEADING + PANEL + UNDER) + HEADING
 
 
+def cells_png(values: list, scale: float, colours: str) -> str:
+    """A map (G, T) of `values` on the named colour scale at +-scale as a G x T pixel PNG, one pixel a cell, as a data
+    URI: the page scales it up without smoothing (CSS `image-rendering: pixelated`)."""
+    g, t = len(values), len(values[0])
+    image = Image.new("RGB", (t, g))
+    image.putdata([tuple(round(c) for c in scale_colour(v, scale, colours)) for row in values for v in row])
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
+
+
 def _panel(trace: str, kind: str, values: list, x: float, y: float, w: float, scale: float, colours: str,
            extra: dict | None = None) -> list[str]:
-    """One map (G, T) of `values` on the named colour scale at +-scale, as a g.panel with its cells."""
-    g, t = len(values), len(values[0])
-    cw, ch = w / t, PANEL / g
+    """One map (G, T) of `values` on the named colour scale at +-scale, as a g.panel holding one image of its cells
+    (`cells_png`): 20 maps of 128 cells were 2,560 rectangles for the page to lay out and for Gradio to carry in the
+    component's value on every update."""
     data = {"z": json.dumps([[float(f"{v:.4g}") if v == v else None for v in row] for row in values]), **(extra or {})}
     attrs = "".join(f' data-{key}="{html.escape(value)}"' for key, value in data.items())
-    size = f'width="{cw + 0.05:.2f}" height="{ch + 0.05:.2f}"'  # a hair over: no seam between neighbours
-    cells = [f'<rect class="cell" x="{x + k * cw:.1f}" y="{y + i * ch:.1f}" {size} '
-             f'fill="{css(scale_colour(v, scale, colours))}"/>'
-             for i, row in enumerate(values) for k, v in enumerate(row)]
     return [f'<g class="panel" data-trace="{html.escape(trace)}" data-kind="{kind}" data-x="{x:.1f}" data-y="{y:.1f}" '
-            f'data-w="{w:.1f}" data-h="{PANEL}"{attrs}>', *cells, "</g>"]
+            f'data-w="{w:.1f}" data-h="{PANEL}"{attrs}>',
+            f'<image class="cells" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{PANEL}" '
+            f'preserveAspectRatio="none" href="{cells_png(values, scale, colours)}"/>', "</g>"]
 
 
 def _clip_marks(clipped: torch.Tensor, x: float, y: float, w: float) -> str:
