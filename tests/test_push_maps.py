@@ -64,7 +64,8 @@ def test_the_maps_draw_the_figures_maps_values_and_colours(rows, credits):
         if "|" in name:  # the shared push scale; the first column's maps each on their own
             image = cells_image(panel)
             assert image.size == (T, G)  # one pixel a cell: columns are steps, rows trajectories
-            for pixel, value in zip(image.get_flattened_data(), torch.tensor(heat[name].z).flatten().tolist()):  # row by row
+            values = torch.tensor(heat[name].z).flatten().tolist()  # row by row
+            for pixel, value in zip(image.get_flattened_data(), values):
                 assert pixel == rgb(css(scale_colour(value, scale)))[:3], name
 
 
