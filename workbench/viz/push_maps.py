@@ -25,7 +25,7 @@ from PIL import Image
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.explain import Explanation
 from workbench.viz.explain_plots import PUSH, chunked_units, corr_text, push_scale
-from workbench.viz.svg import FONT, INK, colour_bar, css, scale_colour, text
+from workbench.viz.svg import FONT, INK, colour_bar, scale_colour, text
 
 WIDTH = 1200  # the drawing's own units; it scales to the page's width
 LEFT, RIGHT, GAP = 130, 95, 7  # margins (the credit and l colour bars left, the push bar right) and between maps
