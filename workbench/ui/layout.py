@@ -317,7 +317,10 @@ def _objectives_tab(page: Page) -> None:
                api_visibility="private")
     # A cell chosen by the controls or by a click on a map: the maps stay, their outline moves (ui/figures.py)
     cell_inputs = [name, row, traj, step, view, session]
-    quick = dict(show_progress="hidden", concurrency_id="cell-choice", concurrency_limit=1)  # one at a time, in order
+    # Outside the queue: the page skips the queued event's status round over every component (a map click in
+    # about two thirds of the time, docs/performance.md). A choice is absolute, so two sent at once need no order:
+    # the cell of the reply that lands last shows.
+    quick = dict(show_progress="hidden", queue=False)
     gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
           cell_inputs, [maps, formula, view, status], api_name="objectives_select", api_visibility="private", **quick)
     maps.cell(ob.maps_clicked(wb), [view, session], [name, row, traj, step, maps, formula, view, status],
