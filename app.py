@@ -88,7 +88,7 @@ def exit_on_terminate() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from workbench.core.heap import reuse_freed_memory
-    from workbench.ui.layout import launch_options, queued  # after the arguments: --help builds nothing
+    from workbench.ui.layout import launch_options  # after the arguments: --help builds nothing
 
     # The collector is not deferred through the app's start-up as through the CLI's (core/heap.py): the page came
     # up ~1.5 s sooner, but the first credit press of a session took ~1.5 s longer (3 rounds of 3 plus a check,
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Class mode: students open http://{args.host}:{args.port} with the password {classroom.password}; "
               f"the teacher opens http://{args.host}:{args.port}/?teacher={classroom.token}", file=sys.stderr,
               flush=True)
-    queued(demo, default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
-                                                     prevent_thread_lock=True, **login, **launch_options())
+    demo.queue(default_concurrency_limit=2).launch(server_name=args.host, server_port=args.port,
+                                                   prevent_thread_lock=True, **login, **launch_options())
     wb.warm_up()  # after the server is up: importing diffusers and loading the model would delay the page
     demo.block_thread()
     return 0

@@ -10,7 +10,7 @@ tab, memory. Prints figures.
    open the Attribution tab (timed to its first render), measure its credit (M=4) three times (with the CPU the app
    and chromium spend meanwhile in the last two, `credit_cpu_per_s`), then type chunk
    specs in the Chunks tab and time each from Enter to the first frame in which the status, the curve's title and
-   the chunk map's boundary lines show the new chunks (target 150 ms, issue 24). The
+   lines and the chunk map's boundary lines show the new chunks (target 150 ms, issue 24). The
    page times itself (`WATCH`).
 3. Click the temporal-dynamics curve to toggle boundaries and time each from the click to the same
    (target 150 ms).
@@ -133,12 +133,13 @@ def record_memory(out: dict, pid: int, stage: str) -> None:
 
 
 DONE = """([status, title, lines]) => {
-    const s = document.querySelector('#chunks-status'), t = document.querySelector('#curve-plot .gtitle');
-    const map = document.querySelector('#chunk-credit-plot'), plot = map?.querySelector('.js-plotly-plot');
-    const drawn = plot ? plot._fullLayout?.shapes?.map(shape => shape.x0).join(',')  // a plotly map (before 2026-12-05)
-        : [...(map?.querySelectorAll('svg line.boundary') ?? [])].map(line => line.dataset.x).join(',');
-    return !!s && !!t && s.innerText.includes(status) && t.textContent.includes(title) && drawn === lines;
-}"""  # the status, the curve's title and the chunk map's boundary lines show the new chunks
+    const s = document.querySelector('#chunks-status'), t = document.querySelector('#curve-plot svg text');
+    const drawn = (plot) => [...document.querySelectorAll(`#${plot} svg line.boundary`)].map(line => line.dataset.x)
+        .join(',');
+    return !!s && !!t && s.innerText.includes(status) && t.textContent.includes(title)
+        && drawn('chunk-credit-plot') === lines && drawn('curve-plot') === lines;
+}"""  # the status, the curve's title and lines and the chunk map's lines show the new chunks (viz/dynamics_svg.py,
+# viz/chunk_map.py)
 
 
 WATCH = """([kind, args]) => {
@@ -171,13 +172,15 @@ SPLIT = """() => {
 }"""  # the stopwatch's reading in three: the page before the request, the request, the page after its reply
 MAP_DONE = """([name, key, i, t]) => {
     const s = document.querySelector('#objectives-status'), f = document.querySelector('#cell-formula');
-    const gd = document.querySelector('#objectives-plot .js-plotly-plot');
-    const axis = gd?._fullData?.find(trace => trace.name === `${key}|${name}`)?.xaxis;
-    const outline = gd?._fullLayout?.shapes?.find(shape => shape.type === 'rect' && shape.line.color === 'gold');
+    const panel = [...document.querySelectorAll('#objectives-plot g.panel')]
+        .find(g => g.dataset.trace === `${key}|${name}`);
+    const box = document.querySelector('#objectives-plot rect.wb-outline'), svg = box?.ownerSVGElement;
+    const at = (k, n, size, cells) => Math.abs(box.getAttribute(k) - panel.dataset[k]
+        - n * panel.dataset[size] / cells);
     return !!s && !!f && s.innerText.includes(`${name} at i=${i}, t=${t}`)
-        && f.innerText.includes(`trajectory i = ${i}, step t = ${t}`)
-        && outline?.xref === axis && outline.x0 === t - 0.5 && outline.y0 === i - 0.5;
-}"""  # the status, the formula and the maps' gold outline show the clicked cell
+        && f.innerText.includes(`trajectory i = ${i}, step t = ${t}`) && !!panel && !!box
+        && at('x', t, 'w', svg.dataset.cols) < 0.2 && at('y', i, 'h', svg.dataset.rows) < 0.2;
+}"""  # the status, the formula and the maps' gold outline show the clicked cell (viz/push_maps.py)
 WATCH_MAP = WATCH.replace("(DONE)", MAP_DONE)
 WATCH = WATCH.replace("(DONE)", DONE)
 
@@ -246,13 +249,12 @@ def chunk_edit_ms(page, specs: list[str], splits: list | None = None) -> list[fl
     return times
 
 
-POINT = """([plot, name, x]) => {
-    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
-    gd.scrollIntoView({block: "center"});
-    const trace = gd._fullData.find(t => t.name === name);
-    const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
-    return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya._length / 2];
-}"""  # the page position above step x of the curve, half-way up the plot
+POINT = """([plot, step]) => {
+    const column = document.querySelector(`#${plot} rect.step[data-step="${step}"]`);
+    column.scrollIntoView({block: "center"});
+    const box = column.getBoundingClientRect();
+    return [box.left + box.width / 2, box.top + box.height / 2];
+}"""  # the page position above step `step` of the curve, half-way up the plot (viz/dynamics_svg.py)
 
 
 def click_toggle_ms(page, clicks: int, splits: list | None = None) -> list[float]:
@@ -271,33 +273,28 @@ def click_toggle_ms(page, clicks: int, splits: list | None = None) -> list[float
         step = (6, 10, 3)[k % 3]
         new = toggle_boundary(sizes, step)
         verb = "added" if len(new) > len(sizes) else "removed"
-        where = page.evaluate(POINT, ["curve-plot", "mean L1_rel", step])
-        page.mouse.move(*where)  # the pointer reaches the step first (plotly draws its hover label), then clicks
+        where = page.evaluate(POINT, ["curve-plot", step])
+        page.mouse.move(*where)  # the pointer reaches the step first (the column lights up), then clicks
         page.wait_for_timeout(300)
         stopwatch(page, "mouseup", [f"{verb} the boundary after step {step}: chunks {','.join(map(str, new))}",
                                     str(new), lines(new)])
-        page.mouse.down()  # the click happens on release (plotly's plotly_click, the browser's click): the stopwatch
-        page.mouse.up()  # starts at mouseup, as it did (from Python) since commit 31a4e98
+        page.mouse.down()  # the click happens on release (the browser's click): the stopwatch starts at mouseup
+        page.mouse.up()
         times.append(latency_ms(page, splits))
         sizes = new
-        page.wait_for_timeout(200)  # let plotly settle, as a user would between clicks
+        page.wait_for_timeout(200)  # as a user would between clicks
     return times
 
 
 CELL = """([plot, name, x, y]) => {
-    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
-    gd.scrollIntoView({block: "center"});
-    const trace = gd._fullData.find(t => t.name === name), box = gd.getBoundingClientRect();
-    const xa = gd._fullLayout[trace.xaxis.replace('x', 'xaxis')];
-    const ya = gd._fullLayout[trace.yaxis.replace('y', 'yaxis')];
-    return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya.l2p(y)];
-}"""  # the page position of cell (x, y) of the heatmap `name`
+    const panel = [...document.querySelectorAll(`#${plot} g.panel`)].find(g => g.dataset.trace === name);
+    panel.scrollIntoView({block: "center"});
+    const svg = panel.ownerSVGElement, box = panel.getBoundingClientRect();
+    return [box.left + (x + 0.5) * box.width / svg.dataset.cols, box.top + (y + 0.5) * box.height / svg.dataset.rows];
+}"""  # the page position of cell (step x, trajectory y) of the map `name` (viz/push_maps.py)
 
 
-MAPS_DRAWN = """plot => {
-    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
-    return Boolean(gd && gd._fullData && gd._fullData.some(t => String(t.name).startsWith("moved|")));
-}"""  # the objectives' maps are drawn
+MAPS_DRAWN = """plot => document.querySelector(`#${plot} g.panel[data-trace^="moved|"]`) !== null"""  # maps drawn
 
 
 def map_click_ms(page, clicks: int, splits: list | None = None) -> list[float]:
@@ -369,8 +366,7 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, r
     page.click("#objectives-btn")
     until(page, SHOWS, ["#objectives-status", "after 3 updates"])
     out["objectives_s"] = time.time() - t
-    # The status can show a frame or more before plotly has drawn the maps (one run's first cell lookup found no
-    # plot): the clicks start once the maps' traces are there.
+    # The clicks start once the maps are in the page.
     page.wait_for_function(MAPS_DRAWN, arg="objectives-plot", timeout=120_000)
     out["map_click_ms"] = map_click_ms(page, edits, out.setdefault("map_click_split_ms", []))
     record_memory(out, pid, "objectives")

@@ -35,7 +35,12 @@ DRAW = """async ([figure, repeats]) => {
         await frame();
         if (i > 0) times.push(performance.now() - start);  // the first draw warms plotly up
     }
-    const m = figure.layout.margin, s = gd._fullLayout._size;
+    const m = figure.layout.margin, svg = gd.querySelector(".main-svg");
+    const areas = [...gd.querySelectorAll(".draglayer .nsewdrag")]  // the plot areas drawn (a drag acts on them)
+        .map(r => ["x", "y", "width", "height"].map(k => Number(r.getAttribute(k))));
+    const s = {l: Math.min(...areas.map(a => a[0])),
+               r: svg.getAttribute("width") - Math.max(...areas.map(a => a[0] + a[2])),
+               b: svg.getAttribute("height") - Math.max(...areas.map(a => a[1] + a[3]))};
     return [times, ["l", "r", "b"].filter(k => s[k] > m[k] + 0.5).map(k => `${k} ${m[k]} -> ${Math.round(s[k])}`)];
 }"""
 
@@ -65,7 +70,8 @@ def figures() -> dict:
     from workbench.ui import step_handlers as sh
     from workbench.ui.state import Session
     from workbench.ui.workbench import Workbench
-    from workbench.viz import credit_view
+    from workbench.viz import credit_view, plots
+    from workbench.viz.explain_plots import objective_maps_figure
 
     class Quiet:
         def __call__(self, *a, **k):
@@ -86,10 +92,15 @@ def figures() -> dict:
     out["attribution: per-step advantages"] = sh.compare_advantages(wb, sh.FIT, session)[0]
     compared = pol.compare(wb, pol.RUN_BASE, 4, session, progress=Quiet())
     out["attribution: before and after"] = compared[0]
-    out["chunks: curve"] = h.chunks_shown(wb, session)[0]  # the tab's chunk map is markup (viz/chunk_map.py)
-    out["notebook and exported page: chunk map"] = credit_view.chunk_figure(session.credit, session.z)
-    maps = ob.objectives_compute(wb, 3, 1e-3, 1e-4, "step_grpo", None, session, progress=Quiet())
-    out["objectives: maps"] = maps[0]
+    # the Chunks and Objectives tabs draw their figures as markup (viz/chunk_map.py, dynamics_svg.py, push_maps.py);
+    # the notebooks and the exported page draw them with plotly
+    curve = wb.curve(16, 0.7)
+    out["exported page: curve"] = plots.dynamics_figure(curve.mean, *curve.quantiles, session.sizes,
+                                                        curve.per_trajectory.shape[0], wb.curve_prompts)
+    out["exported page: chunk map"] = credit_view.chunk_figure(session.credit, session.z)
+    view = ob.objectives_compute(wb, 3, 1e-3, 1e-4, "step_grpo", None, session, progress=Quiet())[3]
+    out["exported page: objectives' maps"] = objective_maps_figure(ob.explanations(view, session.sizes),
+                                                                   session.credit.step_credit)
     return {name: f for name, f in out.items() if isinstance(f, go.Figure)}
 
 

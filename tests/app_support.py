@@ -7,6 +7,7 @@ import socket
 import sys
 import textwrap
 import time
+from xml.etree import ElementTree
 
 from support import PROMPT  # noqa: F401 - the prompt of the app's tests
 
@@ -88,3 +89,10 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def curve_drawn(curve: str) -> tuple[list[float], str]:
+    """The dashed boundary lines (their step x) and the title of the curve's markup (viz/dynamics_svg.py)."""
+    root = ElementTree.fromstring(curve)
+    lines = [float(line.get("data-x")) for line in root.iter("line") if line.get("class") == "boundary"]
+    return lines, root.find(".//text").text

@@ -50,3 +50,15 @@ def generate(page, group: int = 3, steps: int = 8) -> None:
     expect(page.locator("#generate-status")).to_contain_text(f"sampled G={group} trajectories of T={steps}",
                                                              timeout=LONG)
 
+
+STEP_JS = """([plot, step]) => {
+    const column = document.querySelector(`#${plot} rect.step[data-step="${step}"]`);
+    column.scrollIntoView({block: "center"});
+    const box = column.getBoundingClientRect();
+    return [box.left + box.width / 2, box.top + box.height / 3];
+}"""  # the page position above step `step` of the curve, a third of the way down the plot (viz/dynamics_svg.py)
+
+
+def click_step(page, plot: str, step: int) -> None:
+    """Click the curve above step `step`, as a user would."""
+    page.mouse.click(*page.evaluate(STEP_JS, [plot, step]))

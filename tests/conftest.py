@@ -152,7 +152,7 @@ def served(tmp_path_factory):
     from browser_support import ARTIFACTS
 
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app, launch_options, queued
+    from workbench.ui.layout import build_app, launch_options
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
@@ -161,7 +161,7 @@ def served(tmp_path_factory):
                    train_command=command, curve_prompts=2)
     demo = build_app(wb)
     port = free_port()
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                         **launch_options())
     ARTIFACTS.mkdir(exist_ok=True)
     yield f"http://127.0.0.1:{port}/", wb

@@ -14,12 +14,11 @@ def client(tmp_path_factory):
 
     from app import create_app
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import queued
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
     demo, _ = create_app(str(model), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")))
     port = free_port()
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
         yield Client(f"http://127.0.0.1:{port}/", verbose=False)
     finally:
@@ -44,42 +43,6 @@ def test_timer_and_internal_events_are_private(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/generate", "/attribute", "/chunks_from_spec", "/start_run", "/stop_run"} <= names
     assert not any(name.startswith("/partial") for name in names)
-
-
-def test_the_queue_looks_for_work_at_the_set_pace(monkeypatch):
-    """`queued` slows Gradio's idle polling through its queue's own knobs: the queue's loops wait exactly those
-    times (a Gradio whose loops read other names would wait its own 1 ms and 10 ms and fail here)."""
-    import asyncio
-    import threading
-
-    import gradio as gr
-    from gradio import queueing
-
-    from workbench.ui.layout import PROGRESS_POLL_S, QUEUE_POLL_S, queued
-
-    with gr.Blocks() as demo:
-        gr.Markdown("idle")
-    queue = queued(demo)._queue
-    queue.active_jobs = [None]  # as `start` leaves it: one free slot, no event waiting
-    waits, real_sleep, ours = [], asyncio.sleep, []
-
-    async def sleep(delay, *args):
-        if asyncio.get_running_loop() not in ours:  # another server's loop (the module's app): untouched
-            return await real_sleep(delay, *args)
-        waits.append(delay)
-        queue.stopped = len(waits) >= 6
-        await real_sleep(0)
-
-    monkeypatch.setattr(queueing.asyncio, "sleep", sleep)
-
-    async def idle():
-        ours.append(asyncio.get_running_loop())
-        await asyncio.gather(queue.start_processing(), queue.start_progress_updates())
-
-    runner = threading.Thread(target=asyncio.run, args=(idle(),))  # a loop of its own: a browser test before this
-    runner.start()  # one on the same worker leaves Playwright's loop running in this thread
-    runner.join(timeout=30)
-    assert set(waits) == {QUEUE_POLL_S, PROGRESS_POLL_S} and QUEUE_POLL_S < PROGRESS_POLL_S <= 0.1
 
 
 def test_importing_app_builds_and_launches_nothing():
@@ -110,14 +73,16 @@ def test_objectives_and_boundary_endpoints(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/objectives", "/objectives_cell", "/chunks_toggle", "/learn_example"} <= names
     client.predict(PROMPT, 3, 4, 0.7, 0, "adherence", api_name="/generate")  # this client's session: G=3, T=4
-    chunk_map, spec, rates, status = client.predict("1", api_name="/chunks_toggle")  # 1,1,1,1
+    curve, chunk_map, spec, rates, status = client.predict("1", api_name="/chunks_toggle")  # 1,1,1,1
     assert status == "✓ removed the boundary after step 1: chunks 1,2,1" and spec == "1,2,1"
-    assert "chunks [1, 2, 1]" in chunk_map  # the curve's new title rides on the map (ui/redraw.py)
+    assert "Temporal dynamics and chunks [1, 2, 1]" in curve and 'class="wb-chunk-map"' in chunk_map
     *_, status = client.predict("3", api_name="/chunks_toggle")
     assert status.startswith("⚠ a boundary can follow steps 0..2")
     maps, summary, formula, status = client.predict(1, 1e-3, 1e-4, "step_grpo", api_name="/objectives")
     assert status.startswith("✓ explained") and "| gspo | grpo |" in summary and "<math" in formula
-    assert '"moved|chunk_grpo"' in maps["plot"]
+    # an update of the maps' markup (outlined) and of their selected cell, the prop the page places the outline by
+    assert 'data-trace="moved|chunk_grpo"' in maps["value"] and 'class="wb-outline"' in maps["value"]
+    assert maps["props"]["selected"] == {"trace": "moved|chunk_grpo", "i": 0, "t": 0}
     maps, formula, status = client.predict("gpg", "ratio1", 2, 3, api_name="/objectives_cell")
     assert status == "✓ gpg at i=2, t=3" and "<b>gpg</b> at trajectory i = 2, step t = 3, at ratio 1" in formula
 

@@ -7,7 +7,6 @@ start / busy / stop / crash logic is fast; one test runs the real trainer for 2 
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 import zipfile
@@ -19,7 +18,7 @@ import gradio as gr
 import plotly.graph_objects as go
 import pytest
 import torch
-from app_support import fake_workbench, is_skip, msg, start, wait_for
+from app_support import curve_drawn, fake_workbench, is_skip, msg, start, wait_for
 from PIL import Image
 
 from workbench.core.files import read_json, write_json
@@ -34,13 +33,6 @@ from workbench.ui.state import Session
 from workbench.ui.workbench import Workbench
 
 PROMPT = "a large red circle in the top left on a white background"
-
-
-def curve_change(chunk_map: str) -> dict:
-    """The change to the curve (title, boundary lines) a chunk edit's map carries for the page (ui/redraw.py)."""
-    change = json.loads(ElementTree.fromstring(chunk_map).get("data-relayout"))
-    assert change["elem"] == "curve-plot"
-    return change["relayout"]
 
 
 # --------------------------------------------------------------------------- generate and attribution
@@ -156,13 +148,11 @@ def test_refine_streams_rounds_and_spends_the_budget(wb, sampled):
 
 # --------------------------------------------------------------------------- chunks
 def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
-    chunk_map, spec, rates, session, status = h.chunks_from_spec(wb, "1, 3", sampled)
+    curve, chunk_map, spec, rates, session, status = h.chunks_from_spec(wb, "1, 3", sampled)
     assert status.startswith("✓") and spec == "1,3" and session.sizes == [1, 3] and session.credit.sizes == [1, 3]
     assert sampled.sizes == [1, 1, 1, 1]  # the old session is not mutated
-    curve = curve_change(chunk_map)  # the curve's new boundary lines and title ride on the map (ui/redraw.py)
-    assert [s["x0"] for s in curve["shapes"]] == [0.5] and "chunks [1, 3]" in curve["title.text"]
-    opened = h.chunks_shown(wb, session)[0]  # the tab sends the whole curve when it opens, with the same change
-    assert [s.x0 for s in opened.layout.shapes] == [0.5] and opened.layout.title.text == curve["title.text"]
+    assert curve_drawn(curve) == ([0.5], "Temporal dynamics and chunks [1, 3]")  # the curve's new lines and title
+    assert h.chunks_shown(wb, session)[0] == curve  # the tab draws the same curve when it opens
     r = sampled.credit.rechunk([1, 3]).rates(2.0).chunk
     assert f"plain sign rate {100 * r.plain:.1f} %" in rates and "(chunks 1,3)" in rates
     classes = sampled.credit.rechunk([1, 3]).chunk_classes(2.0)
@@ -185,7 +175,7 @@ def test_chunk_spec_valid_and_invalid_keeps_last_valid(wb, sampled):
 def test_chunker_choice(wb, sampled, name, option, kwargs):
     out = h.chunks_from_chunker(wb, name, option, sampled)
     expected = CHUNKERS.get(name)(4, wb.curve(4, 0.7).mean, **kwargs)
-    assert out[-1].startswith("✓") and out[-2].sizes == expected and out[1] == ",".join(map(str, expected))
+    assert out[-1].startswith("✓") and out[-2].sizes == expected and out[2] == ",".join(map(str, expected))
 
 
 def test_chunker_bad_option_and_name(wb, sampled):
@@ -219,12 +209,13 @@ def test_chunks_without_a_group_use_the_default_steps(wb):
     slider, status = h.chunks_view(wb, session)  # the curve, computed; the views follow, read from the session
     assert is_skip(status)
     curve, chunk_map, spec, rates, status = h.chunks_shown(wb, session)
-    assert spec == "2,3,4,7" and status == "✓ chunks 2,3,4,7 over T=16 steps" and len(curve.data[1].y) == 16
+    assert spec == "2,3,4,7" and status == "✓ chunks 2,3,4,7 over T=16 steps"
+    assert len(ElementTree.fromstring(curve).findall(".//rect[@class='step']")) == 16  # a column to click per step
     assert all(is_skip(v) for v in h.attribution_view(wb, session))  # no credit yet: nothing to redraw, and the
     # status is left alone (an empty one could land after a credit press's message and wipe it)
-    assert "over 4 trajectories" in curve.data[0].name  # 2 prompts x 2 trajectories
+    assert "10-90 % over 4 trajectories" in curve  # 2 prompts x 2 trajectories
     assert "Measure credit" in rates and slider.maximum == 15 and slider.value == 8
-    assert len(h.chunks_from_spec(wb, "8,8", session)) == 5  # an edit leaves the slider where it is: not an output
+    assert len(h.chunks_from_spec(wb, "8,8", session)) == 6  # an edit leaves the slider where it is: not an output
     assert "measure credit in the Attribution tab" in chunk_map
 
 

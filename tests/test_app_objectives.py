@@ -7,6 +7,7 @@ from dataclasses import replace
 from xml.etree import ElementTree
 
 import app_support as base
+import gradio as gr
 import plotly.graph_objects as go
 import pytest
 import torch
@@ -18,10 +19,10 @@ from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.ui import handlers as h
 from workbench.ui import learn, step_handlers
 from workbench.ui import objectives as ob
-from workbench.ui.clicks import clicked_point
+from workbench.ui.figures import clicked_point
 from workbench.ui.formulas import cell, closed_form, formula_markdown
 from workbench.ui.state import Session
-from workbench.viz.explain_plots import selection_outline
+from workbench.viz.push_maps import outline
 
 PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
 
@@ -29,23 +30,27 @@ PROMPT, is_skip, msg = base.PROMPT, base.is_skip, base.msg
 # --------------------------------------------------------------------------- clicks
 def test_clicked_points_from_the_page_and_from_api_callers():
     assert clicked_point('{"trace": "moved|gspo", "x": 3, "y": 1}') == {"trace": "moved|gspo", "x": 3, "y": 1}
+    assert clicked_point({"trace": "moved|gspo", "x": 3, "y": 1}) == {"trace": "moved|gspo", "x": 3, "y": 1}
     assert clicked_point("5")["x"] == 5 and clicked_point(5.0)["x"] == 5.0
-    for bad in ("abc", '{"y": 1}', None):
+    for bad in ("abc", '{"y": 1}', None, {"y": 1}):
         with pytest.raises(WorkbenchError):
             clicked_point(bad)
 
 
 def test_clicking_the_curve_toggles_a_boundary(wb, sampled):
-    chunk_map, spec, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
+    curve, chunk_map, spec, rates, session, status = h.chunks_toggle(wb, "2", sampled)  # sizes [1, 1, 1, 1]
     assert status == "✓ removed the boundary after step 2: chunks 1,1,2" and spec == "1,1,2"
     assert session.sizes == [1, 1, 2] and session.credit.sizes == [1, 1, 2]
-    carried = json.loads(ElementTree.fromstring(chunk_map).get("data-relayout"))  # the curve's new lines (ui/redraw.py)
-    shapes = carried["relayout"]["shapes"]
-    assert [s["x0"] for s in shapes] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]
+    assert base.curve_drawn(curve)[0] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]  # the curve's new lines
+    boundaries = ElementTree.fromstring(chunk_map).findall(".//line[@class='boundary']")  # and the map's
+    assert [float(line.get("data-x")) for line in boundaries] == [b - 0.5 for b in chunk_boundaries([1, 1, 2])]
     r = sampled.credit.rechunk([1, 1, 2]).rates(2.0).chunk
     assert f"plain sign rate {100 * r.plain:.1f} %" in rates
     again = h.chunks_toggle(wb, json.dumps({"trace": "mean L1_rel", "x": 2, "y": 0.1}), session)
     assert again[-1] == "✓ added the boundary after step 2: chunks 1,1,1,1" and again[-2].sizes == [1, 1, 1, 1]
+    clicked = h.curve_clicked(wb)(session, gr.EventData(None, {"step": 2}))  # the page's click: the event's data
+    assert clicked[-1] == again[-1] and clicked[-2].sizes == [1, 1, 1, 1]
+    assert "a click must be" in msg(h.curve_clicked(wb)(session, gr.EventData(None, {})))  # no step: a message
     for bad, why in (("3", "the last step ends the last chunk"), ("x", "a click must be"), ("1.5", "whole number")):
         out = h.chunks_toggle(wb, bad, session)
         assert why in msg(out) and all(is_skip(v) for v in out[:-1])
@@ -58,8 +63,17 @@ def computed(wb, sampled):
     return ob.objectives_compute(wb, 1, 1e-3, 1e-4, "chunk_grpo", None, sampled)
 
 
-def panels(figure: go.Figure) -> dict:
-    return {t.name: t for t in figure.data if isinstance(t, go.Heatmap)}
+def panels(maps) -> dict:
+    """trace -> its map's values (G, T) in the maps' markup (a gr.HTML update, viz/push_maps.py)."""
+    root = ElementTree.fromstring(maps.value)
+    return {g.get("data-trace"): torch.tensor(json.loads(g.get("data-z")), dtype=torch.float)
+            for g in root.iter("g") if g.get("class") == "panel"}
+
+
+def outline_cell(maps) -> tuple[float, float] | None:
+    """(x, y) of the gold outline in the maps' markup; None without one."""
+    box = ElementTree.fromstring(maps.value).find(".//rect[@class='wb-outline']")
+    return None if box is None else (float(box.get("x")), float(box.get("y")))
 
 
 def test_objectives_need_a_group_and_valid_settings(wb, sampled):
@@ -73,20 +87,20 @@ def test_objectives_need_a_group_and_valid_settings(wb, sampled):
 
 
 def test_objectives_maps_summary_and_formula(sampled, computed):
-    figure, summary, formula, view, status = computed
+    maps, summary, formula, view, status = computed
     names = list(view.advantages)
     assert status.startswith(f"✓ explained {len(names)} objectives on G=3, T=4 after 1 updates of chunk_grpo")
     assert set(names) == set(OBJECTIVES.names()) and view.updates == 1 and view.inner_sizes == sampled.sizes
-    maps = panels(figure)
-    assert {f"{k}|{n}" for k in ("ratio1", "moved") for n in names} | {"credit", "log-ratio"} == set(maps)
+    drawn = panels(maps)
+    assert {f"{k}|{n}" for k in ("ratio1", "moved") for n in names} | {"credit", "log-ratio"} == set(drawn)
     rows = ob.explanations(view, sampled.sizes)
     moved = rows[1][2]
-    for o, name in enumerate(names):  # every map is -w of its objective; at ratio 1 nothing clips
-        assert torch.tensor(maps[f"moved|{name}"].z) == pytest.approx(-moved.weight[o])
+    for o, name in enumerate(names):  # every map is -w of its objective (4 digits); at ratio 1 nothing clips
+        assert drawn[f"moved|{name}"] == pytest.approx(-moved.weight[o], rel=1e-3, abs=1e-12)
         assert not bool(rows[0][2].clipped[o].any())
-    assert torch.tensor(maps["credit"].z) == pytest.approx(sampled.credit.step_credit)
-    scales = {figure.layout.coloraxis.cmin, -figure.layout.coloraxis.cmax}
-    assert len(scales) == 1  # one symmetric colour scale for every objective's map
+    assert drawn["credit"] == pytest.approx(sampled.credit.step_credit, rel=1e-3, abs=1e-12)
+    assert 'id="wb-maps-push"' in maps.value  # one colour bar: one symmetric colour scale for every objective's map
+    assert maps.props["selected"] == {"trace": "moved|chunk_grpo", "i": 0, "t": 0} and outline_cell(maps)
     corr = moved.correlation(sampled.credit.step_credit)
     line = next(x for x in summary.splitlines() if x.startswith("| gspo |"))
     value = corr[moved.index("gspo")]
@@ -115,22 +129,20 @@ def test_another_press_on_the_same_group_reuses_its_advantages(wb, sampled, comp
 
 
 def test_selecting_cells_draws_the_maps_once_and_only_moves_the_outline(wb, sampled, computed, monkeypatch):
-    """A click or a cell choice outlines the cell on maps built once for the view (plotly's validation of every
-    panel was most of a click's time): the figure is the one `objective_maps_figure` draws with that cell selected,
-    and editing one figure leaves the kept maps as they were."""
-    from workbench.viz.explain_plots import objective_maps_figure
+    """A cell chosen through the API outlines the cell on maps drawn once for the view: the markup is the one
+    `push_maps_html` draws with that cell outlined."""
+    from workbench.viz.push_maps import push_maps_html, with_outline
 
-    builds, real = [], ob.objective_maps_figure
-    monkeypatch.setattr(ob, "objective_maps_figure", lambda *a, **k: builds.append(1) or real(*a, **k))
+    builds, real = [], ob.push_maps_html
+    monkeypatch.setattr(ob, "push_maps_html", lambda *a, **k: builds.append(1) or real(*a, **k))
     view = computed[3]
     rows = ob.explanations(view, sampled.sizes)
     for name, key, i, t in (("gspo", "moved", 2, 3), ("chunk_grpo", "ratio1", 0, 0), ("dr_grpo", "moved", 1, 1)):
-        figure, formula, view, status = ob.objectives_cell(wb, name, key, i, t, view, sampled)
+        maps, formula, view, status = ob.objectives_cell(wb, name, key, i, t, view, sampled)
         assert status == f"✓ {name} at i={i}, t={t}"
-        direct = objective_maps_figure(rows, sampled.credit.step_credit, (key, name, i, t))
-        assert json.loads(figure.to_json()) == json.loads(direct.to_json())
-        figure.update_layout(title="changed")  # a copy: the next click's maps keep their own title
-        figure.layout.shapes[-1].x0 = 99
+        place = {"trace": f"{key}|{name}", "i": i, "t": t}
+        assert maps.props["selected"] == place
+        assert maps.value == with_outline(push_maps_html(rows, sampled.credit.step_credit), rows, place)
     before = len(builds)
     assert before <= 1  # the view's maps, once (none where the computed view's were kept already)
     eached = ob.objectives_scale(wb, "each", view, sampled)  # another colour scale: other maps
@@ -140,14 +152,19 @@ def test_selecting_cells_draws_the_maps_once_and_only_moves_the_outline(wb, samp
 def test_objectives_follow_schedule_edits_and_new_groups(wb, sampled, computed):
     view = computed[3]
     session = h.chunks_from_spec(wb, "2,2", sampled)[-2]
-    figure, summary, formula, view, status = ob.objectives_view(wb, view, session)
+    maps, summary, formula, view, status = ob.objectives_view(wb, view, session)
     assert status == "✓ chunks 2,2"
-    chunk_lines = [s for s in figure.layout.shapes if s.type == "line"]
-    assert [s.x0 for s in chunk_lines] == [1.5, 1.5]  # one boundary in each row's chunk_grpo map
+    root = ElementTree.fromstring(maps.value)
+    lines = [line for line in root.iter("line") if line.get("stroke-dasharray")]  # the maps' chunk boundaries
+    chunk_grpo = [g for g in root.iter("g") if (g.get("data-trace") or "").endswith("|chunk_grpo")]
+    assert len(lines) == 2 and len(chunk_grpo) == 2  # one boundary in each row's chunk_grpo map, half-way (T=4)
+    for line, panel in zip(lines, chunk_grpo):
+        assert float(line.get("x1")) == pytest.approx(float(panel.get("data-x")) + float(panel.get("data-w")) / 2,
+                                                      abs=0.1)
     fresh = h.generate(wb, PROMPT, 3, 4, 0.7, 5, "adherence", session)[-2]
     stale = ob.objectives_view(wb, view, fresh)  # the old group's maps are replaced, not left under "Compute"
     assert stale[1] == ob.STALE and stale[2] == "" and stale[3] is None
-    assert not stale[0].data and "press Compute" in stale[0].layout.annotations[0].text
+    assert "press Compute" in stale[0].value and "<svg" not in stale[0].value
     assert is_skip(ob.objectives_view(wb, None, fresh)[0])
     assert "press Compute" in msg(ob.objectives_cell(wb, "gspo", "moved", 0, 0, view, fresh))
 
@@ -156,43 +173,44 @@ def test_a_colour_scale_per_objective_and_the_note_on_the_shared_one(wb, sampled
     view = computed[3]
     shared, _, _ = ob.objectives_scale(wb, "shared", view, sampled)
     assert is_skip(shared)  # already on the shared scale: nothing to redraw
-    figure, each, status = ob.objectives_scale(wb, "each", view, sampled)
+    maps, each, status = ob.objectives_scale(wb, "each", view, sampled)
     assert each.scale_each and status == "✓ each map on its own colour scale"
-    maps = [tr for tr in figure.data if tr.type == "heatmap" and "|" in (tr.name or "")]
-    for tr in maps:  # every map reaches the end of its own symmetric range
-        top = max(abs(v) for row in tr.z for v in row)
-        assert tr.zmax == pytest.approx(-tr.zmin) and (top == 0 or tr.zmax >= top)
-    assert {tr.zmax for tr in maps} != {maps[0].zmax}
+    assert 'id="wb-maps-push"' not in maps.value  # no shared bar: every map's title gives its own scale
     rows = ob.explanations(view, sampled.sizes)
-    top = max(float(ex.weight.abs().max()) for _, _, ex in rows)
-    shared_figure = ob._render(view, sampled, "")[0]
-    titles = [a.text for a in shared_figure.layout.annotations]
+    texts = [t.text for t in ElementTree.fromstring(maps.value).iter("text")]
     for o, name in enumerate(rows[0][2].names):
         own = max(float(ex.weight[o].abs().max()) for _, _, ex in rows)
-        noted = [t for t in titles if t.startswith(name + "<br>") and "<br>max 1/" in t]
-        assert bool(noted) == (own > 0 and top / own >= 10), (name, top / own, noted)
+        assert texts.count(f"scale ±{own:.2g}") >= 2 if own > 0 else True, name  # in both rows
+    top = max(float(ex.weight.abs().max()) for _, _, ex in rows)
+    shared = [t.text for t in ElementTree.fromstring(ob._render(view, sampled, "")[0].value).iter("text")]
+    for o, name in enumerate(rows[0][2].names):
+        own = max(float(ex.weight[o].abs().max()) for _, _, ex in rows)
+        noted = own > 0 and top / own >= 10
+        assert (f"max 1/{top / own:.0f} of scale" in shared) == noted if own > 0 else True, (name, top / own)
     assert "'shared' or 'each'" in msg(ob.objectives_scale(wb, "nope", view, sampled))
 
 
 def test_selecting_a_cell_by_controls_and_by_click(wb, sampled, computed):
     view = computed[3]
-    figure, formula, view2, status = ob.objectives_cell(wb, "gspo", "ratio1", 2, 1, view, sampled)
+    maps, formula, view2, status = ob.objectives_cell(wb, "gspo", "ratio1", 2, 1, view, sampled)
     assert status == "✓ gspo at i=2, t=1" and view2.selected == ("ratio1", "gspo", 2, 1)
     assert "<b>gspo</b> at trajectory i = 2, step t = 1, at ratio 1" in formula
-    outline = [s for s in figure.layout.shapes if s.type == "rect"]
-    assert len(outline) == 1 and (outline[0].x0, outline[0].y0) == (0.5, 1.5)
+    panel = next(g for g in ElementTree.fromstring(maps.value).iter("g") if g.get("data-trace") == "ratio1|gspo")
+    x, y, w, height = (float(panel.get(f"data-{k}")) for k in "xywh")
+    assert outline_cell(maps) == pytest.approx((x + 1 * w / 4, y + 2 * height / 3), abs=0.1)  # t = 1 of 4, i = 2 of 3
     assert "steps 0..3" in msg(ob.objectives_cell(wb, "gspo", "ratio1", 0, 4, view, sampled))
     assert "unknown objective" in msg(ob.objectives_cell(wb, "nope", "ratio1", 0, 0, view, sampled))
     out = ob.objectives_click(wb, json.dumps({"trace": "moved|dapo", "x": 3, "y": 1}), view, sampled)
     assert out[:4] == ("dapo", "moved", 1, 3) and out[-1] == "✓ dapo at i=1, t=3"
     assert "<b>dapo</b> at trajectory i = 1, step t = 3" in out[5]
-    rows = ob.explanations(view, sampled.sizes)  # the click sends no figure: the page moves the outline
-    moved = json.loads(out[4])
-    assert moved == {"elem": ob.PLOT, "name": "selected cell", "shape": selection_outline(rows, out[6].selected)}
-    assert (moved["shape"]["x0"], moved["shape"]["y0"]) == (2.5, 0.5) and moved["shape"]["name"] == "selected cell"
+    rows = ob.explanations(view, sampled.sizes)  # the click sends no maps: only the outline's new place
+    assert out[4].value is None and out[4].props == {"selected": {"trace": "moved|dapo", "i": 1, "t": 3}}
+    assert outline(rows, out[6].selected) == out[4].props["selected"]
+    clicked = ob.maps_clicked(wb)(view, sampled, gr.EventData(None, {"trace": "moved|dapo", "x": 3, "y": 1}))
+    assert clicked[:4] == out[:4] and clicked[4].props == out[4].props and clicked[-1] == out[-1]  # the page's click
     chosen = ob.objectives_select(wb, "gspo", "ratio1", 2, 1, view, sampled)  # the controls in the page: the same
     assert (chosen[1], chosen[2].selected, chosen[3]) == (formula, view2.selected, status)
-    assert json.loads(chosen[0])["shape"] == [s for s in figure.layout.shapes if s.type == "rect"][0].to_plotly_json()
+    assert chosen[0].value is None and chosen[0].props["selected"] == maps.props["selected"]
     assert "steps 0..3" in msg(ob.objectives_select(wb, "gspo", "ratio1", 0, 4, view, sampled))
     assert "click a map of an objective" in msg(ob.objectives_click(wb, '{"trace": "credit", "x": 0, "y": 0}',
                                                                    view, sampled))

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 
-import pytest
-from browser_support import BROWSER, LONG, expect, generate, set_number, snap
+from browser_support import BROWSER, LONG, click_step, expect, generate, set_number, snap
 
 pytestmark = BROWSER
 
@@ -43,7 +42,7 @@ def test_chunk_edits_valid_and_invalid(page, url):
     page.get_by_role("tab", name="Chunks").click()
     status, spec = page.locator("#chunks-status"), page.locator("#chunk-spec textarea")
     expect(status).to_contain_text("chunks 1,2,2,3 over T=8 steps", timeout=LONG)  # temporal(8)
-    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
+    expect(page.locator("#curve-plot svg")).to_be_visible(timeout=LONG)
     expect(page.locator("#chunk-credit-plot")).to_contain_text("Chunk credit V(end) - V(start), classified")
     spec.fill("4,4")
     spec.press("Enter")
@@ -52,12 +51,14 @@ def test_chunk_edits_valid_and_invalid(page, url):
     expect(lines).to_have_count(1, timeout=LONG)
     assert lines.get_attribute("data-x") == "3.5"
     expect(page.locator("#chunk-credit-plot svg rect.cell")).to_have_count(3 * 2)  # G=3 trajectories x 2 chunks
+    expect(page.locator("#curve-plot svg line.boundary")).to_have_count(1)  # the curve's line moved with the map's
+    expect(page.locator("#curve-plot svg text").first).to_have_text("Temporal dynamics and chunks [4, 4]")
     snap(page, "browser_chunks_valid")
     spec.fill("1,2")
     spec.press("Enter")
     expect(status).to_contain_text("sum to 3 but there are 8 trained steps", timeout=LONG)
     expect(status).to_contain_text("kept the last valid chunks 4,4")
-    expect(page.locator("#curve-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
+    expect(page.locator("#curve-plot svg text").first).to_have_text("Temporal dynamics and chunks [4, 4]")
     snap(page, "browser_chunks_invalid")
     page.click("#split-btn")  # the slider sits at T/2 = 4, where a chunk already starts: a message, no change
     expect(status).to_contain_text("a chunk already starts at step 4", timeout=LONG)
@@ -144,49 +145,36 @@ def test_fine_tune_start_and_stop(page, served, monkeypatch):
 
 MATH_FONT_LOADED = """() => [...document.fonts].some((face) => face.family.replaceAll('"', '') === 'Workbench Math'
     && face.status === 'loaded')"""  # its @font-face fetched (a font that failed to load says 'error')
-POINT_JS = """([plot, name, x, y]) => {
-    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
-    gd.scrollIntoView({block: "center"});
-    const trace = gd._fullData.find(t => t.name === name);
-    const xa = gd._fullLayout[trace.xaxis.replace("x", "xaxis")];
-    const ya = gd._fullLayout[trace.yaxis.replace("y", "yaxis")];
-    const box = gd.getBoundingClientRect();
-    const top = y === null ? ya._offset + ya._length / 2 : ya._offset + ya.l2p(y);
-    return [box.left + xa._offset + xa.l2p(x), box.top + top];
-}"""  # the page position of data point (x, y) of the trace `name` (y = null: half the plot's height)
-LINES_JS = ("(plot) => document.querySelector(`#${plot} .js-plotly-plot`).layout.shapes"
-            ".filter(s => s.type === 'line').length")  # dashed chunk boundaries drawn on a figure
-
-
-OUTLINE_JS = """([plot, trace]) => {
-    const gd = document.querySelector(`#${plot} .js-plotly-plot`);
-    const outlines = (gd?.layout?.shapes ?? []).filter(s => s.type === 'rect' && s.line?.color === 'gold');
-    const axis = gd?._fullData?.find(t => t.name === trace)?.xaxis;
-    return outlines.length === 1 && outlines[0].xref === axis ? [outlines[0].x0 + 0.5, outlines[0].y0 + 0.5] : null;
-}"""  # the cell (t, i) the gold outline of the selected cell marks on the map of `trace`; null: none, or elsewhere
-
-
-OUTLINE_PATH_JS = """async (redraw) => {
-    const gd = document.querySelector('#objectives-plot .js-plotly-plot');
-    if (redraw) await Plotly.redraw(gd);
-    const k = gd.layout.shapes.findIndex(s => s.name === 'selected cell');
-    const path = gd.querySelector(`.shapelayer path[data-index="${k}"]`);
-    const clip = path.parentNode.getAttribute('clip-path')?.split('#').pop();  // the id, not the page's address
-    return [clip, ...path.getAttribute('d').match(/[0-9.]+/g).map(Number)];
-}"""  # the clip (to its subplot) and the corners of the path drawn for the outline of the selected cell (after
-# plotly redrew the figure)
+CELL_JS = """([plot, trace, t, i]) => {
+    const panel = [...document.querySelectorAll(`#${plot} g.panel`)].find((g) => g.dataset.trace === trace);
+    panel.scrollIntoView({block: "center"});
+    const svg = panel.ownerSVGElement, box = panel.getBoundingClientRect();
+    return [box.left + (t + 0.5) * box.width / svg.dataset.cols, box.top + (i + 0.5) * box.height / svg.dataset.rows];
+}"""  # the page position of cell (step t, trajectory i) of the map `trace` (its cells' box, viz/push_maps.py)
+OUTLINE_JS = """(plot) => {
+    const boxes = document.querySelectorAll(`#${plot} rect.wb-outline`);
+    if (boxes.length !== 1) return null;
+    const box = boxes[0], svg = box.ownerSVGElement, x = +box.getAttribute('x') + box.getAttribute('width') / 2;
+    const y = +box.getAttribute('y') + box.getAttribute('height') / 2;
+    const panel = [...svg.querySelectorAll('g.panel')].find((g) => x > +g.dataset.x && x < +g.dataset.x + +g.dataset.w
+                                                               && y > +g.dataset.y && y < +g.dataset.y + +g.dataset.h);
+    if (!panel) return null;
+    const d = panel.dataset;
+    return [d.trace, Math.floor((x - d.x) / d.w * svg.dataset.cols), Math.floor((y - d.y) / d.h * svg.dataset.rows)];
+}"""  # [map, t, i] of the cell the one gold outline of the maps marks; null: none, or not on a map
+CHUNK_LINES_JS = ("(plot) => [...document.querySelectorAll(`#${plot} svg line[stroke-dasharray]`)]"
+                  ".filter((line) => !line.classList.contains('boundary')).length")  # the maps' chunk boundaries
 
 
 def outline_on(page, plot: str, trace: str, t: int, i: int) -> None:
     """Wait until the page's gold outline marks cell (t, i) on the map of `trace`, and only there."""
-    page.wait_for_function(f"([plot, trace, t, i]) => {{ const at = ({OUTLINE_JS})([plot, trace]); "
-                           "return at !== null && at[0] === t && at[1] === i; }", arg=[plot, trace, t, i],
-                           timeout=LONG)
+    page.wait_for_function(f"([plot, want]) => JSON.stringify(({OUTLINE_JS})(plot)) === JSON.stringify(want)",
+                           arg=[plot, [trace, t, i]], timeout=LONG)
 
 
-def click_point(page, plot: str, trace: str, x: float, y: float | None = None) -> None:
-    """Click a plotly figure where its trace `trace` has the data point (x, y), as a user would."""
-    page.mouse.click(*page.evaluate(POINT_JS, [plot, trace, x, y]))
+def click_cell(page, plot: str, trace: str, t: int, i: int) -> None:
+    """Click cell (step t, trajectory i) of the map `trace`, as a user would."""
+    page.mouse.click(*page.evaluate(CELL_JS, [plot, trace, t, i]))
 
 
 def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
@@ -200,22 +188,15 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
 
     expect(status).to_contain_text(f"explained {len(OBJECTIVES.names())} objectives on G=3, T=8 after 1 updates",
                                    timeout=LONG)
-    expect(page.locator("#objectives-plot .js-plotly-plot")).to_be_visible(timeout=LONG)
-    lines_before = page.evaluate(LINES_JS, "objectives-plot")
-    assert lines_before == 2 * 3  # chunk_grpo's 3 boundaries (temporal(8) = 1,2,2,3) in both rows
+    maps = page.locator("#objectives-plot svg g.panel")
+    expect(maps).to_have_count(2 * len(OBJECTIVES.names()) + 1, timeout=LONG)  # no credit yet: l, then each map
+    assert page.evaluate(CHUNK_LINES_JS, "objectives-plot") == 2 * 3  # chunk_grpo's 3 boundaries (1,2,2,3), per row
     outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)  # Compute's selected cell
-    drawn = page.evaluate("() => window.wbRedraw.drawn")
-    clip = page.evaluate(OUTLINE_PATH_JS, False)[0]
-    assert clip, clip  # plotly clips the outline's group to its map
-    click_point(page, "objectives-plot", "ratio1|dapo", 2, 0)  # another map, in the other row
+    page.evaluate("() => { window.wbMaps = document.querySelector('#objectives-plot svg'); }")
+    click_cell(page, "objectives-plot", "ratio1|dapo", 2, 0)  # another map, in the other row
     expect(status).to_contain_text("dapo at i=0, t=2", timeout=LONG)
     outline_on(page, "objectives-plot", "ratio1|dapo", 2, 0)
-    moved = page.evaluate(OUTLINE_PATH_JS, False)  # moved in place where plotly draws it itself, to a pixel (a
-    # redraw takes the y range again: it was padded for the outline's line at the map's edge, where Compute drew it),
-    drawn_again = page.evaluate(OUTLINE_PATH_JS, True)  # and clipped to the subplot of its new map (else unseen)
-    assert moved[0] != clip and moved[0] == drawn_again[0], (clip, moved, drawn_again)
-    assert moved[1:] == pytest.approx(drawn_again[1:], abs=1), (moved, drawn_again)
-    click_point(page, "objectives-plot", "moved|chunk_grpo", 5, 1)  # step t = 5 of trajectory i = 1
+    click_cell(page, "objectives-plot", "moved|chunk_grpo", 5, 1)  # step t = 5 of trajectory i = 1
     expect(status).to_contain_text("chunk_grpo at i=1, t=5", timeout=LONG)
     formula = page.locator("#cell-formula")
     expect(formula).to_contain_text("chunk_grpo at trajectory i = 1, step t = 5", timeout=LONG)
@@ -225,37 +206,38 @@ def test_select_a_cell_and_toggle_a_boundary_by_clicking(page, url):
     expect(page.locator("#cell-step input")).to_have_value("5")
     expect(page.locator("#cell-row input[value=moved]")).to_be_checked()
     outline_on(page, "objectives-plot", "moved|chunk_grpo", 5, 1)
-    assert page.evaluate("() => window.wbRedraw.drawn") == drawn  # the clicks moved the outline, drew no map
-    assert page.evaluate("() => window.wbRedraw.relaid") == 0  # in place, not by plotly's relayout of every map
+    assert page.evaluate("() => window.wbMaps.isConnected")  # the clicks moved the outline: the maps were not redrawn
+    page.mouse.move(*page.evaluate(CELL_JS, ["objectives-plot", "moved|gspo", 3, 2]))  # hovering a cell names it
+    expect(page.locator("#objectives-plot .wb-tip")).to_contain_text("gspo: traj 2, step 3: push −w = ")
     snap(page, "browser_objectives_cell")
-    page.locator("#cell-traj input").fill("0")  # back to Compute's cell by the controls: gradio would not draw
-    page.locator("#cell-step input").fill("0")  # the figure it still holds (Compute's) again; the outline moves
+    click_cell(page, "objectives-plot", "log-ratio", 1, 1)  # the log-ratio is no objective's map: a message
+    expect(status).to_contain_text("that map is the credit or the log-ratio", timeout=LONG)
+    outline_on(page, "objectives-plot", "moved|chunk_grpo", 5, 1)
+    page.locator("#cell-traj input").fill("0")  # back to Compute's cell by the controls: the outline moves
+    page.locator("#cell-step input").fill("0")
     page.click("#cell-btn")
     expect(status).to_contain_text("chunk_grpo at i=0, t=0", timeout=LONG)
     outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)
-    assert page.evaluate("() => window.wbRedraw.drawn") == drawn
-    assert page.evaluate("() => window.wbRedraw.relaid") == 0
-    from workbench.ui.redraw import SHAPE_JS, shape_change
-    from workbench.viz.explain_plots import SELECTED
-
-    shape = page.evaluate("(name) => document.querySelector('#objectives-plot .js-plotly-plot').layout.shapes"
-                          ".find(s => s.name === name)", SELECTED)
-    page.evaluate(SHAPE_JS, shape_change("objectives-plot", SELECTED, None))  # a selection no map shows: no outline
-    page.wait_for_function("(name) => !document.querySelector('#objectives-plot .js-plotly-plot').layout.shapes"
-                           ".some(s => s.name === name)", arg=SELECTED, timeout=LONG)
-    page.evaluate(SHAPE_JS, shape_change("objectives-plot", SELECTED, shape))  # and a selection shown again: added
-    outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)
+    assert page.evaluate("() => window.wbMaps.isConnected")
     page.get_by_role("tab", name="Chunks").click()
     chunks = page.locator("#chunks-status")
     expect(chunks).to_contain_text("chunks 1,2,2,3 over T=8 steps", timeout=LONG)
-    title = page.locator("#curve-plot .gtitle")
-    expect(title).to_contain_text("[1, 2, 2, 3]")
-    click_point(page, "curve-plot", "mean L1_rel", 4)  # a chunk starts at step 5: the boundary after 4 goes
+    title = page.locator("#curve-plot svg text").first
+    expect(title).to_have_text("Temporal dynamics and chunks [1, 2, 2, 3]")
+    click_step(page, "curve-plot", 4)  # a chunk starts at step 5: the boundary after 4 goes
     expect(chunks).to_contain_text("removed the boundary after step 4: chunks 1,2,5", timeout=LONG)
-    expect(title).to_contain_text("[1, 2, 5]")
+    expect(title).to_have_text("Temporal dynamics and chunks [1, 2, 5]")
+    expect(page.locator("#curve-plot line.boundary")).to_have_count(2)
     expect(page.locator("#chunk-spec textarea")).to_have_value("1,2,5")
+    click_step(page, "curve-plot", 6)  # and one after step 6 comes
+    expect(chunks).to_contain_text("added the boundary after step 6: chunks 1,2,4,1", timeout=LONG)
+    expect(title).to_have_text("Temporal dynamics and chunks [1, 2, 4, 1]")
+    click_step(page, "curve-plot", 2)  # and the one after step 2 goes
+    expect(chunks).to_contain_text("removed the boundary after step 2: chunks 1,6,1", timeout=LONG)
+    expect(page.locator("#curve-plot line.boundary")).to_have_count(2)
     snap(page, "browser_chunks_click")
     page.get_by_role("tab", name="Objectives").click()
-    expect(status).to_contain_text("chunks 1,2,5", timeout=LONG)
-    page.wait_for_function(f"(plot) => ({LINES_JS})(plot) === 4", arg="objectives-plot", timeout=LONG)
+    expect(status).to_contain_text("chunks 1,6,1", timeout=LONG)
+    page.wait_for_function(f"(plot) => ({CHUNK_LINES_JS})(plot) === 2 * 2", arg="objectives-plot", timeout=LONG)
+    outline_on(page, "objectives-plot", "moved|chunk_grpo", 0, 0)  # new maps keep the selected cell
     snap(page, "browser_objectives_rechunked")

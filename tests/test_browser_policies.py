@@ -15,7 +15,7 @@ pytestmark = BROWSER
 def app(tmp_path_factory):
     """The app on a random-init tiny model with one run of it on disk (checkpoints at iterations 10 and 20)."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app, launch_options, queued
+    from workbench.ui.layout import build_app, launch_options
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))
@@ -23,7 +23,7 @@ def app(tmp_path_factory):
     run = make_run(wb.jobs.root, model, iterations=(10, 20), name="lesson")
     demo = build_app(wb)
     port = free_port()
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                         **launch_options())
     ARTIFACTS.mkdir(exist_ok=True)
     yield f"http://127.0.0.1:{port}/", run

@@ -167,13 +167,13 @@ def test_the_class_view_adds_up_several_sessions_measurements(tmp_path, model_di
 @pytest.fixture(scope="module")
 def class_server(model_dir, tmp_path_factory):
     from app import create_app
-    from workbench.ui.layout import launch_options, queued
+    from workbench.ui.layout import launch_options
 
     room = ClassRoom("class-pw", "teacher-tok")
     demo, wb = create_app(str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),
                           classroom=room)
     port = free_port()
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
                         auth=room.login, **launch_options())
     assert "class-intro" in ids(demo) and "class-teacher" in ids(demo)
     yield f"http://127.0.0.1:{port}/", wb
@@ -205,12 +205,11 @@ def test_outside_class_mode_a_single_user_needs_no_login(model_dir, tmp_path):
     import urllib.request
 
     from app import create_app
-    from workbench.ui.layout import queued
 
     demo, wb = create_app(str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"))
     assert not hasattr(wb, "classroom") and "class-intro" not in ids(demo)
     port = free_port()
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/config") as answer:
             assert answer.status == 200

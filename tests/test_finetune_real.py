@@ -123,11 +123,10 @@ def test_the_app_starts_a_real_fine_tune_through_gradio_client(sd3_dir, tmp_path
 
     from app import create_app
     from workbench.train.store import RunStore
-    from workbench.ui.layout import queued
 
     demo, wb = create_app(str(sd3_dir), device="cpu", runs_root=str(tmp_path / "runs"))
     port = free_port()
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         params = [p["label"] for p in client.view_api(print_info=False, return_format="dict")["named_endpoints"]

@@ -29,13 +29,13 @@ from workbench.rl.chunking import (
 )
 from workbench.rl.credit import Z
 from workbench.ui.classroom import held
-from workbench.ui.clicks import clicked_point
+from workbench.ui.figures import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, limited, noise, number, ok, parse_window, whole_number
-from workbench.ui.redraw import carried_relayout
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view, plots
 from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html
+from workbench.viz.dynamics_svg import dynamics_html
 
 CHUNK_MAP_HINT = "measure credit in the Attribution tab to classify the chunks"  # the Chunks tab's map before credit
 FILM_STEPS = 16  # most filmstrip columns: evenly spaced steps, the last one included
@@ -140,12 +140,11 @@ def credit_plot(session: Session):
     return credit_view.attribution_figure(session.credit, session.z)
 
 
-def chunk_plot(session: Session, carried: dict | None = None) -> str:
-    """The Chunks tab's classified chunk map (HTML, viz/chunk_map.py), or a hint before any credit exists;
-    carried: a change to another plot (`redraw.carried_relayout`) for the page to apply with the map."""
+def chunk_plot(session: Session) -> str:
+    """The Chunks tab's classified chunk map (HTML, viz/chunk_map.py), or a hint before any credit exists."""
     if session.credit is None:
-        return chunk_map_hint(CHUNK_MAP_HINT, carried)
-    return chunk_map_html(session.credit, session.z, carried)
+        return chunk_map_hint(CHUNK_MAP_HINT)
+    return chunk_map_html(session.credit, session.z)
 
 
 def _z(value) -> float:
@@ -241,10 +240,12 @@ def attribution_z(wb: Workbench, z: float, session: Session):
     return credit_plot(session), rates_markdown(session), session, ok(f"classified at z = {session.z:g}")
 
 
-def _curve_chunks(wb: Workbench, session: Session) -> dict:
-    """The session's chunk schedule as a change of the curve figure (title and boundary lines)."""
+def curve_plot(wb: Workbench, session: Session) -> str:
+    """The Chunks tab's temporal-dynamics curve under the session's chunks (HTML, viz/dynamics_svg.py); the curve of
+    its T is computed once (`Workbench.curve`)."""
     curve = wb.curve(session.steps, _noise(session), session.source)
-    return plots.dynamics_chunks(session.sizes, curve.per_trajectory.shape[0], wb.curve_prompts)
+    low, high = curve.quantiles  # (T,) each
+    return dynamics_html(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0], wb.curve_prompts)
 
 
 def _noise(session: Session) -> float:
@@ -252,16 +253,15 @@ def _noise(session: Session) -> float:
 
 
 def _edit(wb: Workbench, session: Session, make_sizes, what: str) -> tuple:
-    """Apply one schedule edit -> (chunk credit map, spec text, rates, session, status); an invalid edit raises and
-    the last valid schedule stays. The curve is not sent again: the map carries the curve's new title and
-    boundary lines, which the page applies to it (ui/redraw.py). The step slider is left where it is."""
+    """Apply one schedule edit -> (curve, chunk credit map, spec text, rates, session, status); an invalid edit raises
+    and the last valid schedule stays. The step slider is left where it is."""
     try:
         sizes = parse_chunk_spec(make_sizes(session.steps), session.steps)
     except WorkbenchError as err:
         raise WorkbenchError(f"{err} (kept the last valid chunks {format_sizes(session.sizes)})") from None
     session = session.with_sizes(sizes)
-    chunk_map = chunk_plot(session, carried_relayout("curve-plot", _curve_chunks(wb, session)))
-    return chunk_map, format_sizes(sizes), rates_markdown(session), session, ok(f"{what}: chunks {format_sizes(sizes)}")
+    return (curve_plot(wb, session), chunk_plot(session), format_sizes(sizes), rates_markdown(session), session,
+            ok(f"{what}: chunks {format_sizes(sizes)}"))
 
 
 @guarded(3)
@@ -299,19 +299,14 @@ def step_slider(t: int) -> gr.Slider:
 
 @guarded(5)
 def chunks_shown(wb: Workbench, session: Session):
-    """After `chunks_view` -> (curve figure, chunk credit map, spec text, rates, status) of the session's schedule as
+    """After `chunks_view` -> (curve, chunk credit map, spec text, rates, status) of the session's schedule as
     it is now. The session is not an output: this only shows it. The Attribution heatmap is redrawn when that tab
     opens (`attribution_view`), keeping edits fast."""
-    t = session.steps
-    curve = wb.curve(t, _noise(session), session.source)
-    low, high = curve.quantiles  # (T,) each
-    figure = plots.dynamics_figure(curve.mean, low, high, session.sizes, curve.per_trajectory.shape[0],
-                                   wb.curve_prompts)
-    return (figure, chunk_plot(session), format_sizes(session.sizes), rates_markdown(session),
-            ok(f"chunks {format_sizes(session.sizes)} over T={t} steps"))
+    return (curve_plot(wb, session), chunk_plot(session), format_sizes(session.sizes), rates_markdown(session),
+            ok(f"chunks {format_sizes(session.sizes)} over T={session.steps} steps"))
 
 
-@guarded(5)
+@guarded(6)
 def chunks_from_spec(wb: Workbench, spec: str, session: Session):
     """Typed sizes such as "2,3,4,7", or a chunker such as "uniform:size=4" (cut by the model's curve)."""
     def make(t: int):
@@ -321,7 +316,7 @@ def chunks_from_spec(wb: Workbench, spec: str, session: Session):
     return _edit(wb, session, make, "typed")
 
 
-@guarded(5)
+@guarded(6)
 def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Session):
     """A chunker of the menu with its one option (its ChunkerInfo names the option and its minimum)."""
     chunker, key = CHUNKERS.get(name), chunker_info(name).option()
@@ -332,14 +327,14 @@ def chunks_from_chunker(wb: Workbench, name: str, option: float, session: Sessio
     return _edit(wb, session, make, f"{name} chunker")
 
 
-@guarded(5)
+@guarded(6)
 def chunks_split(wb: Workbench, step: float, session: Session):
     """Split button: a new chunk starts at the slider's step."""
     at = whole_number(step, "step", 1)  # chunks start at steps 1..T - 1
     return _edit(wb, session, lambda t: split_at(session.sizes, at), f"a new chunk starts at step {at}")
 
 
-@guarded(5)
+@guarded(6)
 def chunks_merge(wb: Workbench, step: float, session: Session):
     """Merge button: the boundary at the slider's step goes away."""
     at = whole_number(step, "step", 1)  # chunks start at steps 1..T - 1
@@ -347,10 +342,18 @@ def chunks_merge(wb: Workbench, step: float, session: Session):
                  f"merged the chunk starting at step {at} into the one before")
 
 
-@guarded(5)
+@guarded(6)
 def chunks_toggle(wb: Workbench, point, session: Session):
     """A click on the curve at step t (or an API call with t): toggle the boundary after step t."""
     after = whole_number(clicked_point(point)["x"], "clicked step", 0)
     verb = "removed" if after + 1 in chunk_boundaries(session.sizes) else "added"
     return _edit(wb, session, lambda t: toggle_boundary(session.sizes, after),
                  f"{verb} the boundary after step {after}")
+
+
+def curve_clicked(wb: Workbench):
+    """The listener of the curve's `toggle` event (ui/figures.py): `chunks_toggle` at the clicked step, which the
+    event's data carries (a gr.EventData parameter, which Gradio fills by its annotation)."""
+    def toggle(session: Session, evt: gr.EventData):
+        return chunks_toggle(wb, getattr(evt, "step", None), session)
+    return toggle

@@ -10,7 +10,6 @@ from __future__ import annotations
 from functools import partial
 
 import gradio as gr
-from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
@@ -28,23 +27,19 @@ from workbench.train.config import RANGES, TrainConfig
 from workbench.train.model_settings import model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
 from workbench.ui import classroom_view as cv
+from workbench.ui import figures, share, waits
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
 from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
-from workbench.ui import share, waits
 from workbench.ui import step_handlers as sh
 from workbench.ui import train_form as tf
-from workbench.ui.clicks import CLICK_JS
-from workbench.ui.direct import direct
-from workbench.ui.frames import HeadScript
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
 from workbench.ui.learn import learn_tab
 from workbench.ui.mathml import FONT as MATH_FONT
 from workbench.ui.mathml import font_css
 from workbench.ui.objectives import ROWS
-from workbench.ui.redraw import CARRIED_JS, REDRAW_JS, SHAPE_JS, preload_plotly_js
 from workbench.ui.state import Session
 from workbench.ui.tabs import TABS, Page, TabInfo, tab_ids
 from workbench.ui.welcome import (
@@ -62,9 +57,10 @@ from workbench.ui.welcome import (
 )
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
-from workbench.viz.chunk_map import CSS as CHUNK_MAP_CSS
 from workbench.viz.chunk_map import chunk_map_hint
+from workbench.viz.dynamics_svg import dynamics_hint
 from workbench.viz.plots import empty_figure
+from workbench.viz.push_maps import maps_hint
 
 EXAMPLE_PROMPTS = ["a large red circle in the top left on a white background",
                    "a small blue ring in the center on a black background",
@@ -223,7 +219,7 @@ def _attribution_tab(page: Page) -> dict:
 
 @TABS.register("chunks", info=TabInfo("Chunks", order=30, needs_credit=True))
 def _chunks_tab(page: Page) -> gr.Textbox:
-    wb, session, tab, link = page.wb, page.session, page.tab, page.link
+    wb, session, tab = page.wb, page.session, page.tab
     gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
     with gr.Row():
         spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
@@ -244,27 +240,30 @@ def _chunks_tab(page: Page) -> gr.Textbox:
     rates = gr.Markdown(elem_id="chunks-rates")
     gr.Markdown(gloss("**Click the curve** at step t to add or remove the chunk boundary after step t (the "
                       "dashed line at t + 0.5).", ("denoising step",)))
-    curve = gr.Plot(label="Temporal dynamics", elem_id="curve-plot")
-    chunk_map = gr.HTML(chunk_map_hint(h.CHUNK_MAP_HINT), label="Chunk credit",
-                        elem_id="chunk-credit-plot", css_template=CHUNK_MAP_CSS, js_on_load=CARRIED_JS,
-                        apply_default_css=False)  # drawn as markup: an edit redraws it in milliseconds
-    point = gr.Textbox(label="Step t after which to toggle the boundary", visible="hidden",
-                       elem_id="curve-click")  # the clicked point: the page sends window.wbClicks (clicks.py)
-    clicked = gr.Button(visible="hidden", elem_id="curve-click-btn")
-    outputs = [chunk_map, spec, rates, session, status]  # an edit's: the map carries the curve's change
+    curve = figures.curve_view(dynamics_hint("the curve of the model's denoising steps is computed when the tab opens"),
+                               label="Temporal dynamics", elem_id="curve-plot")
+    chunk_map = figures.chunk_map_view(chunk_map_hint(h.CHUNK_MAP_HINT), label="Chunk credit",
+                                       elem_id="chunk-credit-plot")  # markup: an edit redraws it in milliseconds
+    outputs = [curve, chunk_map, spec, rates, session, status]  # an edit's
     tab.select(partial(h.chunks_view, wb), [session], [step, status], api_visibility="private",
                show_progress_on=[curve]).then(  # the views read the session once the curve is computed
         partial(h.chunks_shown, wb), [session], [curve, chunk_map, spec, rates, status], api_visibility="private",
         queue=False, show_progress="hidden")
-    edits = [direct([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
-                    api_name="chunks_from_spec"),
-             direct([use.click], partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs,
-                    api_name="chunks_from_chunker"),
-             direct([split.click], partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split"),
-             direct([merge.click], partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge"),
-             direct([clicked.click], partial(h.chunks_toggle, wb), [point, session], outputs,
-                    api_name="chunks_toggle", forward="curve-plot")]  # the page sends them itself (ui/direct.py)
-    share.follow_chunk_edits(edits, spec, status, link)  # they skip the queue: the link follows them here
+    # Milliseconds each, no progress flashes. Queued one at a time in the order they came, every one: two edits sent
+    # at once (a click, then a button) each read the session the other left, where outside the queue both read the
+    # same session and the second reply undid the first edit.
+    quick = dict(show_progress="hidden", concurrency_id="chunk-edit", concurrency_limit=1, trigger_mode="multiple")
+    # The link and the address bar follow each edit as they follow any change of the session (share.wire).
+    gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
+          api_name="chunks_from_spec", **quick)
+    use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs, api_name="chunks_from_chunker",
+              **quick)
+    split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split", **quick)
+    merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **quick)
+    curve.toggle(h.curve_clicked(wb), [session], outputs, api_visibility="private", **quick)  # a click on the curve
+    point = gr.Textbox(label="Step t after which to toggle the boundary", visible=False)  # the API's click
+    api = gr.Button(visible=False)
+    api.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle", **quick)
     return spec
 
 
@@ -274,40 +273,21 @@ ASSETS_ROUTE = "workbench-assets"
 MATH_FONT_URL = f"{ASSETS_ROUTE}/{MATH_FONT.name}"
 MAX_UPLOAD = "1mb"  # the app takes no files: Gradio's upload route refuses anything larger (it kept any size)
 MATH_FONT_PRELOAD = f'<link rel="preload" href="{MATH_FONT_URL}" as="font" type="font/woff2" crossorigin>'
-# How often Gradio's queue looks for work while it has none (its own: every 1 ms for a new event, every 10 ms for
-# progress to send). An idle app spent ~5 % of a core on those wake-ups (0.052 CPU-s per second, app.py on the
-# embedded model, nothing open); the interactive events skip the queue (`queue=False`), the queued ones take seconds.
-QUEUE_POLL_S = 0.01  # a queued event starts at most this much later
-PROGRESS_POLL_S = 0.05  # progress bars get at most 20 updates a second
-
-
 # The filmstrip's step labels (t=0 .. t=T-1) run along the top of its image, where Gradio draws the component's
 # label (left) and its buttons (right) over the image: they hid t=0..3 and t=15. The image starts below them.
-PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }\n" + font_css(MATH_FONT_URL)
+PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }\n" + font_css(MATH_FONT_URL) + figures.CSS
 
 
 def launch_options() -> dict:
     """Keyword arguments of `demo.launch`, fresh each time (Gradio adds to `app_kwargs`):
     - no run history: Gradio kept every call's outputs (two figures per chunk edit) in the browser's localStorage,
       parsed and written again on each call, half the page's CPU of an edit;
-    - `frames.HeadScript`: the page's head starts with the script that parks Gradio's leaked frame loops, so an
-      idle page draws no frames;
-    - the page's few style rules (`PAGE_CSS`), and its math font served from the package (`ui.mathml`) at
-      ASSETS_ROUTE, a static route of the app's FastAPI (Gradio's file route is given no folder);
+    - the page's few style rules (`PAGE_CSS`, the figures' among them: `ui.figures`), and its math font served from
+      the package (`ui.mathml`) at ASSETS_ROUTE, a static route of the app's FastAPI (Gradio's file route is given
+      no folder, so the page's config names no server path);
     - uploads of at most MAX_UPLOAD."""
     assets = Mount(f"/{ASSETS_ROUTE}", StaticFiles(directory=MATH_FONT.parent), name=ASSETS_ROUTE)
-    return {"run_history": False, "app_kwargs": {"middleware": [Middleware(HeadScript)], "routes": [assets]},
-            "css": PAGE_CSS, "max_file_size": MAX_UPLOAD}
-
-
-def queued(demo: gr.Blocks, **options) -> gr.Blocks:
-    """`demo.queue(**options)` with the queue's idle polling at QUEUE_POLL_S / PROGRESS_POLL_S (Gradio 6 keeps
-    them on the queue object as `sleep_when_free` and `progress_update_sleep_when_free`; tests/test_app_client.py
-    fails if they go)."""
-    demo.queue(**options)
-    demo._queue.sleep_when_free = QUEUE_POLL_S
-    demo._queue.progress_update_sleep_when_free = PROGRESS_POLL_S
-    return demo
+    return {"run_history": False, "app_kwargs": {"routes": [assets]}, "css": PAGE_CSS, "max_file_size": MAX_UPLOAD}
 
 
 @TABS.register("objectives", info=TabInfo("Objectives", order=40, needs_credit=True))
@@ -326,7 +306,7 @@ def _objectives_tab(page: Page) -> None:
     status = gr.Markdown(elem_id="objectives-status")
     summary = gr.Markdown(elem_id="objectives-summary")
     scale = gr.Radio(list(ob.SCALES), value="shared", label="Colour scale", elem_id="obj-scale")
-    maps = gr.Plot(label="Push of every objective", elem_id=ob.PLOT)
+    maps = figures.maps_view(maps_hint(ob.NO_VIEW_HINT), label="Push of every objective", elem_id=ob.PLOT)
     with gr.Row():
         name = gr.Dropdown(objective_names(), value=TrainConfig.objective, label="Objective", elem_id="cell-objective")
         row = gr.Radio([(label, key) for key, label in ROWS], value="moved", label="Maps", elem_id="cell-row")
@@ -340,8 +320,6 @@ def _objectives_tab(page: Page) -> None:
     versus_plot = gr.Plot(label="Push under two policies", elem_id="objectives-compare-plot")
     versus.click(partial(ob.objectives_compare, wb), [clip, session], [versus_plot, status],
                  api_name="objectives_compare")
-    point = gr.Textbox(label="Clicked map cell", visible="hidden", elem_id="objectives-click")
-    clicked = gr.Button(visible="hidden", elem_id="objectives-click-btn")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
               [maps, summary, formula, view, status], api_name="objectives", scroll_to_output=True,
               **cv.long_work(wb, HEAVY)).then(
@@ -351,17 +329,17 @@ def _objectives_tab(page: Page) -> None:
                 api_name="objectives_scale", show_progress="hidden")
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
                api_visibility="private")
-    # A cell chosen by the controls or by a click: the maps stay, the page moves their outline (ui/redraw.py SHAPE_JS)
-    outline = gr.Textbox(visible="hidden", elem_id="objectives-outline")  # the move, emptied once applied
-    move = dict(fn=None, inputs=[outline], outputs=[outline], js=SHAPE_JS, show_progress="hidden")
+    # A cell chosen by the controls or by a click on a map: the maps stay, their outline moves (ui/figures.py)
     cell_inputs = [name, row, traj, step, view, session]
-    direct([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
-           cell_inputs, [outline, formula, view, status], api_name="objectives_select",
-           api_visibility="private").then(**move)  # the page sends both itself (ui/direct.py)
-    direct([clicked.click], partial(ob.objectives_click, wb), [point, view, session],
-           [name, row, traj, step, outline, formula, view, status], api_name="objectives_click",
-           api_visibility="private", forward=ob.PLOT).then(**move)
-    api = gr.Button(visible=False)  # the API's objectives_cell: the same choice, answered with the whole figure
+    # Outside the queue: the page skips the queued event's status round over every component (a map click in
+    # about two thirds of the time, docs/performance.md). A choice is absolute, so two sent at once need no order:
+    # the cell of the reply that lands last shows.
+    quick = dict(show_progress="hidden", queue=False)
+    gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
+          cell_inputs, [maps, formula, view, status], api_name="objectives_select", api_visibility="private", **quick)
+    maps.cell(ob.maps_clicked(wb), [view, session], [name, row, traj, step, maps, formula, view, status],
+              api_name="objectives_click", api_visibility="private", **quick)
+    api = gr.Button(visible=False)  # the API's objectives_cell: the same choice, answered with the whole maps
     api.click(partial(ob.objectives_cell, wb), cell_inputs, [maps, formula, view, status], api_name="objectives_cell")
 
 
@@ -516,11 +494,6 @@ def build_app(wb: Workbench) -> gr.Blocks:
                    [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
                     attribution["heatmap"], attribution["rates"], *attribution["both"][:3]])
         picker["load"](gen["outputs"][0], attribution)
-        demo.load(None, None, None, js=CLICK_JS)  # forwards clicks on the curve and the objective maps
-        demo.load(None, None, None, js=REDRAW_JS)  # each figure drawn once per change
-        preload = preload_plotly_js()
-        if preload is not None:  # plotly evaluated before the first figure needs it
-            demo.load(None, None, None, js=preload)
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
                   api_visibility="private", show_progress="hidden")
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it

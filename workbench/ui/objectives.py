@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 import gradio as gr
-import plotly.graph_objects as go
 import torch
 
 from workbench.core.errors import WorkbenchError
@@ -26,22 +25,23 @@ from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config import TrainConfig
 from workbench.train.explained import ROWS, correlation_text, explain_rows, objective_advantages, objective_numbers
 from workbench.train.presets import gfpo_scores
+from workbench.ui import figures
 from workbench.ui.classroom import held
-from workbench.ui.clicks import clicked_point
+from workbench.ui.figures import clicked_point
 from workbench.ui.formulas import cell, formula_html
 from workbench.ui.guard import guarded, limited, number, ok, whole_number
 from workbench.ui.handlers import _tracker
 from workbench.ui.jobs import objective_names
-from workbench.ui.redraw import shape_change
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.timing import record_objectives
 from workbench.ui.waits import check_objectives_work
 from workbench.ui.workbench import Workbench
-from workbench.viz.explain_plots import SELECTED, objective_maps_figure, selection_outline
-from workbench.viz.plots import empty_figure
+from workbench.viz.explain_plots import objective_maps_figure
+from workbench.viz.push_maps import maps_hint, outline, push_maps_html, with_outline
 
 PLOT = "objectives-plot"  # the maps' elem_id
 NO_VIEW = "Press **Compute** to explain the group made in **Generate**."
+NO_VIEW_HINT = "press Compute to draw what every objective pushes on the group made in Generate"  # the maps' place
 STALE = "The group changed since these maps were computed: press **Compute** to explain the new group."
 SCALES = (("one scale for all maps", "shared"), ("a scale per objective", "each"))  # (label, key) of the radio
 
@@ -113,27 +113,26 @@ def _summary(rows, credit: torch.Tensor | None, view: ObjectivesView) -> str:
     return "\n".join(lines) + "\n\n" + how + note
 
 
-_MAPS: list[tuple[tuple, dict]] = []  # the last maps drawn (newest last): (what they show, plotly dict without outline)
-_MAPS_KEPT = 4  # a few sessions' (each a figure of 120 kB of JSON at G=8, T=16)
+_MAPS: list[tuple[tuple, str]] = []  # the last maps drawn (newest last): (what they show, markup without outline)
+_MAPS_KEPT = 4  # a few sessions' (each ~200 kB of markup at G=8, T=16)
 _MAPS_LOCK = threading.Lock()  # gradio runs handlers in threads
 
 
-def _maps(view: ObjectivesView, rows: list, credit: Credit | None, sizes: list[int]) -> go.Figure:
-    """`objective_maps_figure` of the view under `sizes` with its selected cell outlined. Selecting a cell only moves
-    the outline: the maps are built (and validated by plotly: 177 of a click's 247 ms at G=8, T=16) once per view,
-    schedule, credit and colour scale, and a click adds the outline to a copy (~20 ms). The key holds the view's
-    moved log-probs (each view computes its own) and the Credit (never changed in place) themselves, not their ids."""
+def _maps(view: ObjectivesView, rows: list, credit: Credit | None, sizes: list[int]) -> gr.HTML:
+    """The maps of the view under `sizes` (viz/push_maps.py) with the selected cell outlined, as an update of the maps
+    component (its markup and its `selected` prop, ui/figures.py). The markup is drawn once per view, schedule, credit
+    and colour scale; a new cell only moves the outline. The key holds the view's moved log-probs (each view computes
+    its own) and the Credit (never changed in place) themselves, not their ids."""
     key = (view.moved, credit, tuple(sizes), view.scale_each)  # the first two by identity
     with _MAPS_LOCK:
         base = next((maps for k, maps in _MAPS if k[0] is key[0] and k[1] is key[1] and k[2:] == key[2:]), None)
     if base is None:
         step_credit = credit.step_credit if credit is not None else None  # (G, T)
-        base = objective_maps_figure(rows, step_credit, scale_each=view.scale_each).to_dict()
+        base = push_maps_html(rows, step_credit, scale_each=view.scale_each)
         with _MAPS_LOCK:
             _MAPS[:] = [*_MAPS, (key, base)][-_MAPS_KEPT:]
-    outline = selection_outline(rows, view.selected)
-    layout = {**base["layout"], "shapes": base["layout"].get("shapes", []) + ([outline] if outline else [])}
-    return go.Figure(dict(data=base["data"], layout=layout), _validate=False)  # plotly's own dict, validated once
+    place = outline(rows, view.selected)
+    return figures.maps(with_outline(base, rows, place), place)
 
 
 def _formula(view: ObjectivesView, rows: list) -> str:
@@ -145,7 +144,7 @@ def _formula(view: ObjectivesView, rows: list) -> str:
 
 
 def _render(view: ObjectivesView, session: Session, note: str) -> tuple:
-    """(figure, summary, formula, view, status) under the session's chunks and credit."""
+    """(maps, summary, formula, view, status) under the session's chunks and credit."""
     rows = explanations(view, session.sizes)
     credit = session.credit.step_credit if session.credit is not None else None  # (G, T)
     return (_maps(view, rows, session.credit, session.sizes), _summary(rows, credit, view), _formula(view, rows),
@@ -164,7 +163,7 @@ def clip_range(value) -> float:
 @guarded(5)
 def objectives_compute(wb: Workbench, updates: float, lr: float, clip: float, inner: str,
                        view: ObjectivesView | None, session: Session, progress=gr.Progress()):
-    """Compute button -> (maps figure, summary table, formula, view, status)."""
+    """Compute button -> (maps, summary table, formula, view, status)."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     n = limited(updates, "inner_updates")
@@ -237,13 +236,13 @@ def objectives_view(wb: Workbench, view: ObjectivesView | None, session: Session
     if view is None:
         return gr.skip(), NO_VIEW, gr.skip(), view, ""
     if session.group is None or view.group is not session.group:  # the maps of an old group must not stay up
-        return empty_figure("Push of every objective", "the group changed: press Compute"), STALE, "", None, ""
+        return figures.maps(maps_hint("the group changed: press Compute"), None), STALE, "", None, ""
     return _render(view, session, f"chunks {format_sizes(session.sizes)}")
 
 
 @guarded(3)
 def objectives_scale(wb: Workbench, scale: str, view: ObjectivesView | None, session: Session):
-    """Colour-scale radio -> (figure, view, status): one scale for all maps, or one per objective."""
+    """Colour-scale radio -> (maps, view, status): one scale for all maps, or one per objective."""
     if scale not in dict((key, label) for label, key in SCALES):
         raise WorkbenchError(f"the colour scale is 'shared' or 'each', got {scale!r}")
     if view is None or session.group is None or view.group is not session.group:
@@ -251,8 +250,8 @@ def objectives_scale(wb: Workbench, scale: str, view: ObjectivesView | None, ses
     if view.scale_each == (scale == "each"):
         return gr.skip(), view, ""
     view = replace(view, scale_each=scale == "each")
-    figure = _render(view, session, "")[0]
-    return figure, view, ok("each map on its own colour scale" if view.scale_each else "one colour scale for all maps")
+    maps = _render(view, session, "")[0]
+    return maps, view, ok("each map on its own colour scale" if view.scale_each else "one colour scale for all maps")
 
 
 def _select(view: ObjectivesView, key: str, name: str, i, t) -> ObjectivesView:
@@ -271,34 +270,28 @@ def _select(view: ObjectivesView, key: str, name: str, i, t) -> ObjectivesView:
 @guarded(4)
 def objectives_cell(wb: Workbench, name: str, key: str, i: float, t: float, view: ObjectivesView | None,
                     session: Session):
-    """The API's cell choice -> (figure, formula, view, status) for the chosen objective, row and cell: the maps with
-    that cell outlined (the page's controls use `objectives_select`, which moves the outline of the maps shown)."""
+    """The API's cell choice -> (maps, formula, view, status) for the chosen objective, row and cell: the maps with
+    that cell outlined (the page's controls use `objectives_select`, which sends only the outline's new place)."""
     view = _select(_current(view, session), key, name, i, t)
-    figure, _, formula, view, status = _render(view, session, f"{name} at i={int(i)}, t={int(t)}")
-    return figure, formula, view, status
-
-
-def _outline(view: ObjectivesView, rows: list) -> str:
-    """The move of the maps' outline to the view's selected cell, for the page to apply (`ui.redraw.SHAPE_JS`)."""
-    return shape_change(PLOT, SELECTED, selection_outline(rows, view.selected))
+    maps, _, formula, view, status = _render(view, session, f"{name} at i={int(i)}, t={int(t)}")
+    return maps, formula, view, status
 
 
 @guarded(4)
 def objectives_select(wb: Workbench, name: str, key: str, i: float, t: float, view: ObjectivesView | None,
                       session: Session):
-    """Cell controls in the page -> (outline move, formula, view, status): `objectives_cell`'s choice, with the maps
-    left as they are and their outline moved by the page. Gradio draws no figure equal to the one it holds, so a
-    page whose outline was moved must move it back the same way (and the maps are not sent again: 40 panels)."""
+    """Cell controls in the page -> (outline, formula, view, status): `objectives_cell`'s choice, with the maps left as
+    they are and only their outline moved (the maps component's `selected`, ui/figures.py)."""
     view = _select(_current(view, session), key, name, i, t)
     rows = explanations(view, session.sizes)
     _, _, i, t = view.selected
-    return _outline(view, rows), _formula(view, rows), view, ok(f"{name} at i={i}, t={t}")
+    return figures.selection(outline(rows, view.selected)), _formula(view, rows), view, ok(f"{name} at i={i}, t={t}")
 
 
 @guarded(8)
 def objectives_click(wb: Workbench, point, view: ObjectivesView | None, session: Session):
-    """A click on a map -> (objective, row, i, t controls, outline change, formula, view, status). The maps stay
-    as they are: the page moves the outline to the clicked cell (`ui.redraw.SHAPE_JS` applies the change)."""
+    """A click on a map -> (objective, row, i, t controls, outline, formula, view, status). The maps stay as they are:
+    only their outline moves to the clicked cell."""
     view = _current(view, session)
     clicked = clicked_point(point)
     key, _, name = clicked["trace"].partition("|")
@@ -307,4 +300,14 @@ def objectives_click(wb: Workbench, point, view: ObjectivesView | None, session:
     view = _select(view, key, name, clicked["y"], clicked["x"])  # y: trajectory i, x: step t
     _, _, i, t = view.selected
     rows = explanations(view, session.sizes)
-    return name, key, i, t, _outline(view, rows), _formula(view, rows), view, ok(f"{name} at i={i}, t={t}")
+    return (name, key, i, t, figures.selection(outline(rows, view.selected)), _formula(view, rows), view,
+            ok(f"{name} at i={i}, t={t}"))
+
+
+def maps_clicked(wb: Workbench):
+    """The listener of the maps' `cell` event (ui/figures.py): `objectives_click` at the clicked cell, which the
+    event's data carries (a gr.EventData parameter, which Gradio fills by its annotation)."""
+    def click(view: ObjectivesView | None, session: Session, evt: gr.EventData):
+        point = {"trace": getattr(evt, "trace", ""), "x": getattr(evt, "x", None), "y": getattr(evt, "y", None)}
+        return objectives_click(wb, point, view, session)
+    return click

@@ -4,9 +4,8 @@
 `...?model=base&prompt=...&seed=0&G=8&T=16&noise=0.7&sampler=flow_grpo&chunks=2,3,4,7&continuations=4&estimator=mc
 &tab=attribution`; the Copy link button writes it to the address bar and the clipboard. The address bar also
 follows the view without the button: `follow_link` rebuilds the link whenever the session changes (a Generate,
-Learn's example, a credit measurement) or another tab opens, and `FOLLOW_JS` puts it there with
-history.replaceState (no new history entry, no reload). A chunk edit changes only the link's `chunks`, which
-`CHUNKS_JS` rewrites in the page (no second call to the server on the edit's path).
+Learn's example, a credit measurement, a chunk edit) or another tab opens, and `FOLLOW_JS` puts it there with
+history.replaceState (no new history entry, no reload).
 `open_link` runs on page load: with a query string it loads the policy, samples the same group (sampling and the
 credit measurement are seeded, so the numbers are the same), applies the schedule, measures credit with the same
 continuations and estimator, and opens the tab. A bad value is a message naming the parameter, never a traceback.
@@ -46,14 +45,18 @@ COPY_JS = """(link) => {
   }
   return [];
 }"""
-CHUNKS_JS = """async (spec, status, link) => {
-  const applied = status?.startsWith('✓') && /^[0-9]+(,[0-9]+)*$/.test(spec ?? '') && /[?&]chunks=/.test(link ?? '');
-  if (!applied) return [link];
-  const next = link.replace(/([?&]chunks=)[^&#]*/, '$1' + encodeURIComponent(spec));
-  await new Promise((done) => requestAnimationFrame(() => setTimeout(done)));  // once the edit's plots are painted
-  if (next.startsWith('http') && next !== window.location.href) window.history.replaceState(null, '', next);
-  return [next];
-}"""  # an edit that applied (status "✓ ...", the spec box holds the chunks) changes the link's chunks only
+# Gradio's page has <base href="./">. With it plotly writes the clip paths of the gr.Plot figures as
+# url('<the page's address>#clip…'), the address of each figure's first draw; once the link here had changed the address
+# (history.replaceState), chromium took a clip path plotly drew later on such a figure for a reference into another
+# document: it fetched the whole page from the server (~410 kB each time) and did not clip. Without the href plotly
+# writes url(#clip…); the page's relative addresses resolve as before, "./" being the page's own folder. Standard DOM on
+# the page's <base> element, run as the page loads (`demo.load(js=...)`), before its first figure.
+ADDRESS_JS = """() => {
+  const base = document.querySelector("base[href]");
+  if (base && new URL(base.getAttribute("href"), location.href).href === new URL("./", location.href).href) {
+    base.removeAttribute("href");
+  }
+}"""
 FOLLOW_JS = """(link) => {
   if (link && link.startsWith('http') && link !== window.location.href) window.history.replaceState(null, '', link);
   return [];
@@ -295,17 +298,10 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
     follow = dict(fn=follow_link, inputs=[*controls, session, row["tab"], row["base"]], outputs=[row["link"]],
                   js=CURRENT_TAB_JS, queue=False, show_progress="hidden", api_visibility="private")
     gr.on([session.change, tabs.change], **follow).then(None, [row["link"]], None, js=FOLLOW_JS)
+    demo.load(None, None, None, js=ADDRESS_JS)  # plotly's clip paths stay in the page as the address changes
     demo.load(partial(preload_link, wb), [session, row["tab"]], None, js=QUERY_JS, api_visibility="private",
               concurrency_id="load", concurrency_limit=1, show_progress="hidden").then(  # the load: not in the
         partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,  # way of
         api_visibility="private", concurrency_id="model", concurrency_limit=1,  # other sessions' sampling
         show_progress_on=[shown[16]])  # over the credit map only: not over every control of the page
 
-
-def follow_chunk_edits(edits: list, spec: gr.Textbox, status: gr.Markdown, link: gr.Textbox) -> None:
-    """The link box and the address bar follow the chunk edits (they skip the queue, and gradio fires a State's
-    change only for queued events): `CHUNKS_JS` puts the new chunks in the link, in the page. Measured in
-    chromium (issue 24): `follow_link` on every edit sent a second request whose dispatch ran before the plots
-    were painted (median edit 500 -> 380 ms without it on a busy 2-core machine, three alternating rounds)."""
-    for edit in edits:
-        edit.then(None, [spec, status, link], [link], js=CHUNKS_JS)

@@ -1,33 +1,27 @@
 """The Chunks tab's chunk map as one SVG in HTML: classified chunk credit (G, K), each chunk drawn over its steps.
 
 Why not plotly: a chunk edit changes every cell of the map, and any change to a plotly figure's data makes plotly
-draw the whole figure again (defaults, axes, colour bar, legend, traces). That draw was most of an edit's time in the
-page, and with the page slowed twice (the emulated page of the machine class's slower processor) it kept the edit
-and the curve click above issue 24's 150 ms; the same map as markup is replaced in a few milliseconds
-(docs/perf-data/epyc/README.md, "The chunk map as markup").
-It draws what `credit_view.chunk_figure` draws for the notebooks and the exported page, with the same encodings
-(credit_view's docstring) and colour scale: colour = credit on plotly's "RdBu" scale, symmetric about 0 at the map's
-largest |credit|; x = misattributed; dot = aligned; grey cover = undetermined; white veil = not counted; dashed
-lines = chunk boundaries. Hovering a cell shows its credit, standard error and class (the browser's tooltip).
+draw the whole figure again (defaults, axes, colour bar, legend, traces); the same map as markup is replaced in a few
+milliseconds (docs/performance.md). It draws what `credit_view.chunk_figure` draws for the notebooks and the exported
+page, with the same encodings (credit_view's docstring) and colour scale: colour = credit on plotly's "RdBu" scale,
+symmetric about 0 at the map's largest |credit|; x = misattributed; dot = aligned; grey cover = undetermined; white
+veil = not counted; dashed lines = chunk boundaries. Hovering a cell shows its credit, standard error and class (the
+browser's tooltip).
 """
 
 from __future__ import annotations
 
 import html
-import json
-import math
 
 from workbench.rl.chunking import chunk_boundaries
 from workbench.rl.credit import Credit
 from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED, UNDETERMINED
 from workbench.viz import credit_view as cv
 from workbench.viz.plots import STEP_AXIS
+from workbench.viz.svg import FONT, INK, colour_bar, css, nice_step, over, scale_colour, text
 
 WIDTH, HEIGHT = 1200, 380  # the drawing's own units (px at a 1200 px wide map); it scales to the page's width
 LEFT, RIGHT, TOP, BOTTOM = 70, 125, 10, 56  # margins: tick labels and axis titles, the colour bar on the right
-FONT = '"Open Sans", verdana, arial, sans-serif'  # plotly's, so the map reads like the curve above it
-INK = "#2a3f5f"  # plotly_white's text colour
-MINUS = "\u2212"  # plotly's minus sign in tick labels
 
 CSS = """
 .wb-chunk-map { font-family: FONT; color: INK; padding: 8px 4px; }
@@ -41,54 +35,9 @@ CSS = """
 """.replace("FONT", FONT).replace("INK", INK)
 
 
-def _rgb(text: str) -> tuple[float, float, float, float]:
-    """'rgb(1,2,3)' or 'rgba(1,2,3,0.5)' -> (r, g, b, alpha)."""
-    parts = [float(p) for p in text[text.index("(") + 1:-1].split(",")]
-    return (*parts[:3], parts[3] if len(parts) == 4 else 1.0)
-
-
 def credit_colour(value: float, scale: float) -> tuple[float, float, float]:
-    """The colour plotly gives `value` on the "RdBu" scale with zmin=-scale, zmid=0, zmax=scale: the scale's stops
-    interpolated linearly in RGB, as plotly.js does; values beyond the ends take the end colours."""
-    stops = [(at, _rgb(colour)[:3]) for at, colour in cv.red_blue()]
-    at = min(max((value / scale + 1) / 2, 0.0), 1.0)
-    for (a, ca), (b, cb) in zip(stops, stops[1:]):
-        if at <= b:
-            w = 0.0 if b == a else (at - a) / (b - a)
-            return tuple(x + w * (y - x) for x, y in zip(ca, cb))
-    return stops[-1][1]
-
-
-def _over(base: tuple[float, float, float], cover: str) -> tuple[float, float, float]:
-    """`cover` (with its alpha) painted over the opaque colour base."""
-    *rgb, alpha = _rgb(cover)
-    return tuple(alpha * c + (1 - alpha) * b for c, b in zip(rgb, base))
-
-
-def _css(rgb: tuple[float, float, float]) -> str:
-    return "rgb({},{},{})".format(*(round(c) for c in rgb))
-
-
-def nice_step(span: float, most: int) -> float:
-    """The smallest of 1, 2, 5 x 10^n that cuts span into at most `most` steps (plotly's tick spacing)."""
-    raw = span / most
-    power = 10 ** math.floor(math.log10(raw))
-    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-
-
-def _number(value: float, step: float) -> str:
-    """A tick label as plotly writes it: the step's decimals, 0 plain, a true minus sign."""
-    if value == 0:
-        return "0"
-    digits = max(0, -math.floor(math.log10(step) + 1e-9))
-    text = f"{value:.{digits}f}"
-    return MINUS + text[1:] if text.startswith("-") else text
-
-
-def _text(x: float, y: float, body: str, anchor: str = "middle", size: int = 12, rotate: bool = False) -> str:
-    turn = f' transform="rotate(-90 {x:.1f} {y:.1f})"' if rotate else ""
-    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{INK}"{turn}>'
-            f"{html.escape(body)}</text>")
+    """The colour plotly gives `value` on the "RdBu" scale with zmin=-scale, zmid=0, zmax=scale."""
+    return scale_colour(value, scale, "RdBu")
 
 
 def _mark(cls: int, x: float, y: float) -> str:
@@ -99,19 +48,6 @@ def _mark(cls: int, x: float, y: float) -> str:
                 f'{y - d:.1f}" stroke="black" stroke-width="2" pointer-events="none"/>')
     return (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{cv.MARKS[ALIGNED][1] / 2:g}" fill="black" stroke="white" '
             'stroke-width="1" pointer-events="none"/>')
-
-
-def _colour_bar(scale: float, x: float, y0: float, y1: float) -> list[str]:
-    """A vertical bar from -scale (bottom) to +scale (top) with its ticks and title."""
-    stops = "".join(f'<stop offset="{1 - at:g}" stop-color="{colour}"/>' for at, colour in reversed(cv.red_blue()))
-    parts = [f'<defs><linearGradient id="wb-rdbu" x1="0" y1="0" x2="0" y2="1">{stops}</linearGradient></defs>',
-             f'<rect x="{x}" y="{y0}" width="12" height="{y1 - y0}" fill="url(#wb-rdbu)"/>']
-    step = nice_step(2 * scale, 5)
-    for k in range(-math.floor(scale / step), math.floor(scale / step) + 1):
-        y = y0 + (y1 - y0) * (1 - (k * step / scale + 1) / 2)
-        parts.append(_text(x + 17, y + 4, _number(k * step, step), anchor="start"))
-    parts.append(_text(x + 75, (y0 + y1) / 2, "credit (reward)", size=14, rotate=True))
-    return parts
 
 
 def _legend() -> str:
@@ -127,11 +63,8 @@ def _legend() -> str:
     return "".join(f"<span>{mark}{html.escape(name)}</span>" for mark, name in items)
 
 
-def chunk_map_html(credit: Credit, z: float, carried: dict | None = None) -> str:
-    """The classified chunk credit of `credit` at z as HTML: a title, an SVG map and its legend.
-
-    carried: a change to another plot that the map carries in `data-relayout` for the page to apply as it shows
-    the map (ui/redraw.py: the Chunks tab's curve under the same chunks)."""
+def chunk_map_html(credit: Credit, z: float) -> str:
+    """The classified chunk credit of `credit` at z as HTML: a title, an SVG map and its legend."""
     g, t = credit.chunk_credit.shape[0], credit.num_steps
     labels = cv.class_labels(credit.chunk_classes(z), credit.chunk_valid)  # (G, K) each, as lists
     classes, valid = credit.chunk_classes(z).tolist(), credit.chunk_valid.tolist()
@@ -145,38 +78,33 @@ def chunk_map_html(credit: Credit, z: float, carried: dict | None = None) -> str
     for i in range(g):
         for k, (a, b) in enumerate(zip(edges, edges[1:])):
             v, s = values[i][k], se[i][k]
-            colour = (255.0, 255.0, 255.0) if v != v else credit_colour(v, scale)
+            colour = credit_colour(v, scale)
             if not valid[i][k]:
-                colour = _over(colour, cv.VEIL_COLOR)
+                colour = over(colour, cv.VEIL_COLOR)
             elif classes[i][k] == UNDETERMINED:
-                colour = _over(colour, cv.UNDETERMINED_COLOR)
+                colour = over(colour, cv.UNDETERMINED_COLOR)
             tip = (f"traj {i}, chunk {k}{cv.span_text(a, b, 'chunk')}: credit {v:.4f} ± "
                    f"{'no estimate' if s != s else f'{s:.4f}'} ({labels[i][k]})")
             cells.append(f'<rect class="cell" x="{px(a):.1f}" y="{y0 + i * row:.1f}" width="{px(b) - px(a):.1f}" '
-                         f'height="{row:.1f}" fill="{_css(colour)}"><title>{html.escape(tip)}</title></rect>')
+                         f'height="{row:.1f}" fill="{css(colour)}"><title>{html.escape(tip)}</title></rect>')
             if valid[i][k] and classes[i][k] in (MISATTRIBUTED, ALIGNED):
                 marks.append(_mark(classes[i][k], (px(a) + px(b)) / 2, y0 + (i + 0.5) * row))
     lines = [f'<line class="boundary" data-x="{b:g}" x1="{px(b):.1f}" x2="{px(b):.1f}" y1="{y0}" y2="{y1}" '
              'stroke="black" stroke-width="2" stroke-dasharray="9,9"/>' for b in edges[1:-1]]
     dx = nice_step(t, 10)
-    ticks = [_text(px(s), y1 + 18, f"{s:g}") for s in range(0, t, int(max(dx, 1)))]
-    ticks += [_text(x0 - 8, y0 + (i + 0.5) * row + 4, str(i), anchor="end") for i in range(g)]
-    axes = [_text((x0 + x1) / 2, y1 + 45, STEP_AXIS, size=14), _text(x0 - 40, (y0 + y1) / 2, "trajectory i", size=14,
-                                                                     rotate=True)]
+    ticks = [text(px(s), y1 + 18, f"{s:g}") for s in range(0, t, int(max(dx, 1)))]
+    ticks += [text(x0 - 8, y0 + (i + 0.5) * row + 4, str(i), anchor="end") for i in range(g)]
+    axes = [text((x0 + x1) / 2, y1 + 45, STEP_AXIS, size=14), text(x0 - 40, (y0 + y1) / 2, "trajectory i", size=14,
+                                                                   rotate=True)]
     title = f"Chunk credit V(end) - V(start), classified at z = {z:g} ({cv.k_text(credit)})"
+    bar = colour_bar(scale, x1 + 30, y0, y1, "credit (reward)", "wb-chunk-rdbu")
     svg = (f'<svg class="wb-map" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{html.escape(title)}" '
-           f'font-family=\'{FONT}\'>' + "".join(cells + marks + lines + ticks + axes
-                                               + _colour_bar(scale, x1 + 30, y0, y1)) + "</svg>")
-    return (f'<div class="wb-chunk-map"{_carrying(carried)}><div class="wb-map-title">{html.escape(title)}</div>'
+           f'font-family=\'{FONT}\'>' + "".join(cells + marks + lines + ticks + axes + bar) + "</svg>")
+    return (f'<div class="wb-chunk-map"><div class="wb-map-title">{html.escape(title)}</div>'
             f'{svg}<div class="wb-map-legend">{_legend()}</div></div>')
 
 
-def chunk_map_hint(hint: str, carried: dict | None = None) -> str:
-    """The map's place before there is credit to classify: its title and what to do (carried: as in
-    `chunk_map_html`, so an edit still changes the curve)."""
-    return (f'<div class="wb-chunk-map"{_carrying(carried)}><div class="wb-map-title">Chunk credit</div>'
+def chunk_map_hint(hint: str) -> str:
+    """The map's place before there is credit to classify: its title and what to do."""
+    return (f'<div class="wb-chunk-map"><div class="wb-map-title">Chunk credit</div>'
             f'<div class="wb-map-hint">{html.escape(hint)}</div></div>')
-
-
-def _carrying(carried: dict | None) -> str:
-    return "" if carried is None else f' data-relayout="{html.escape(json.dumps(carried))}"'

@@ -3,7 +3,7 @@
 A map shows the push -w = -dL / d log p_t of an objective on every (trajectory, step): positive (blue)
 raises the step's log-prob, negative (red) lowers it, the same colours as the measured credit (positive
 = the step raised the expected reward). Heatmap traces are named "<row>|<objective>" so a click on a
-cell (`ui.clicks`) says which map it hit.
+cell says which map it hit (the app draws the same maps as markup: viz/push_maps.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from workbench.viz.plots import BOUNDARY_STYLE, COLORBAR_MARGIN, LAYOUT, STEP_AX
 PUSH = "push −w"
 CLIPPED_STYLE = dict(symbol="x-thin", size=6, line=dict(width=1.5, color="black"))
 SELECTED_STYLE = dict(color="gold", width=3)
-SELECTED = "selected cell"  # the name of the outline shape: the page finds it to move it (ui.redraw.SHAPE_JS)
+SELECTED = "selected cell"  # the name of the outline shape
 
 
-def _scale(*maps: torch.Tensor) -> float:
+def push_scale(*maps: torch.Tensor) -> float:
     """One symmetric colour range covering every map (never 0)."""
     return max(float(m.abs().max()) for m in maps if m.numel()) or 1e-12
 
@@ -62,12 +62,12 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
                              + ("" if scale_each else _smaller(rows, o)) for o, n in enumerate(names)]
     fig = make_subplots(rows=len(rows), cols=len(names) + 1, subplot_titles=titles, horizontal_spacing=0.012,
                         vertical_spacing=0.24, shared_yaxes=True)
-    scale = _scale(*[-ex.weight for _, _, ex in rows])
+    scale = push_scale(*[-ex.weight for _, _, ex in rows])
     shapes = []
     for r, (key, _, ex) in enumerate(rows):
         _first_column(fig, r, ex, shown[r], t, log_ratio=not per_row)
         for o in range(len(names)):
-            own = _scale(*[-e.weight[o] for _, _, e in rows]) if scale_each else None
+            own = push_scale(*[-e.weight[o] for _, _, e in rows]) if scale_each else None
             _objective_panel(fig, r, o, key, ex, own or scale, shapes, own is not None)
     outline = selection_outline(rows, selected) if selected is not None else None
     if outline is not None:
@@ -99,7 +99,7 @@ def objective_maps_figure(rows: Sequence[tuple[str, str, Explanation]],
 
 def _smaller(rows, o: int) -> str:
     """A subplot title's note when objective o's largest push is 10x or more below the shared scale's end."""
-    top = _scale(*[-ex.weight for _, _, ex in rows])
+    top = push_scale(*[-ex.weight for _, _, ex in rows])
     own = max(float(ex.weight[o].abs().max()) for _, _, ex in rows)
     return f"<br>max 1/{top / own:.0f}" if own > 0 and top / own >= 10 else ""
 
@@ -120,6 +120,11 @@ def _short_lines(title: str, most: int = 10) -> list[str]:
     return lines
 
 
+def corr_text(value: float) -> str:
+    """A correlation for the app's maps' titles: "n/a (a constant map)" where every unit was clipped."""
+    return "n/a (a constant map)" if value != value else f"{value:+.2f}"
+
+
 def _first_column(fig: go.Figure, r: int, ex: Explanation, credit: torch.Tensor | None, t: int,
                   log_ratio: bool = True) -> None:
     """Row r's first panel: its credit map when given, else (rows after the first) the log-ratio l."""
@@ -133,7 +138,7 @@ def _first_column(fig: go.Figure, r: int, ex: Explanation, credit: torch.Tensor 
     fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=1)
 
 
-def _chunked(name: str) -> bool:
+def chunked_units(name: str) -> bool:
     """The objective's ratios cover chunks (its registration's unit): its map shows the chunk boundaries."""
     return getattr(OBJECTIVES.info(name), "unit", "step") == "chunk"
 
@@ -155,7 +160,7 @@ def _objective_panel(fig, r: int, o: int, key: str, ex: Explanation, scale: floa
     fig.add_trace(go.Scatter(x=cols_.tolist(), y=rows_.tolist(), mode="markers", marker=CLIPPED_STYLE,
                              name="clipped unit (no gradient)", hoverinfo="skip"), row=r + 1, col=o + 2)
     xref, yref = _axes(r, o + 1, len(ex.names) + 1)
-    if _chunked(name) and ex.settings.chunks:
+    if chunked_units(name) and ex.settings.chunks:
         shapes += [dict(type="line", xref=xref, yref=yref, x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5,
                         line={**BOUNDARY_STYLE, "width": 1}) for b in chunk_boundaries(ex.settings.chunks)]
     fig.update_xaxes(range=[-0.5, t - 0.5], row=r + 1, col=o + 2)
@@ -208,11 +213,11 @@ def push_figure(ex: Explanation, name: str, title: str) -> go.Figure:
     o = ex.index(name)
     g, t = ex.log_ratio.shape
     push = -ex.weight[o]
-    scale = _scale(push)
+    scale = push_scale(push)
     fig = go.Figure(go.Heatmap(z=push.tolist(), colorscale="RdBu", zmid=0, zmin=-scale, zmax=scale,
                                colorbar=dict(title=PUSH, thickness=12),
                                hovertemplate="traj %{y}, step %{x}: push %{z:.4g}<extra></extra>"))
-    if _chunked(name) and ex.settings.chunks:
+    if chunked_units(name) and ex.settings.chunks:
         fig.update_layout(shapes=[dict(type="line", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=g - 0.5, line=BOUNDARY_STYLE)
                                   for b in chunk_boundaries(ex.settings.chunks)])
     fig.update_xaxes(title_text=STEP_AXIS, range=[-0.5, t - 0.5])
@@ -233,7 +238,7 @@ def chunk_push_figure(ex: Explanation, credit, z: float) -> go.Figure:
                         subplot_titles=(f"Chunk-GRPO push at ratio 1, chunks {list(sizes)}",
                                         "chunk credit d(i,c) = sum of step credits"))
     push = -ex.weight[o]
-    fig.add_trace(go.Heatmap(z=push.tolist(), colorscale="RdBu", zmid=0, zmin=-_scale(push), zmax=_scale(push),
+    fig.add_trace(go.Heatmap(z=push.tolist(), colorscale="RdBu", zmid=0, zmin=-push_scale(push), zmax=push_scale(push),
                              colorbar=dict(title=PUSH, x=0.53, thickness=10),
                              hovertemplate="traj %{y}, step %{x}: push %{z:.4g}<extra></extra>"), row=1, col=1)
     k = len(sizes)

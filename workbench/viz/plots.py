@@ -97,12 +97,14 @@ def logprob_figure(log_probs: torch.Tensor, rewards: torch.Tensor | None = None,
     return fig
 
 
-def dynamics_chunks(sizes: Sequence[int], trajectories: int, prompts: int | None = None) -> dict:
-    """What a chunk schedule changes in `dynamics_figure`, as a `Plotly.relayout` update: the title and the
-    dashed boundary lines. A chunk edit in the app sends only this (ui/redraw.py), not the whole curve."""
+DYNAMICS_Y = "L1_rel = |x_t - x_t+1|_1 / |x_t|_1 (relative)"
+
+
+def dynamics_title(sizes: Sequence[int], trajectories: int, prompts: int | None = None) -> tuple[str, str]:
+    """(title, subtitle) of the temporal-dynamics curve under chunks `sizes`: the chunks, and whose curve it is (the
+    model's, not the group's of the Generate tab: a band "over 16 trajectories" beside a group of 8 puzzles)."""
     source = f"{trajectories} trajectories of {prompts} prompts" if prompts else f"{trajectories} trajectories"
-    return {"title.text": f"Temporal dynamics and chunks {list(sizes)}<br><sup>the model's curve: {source}, not the "
-                          "Generate group</sup>", "shapes": _boundary_shapes(sizes)}
+    return f"Temporal dynamics and chunks {list(sizes)}", f"the model's curve: {source}, not the Generate group"
 
 
 def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, sizes: Sequence[int],
@@ -120,11 +122,10 @@ def dynamics_figure(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor, s
     fig.add_trace(go.Scatter(x=steps, y=mean.tolist(), mode="lines+markers", line=dict(color="rgb(31,119,180)"),
                              name="mean L1_rel"))
     _boundary_legend(fig)
-    chunks = dynamics_chunks(sizes, trajectories, prompts)
-    fig.update_layout(title=chunks["title.text"], xaxis_title=STEP_AXIS,
-                      yaxis_title="L1_rel = |x_t - x_t+1|_1 / |x_t|_1 (relative)",
-                      xaxis_range=[-0.5, t - 0.5], shapes=chunks["shapes"], hovermode="x", **LAYOUT)
-    return fig  # hovermode "x": a click anywhere above step t selects it (the Chunks tab toggles a boundary)
+    title, sub = dynamics_title(sizes, trajectories, prompts)
+    fig.update_layout(title=f"{title}<br><sup>{sub}</sup>", xaxis_title=STEP_AXIS, yaxis_title=DYNAMICS_Y,
+                      xaxis_range=[-0.5, t - 0.5], shapes=_boundary_shapes(sizes), hovermode="x", **LAYOUT)
+    return fig
 
 
 def training_figure(rows: list[dict], title: str) -> go.Figure:
