@@ -210,3 +210,25 @@ def test_docs_links_resolve():
                 missing.append(f"{page.name}: {target}")
     assert not missing, missing
 
+
+
+HISTORY = r"20\d\d-\d\d-\d\d|\bissue \d+|perf-data|\bturn[- ]\d\b"  # dates, issue numbers, the lab's notebook
+
+
+def test_the_package_says_what_and_why_not_its_history():
+    """Dated timings and issue narratives belong in docs/ (STYLE.md): the code's text names none."""
+    import re
+
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(HISTORY, line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:80]}")
+    assert not found, "\n".join(found)
+
+
+def test_the_history_check_sees_history():
+    import re
+
+    assert re.search(HISTORY, "measured 2026-12-02 07:08") and re.search(HISTORY, "(issue 24)")
+    assert not re.search(HISTORY, "the group's 24 images")

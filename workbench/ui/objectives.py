@@ -67,7 +67,7 @@ class ObjectivesView:
 def explanations(view: ObjectivesView, sizes: list[int]) -> list[tuple[str, str, Explanation]]:
     """[(row key, row title, Explanation)] at ratio 1 and after the inner updates, under chunks `sizes`. Kept for the
     view's last sizes: a click on a map or a cell chosen by the controls would explain the same maps again (8.9 of
-    the click handler's 10.4 ms at G=8, T=16 on one thread, issue 24)."""
+    the click handler's 10.4 ms at G=8, T=16 on one thread)."""
     key = tuple(sizes)
     rows = view.explained.get(key)
     if rows is None:

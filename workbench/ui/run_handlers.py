@@ -245,7 +245,7 @@ def run_panel(view: RunView, shown: tuple = ()) -> tuple:
 
     A watched run is polled every second: drawing and encoding its two figures and three grids again each time took
     the app 0.31-0.33 CPU-s per second of a lesson, 0.06 since, beside a training process sharing the two cores
-    (140b72a:docs/perf-data/epyc/README.md, "The app idle and a lesson watched")."""
+    (docs/performance.md)."""
     keys = panel_keys(view)
     drawn = [shown[i] != key if i < len(shown) else True for i, key in enumerate(keys)]
     figure = plots.training_figure(view.metrics, f"Run {view.run_id} ({view.state})") if drawn[0] else gr.skip()
