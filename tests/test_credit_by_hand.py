@@ -187,3 +187,13 @@ def test_a_look_ahead_credit_is_exact_so_every_nonzero_cell_is_determined():
     assert credit.step_se.eq(0).all() and torch.isinf(credit._dof(credit._step_edges)).all()
     assert credit.step_classes().tolist() == [[0, 1, 1], [0, 1, 1]]  # d = 0 never; else d sign(A) > 0: aligned
     assert credit.chunk_classes().tolist() == [[0, 1], [0, 1]]
+
+
+def test_misattributed_steps_by_hand():
+    """A valid cell is misattributed when its credit's sign is opposite to its advantage's; a credit of exactly 0
+    (tied continuations, step 0 here) is against nothing."""
+    credit = _credit()  # credits [[0, .25, .25], [0, -.25, -.25]] with advantages +1, -1: all with A
+    assert credit.step_valid.all() and not credit.misattributed_steps().any()
+    flipped = Credit("p", torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0]), _credit().continuation_rewards,
+                     [1, 2])
+    assert flipped.misattributed_steps().tolist() == [[False, True, True], [False, True, True]]
