@@ -147,13 +147,12 @@ def run_app(folder: str, out: Path) -> tuple[bool, str]:
     from app import create_app
     from workbench.train.store import RunStore
     from workbench.ui import train_form as tf
-    from workbench.ui.layout import queued
 
     demo, wb = create_app(folder, runs_root=str(out / "app-runs"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    queued(demo).launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
+    demo.queue().launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         real = tf.real_defaults(wb)

@@ -68,9 +68,9 @@ def test_generate_returns_images_captions_and_figures(wb):
 @pytest.mark.parametrize("inputs, message", [
     ((PROMPT.replace("circle", "hexagon"), 3, 4, 0.7, 0, "adherence"), "unknown word 'hexagon'"),
     (("", 3, 4, 0.7, 0, "adherence"), "prompt is empty"),
-    ((PROMPT, 1, 4, 0.7, 0, "adherence"), "at least 2"),
-    ((PROMPT, 3, None, 0.7, 0, "adherence"), "steps is empty: type a whole number >= 1"),
-    ((PROMPT, 3, 4, -1, 0, "adherence"), "noise_level must be in 0..10"),
+    ((PROMPT, 1, 4, 0.7, 0, "adherence"), "group size must be a whole number >= 2"),
+    ((PROMPT, 3, None, 0.7, 0, "adherence"), "steps T is empty: type a whole number >= 2"),
+    ((PROMPT, 3, 4, -1, 0, "adherence"), "noise level must be in 0..1.5 in the app"),
     ((PROMPT, 3, 4, 0.7, 0, "nope"), "unknown reward 'nope'"),
 ])
 def test_generate_bad_inputs_give_messages(wb, inputs, message):

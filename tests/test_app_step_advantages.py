@@ -63,4 +63,4 @@ def test_compare_with_a_ppo_runs_critic_and_refuse_a_run_without_one(wb, sampled
 
 
 def test_a_bad_path_is_a_message(wb, sampled):
-    assert "does not exist" in msg(sh.compare_advantages(wb, "/nonexistent/run", sampled))
+    assert "is not a folder this app offers" in msg(sh.compare_advantages(wb, "/nonexistent/run", sampled))

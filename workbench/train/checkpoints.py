@@ -82,8 +82,19 @@ def write_checkpoint(root: Path, iteration: int, weights: dict[str, torch.Tensor
     write_json(root / "latest.json", {"iteration": iteration, "dir": final.name}, within=within)
     old = sorted((p for p in root.glob("iter_*") if p.is_dir() and p.name != final.name), key=iteration_of)
     for p in [*old[:max(0, len(old) - (keep - 1))], replaced]:
-        shutil.rmtree(p, ignore_errors=True)
+        _remove(p)
     return final
+
+
+def _remove(folder: Path) -> None:
+    """Remove a checkpoint folder so that no reader sees it half deleted: renamed out of sight first (atomic), then
+    deleted file by file."""
+    gone = folder.with_name(f".{folder.name.lstrip('.')}.gone")
+    try:
+        os.replace(folder, gone)
+    except OSError:  # already gone
+        return
+    shutil.rmtree(gone, ignore_errors=True)
 
 
 class CheckpointGone(WorkbenchError):

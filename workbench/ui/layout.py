@@ -193,7 +193,7 @@ def _attribution_tab(page: Page) -> dict:
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_images, compare_text, status]
-    busy = dict(scroll_to_output=True, **cv.long_work(wb, HEAVY))  # to the status under the buttons
+    busy = dict(show_progress_on=[heatmap], scroll_to_output=True, **cv.long_work(wb, HEAVY))  # progress over the map
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
                       api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
     run.click(cv.handler(wb, h.attribute), [continuations, session, estimator, crn, z, precision], outputs,
