@@ -14,15 +14,7 @@ from pathlib import Path
 
 import torch
 
-
-def clip_tokenizer():
-    """A hub-free CLIP BPE tokenizer: every lowercase letter (and its word-final form), no merges."""
-    from transformers import CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for ch in "abcdefghijklmnopqrstuvwxyz":
-        vocab[ch], vocab[ch + "</w>"] = len(vocab), len(vocab) + 1
-    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77)
+from workbench.models.random_pipelines import clip_tokenizer  # the package's, also used by the tests below
 
 
 def t5_tokenizer():
