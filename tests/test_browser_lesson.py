@@ -46,23 +46,12 @@ def lesson_url(small, tmp_path_factory):
     demo.close()
 
 
-OUT_OF_VIEW: dict[str, float] = {}  # action -> the top of its status, where it landed below the fold
-# Known gap: Gradio's scroll_to_output does not move the page after these (their statuses land below the fold at
-# 1280x800); the test fails when the list changes either way, so a fix or a new regression is seen.
-KNOWN_OUT_OF_VIEW = {"attribution_measured", "chunks_applied", "objectives_computed"}
-
-
-def in_view(page, selector: str, name: str, strict: bool = True) -> None:
-    """The element's top is inside the 1280x800 viewport once the page has settled; a viewport screenshot.
-    strict=False records an action whose status is out of view (OUT_OF_VIEW) instead of failing at once."""
+def in_view(page, selector: str, name: str) -> None:
+    """The element's top is inside the 1280x800 viewport once the page has settled; a viewport screenshot."""
     page.wait_for_timeout(800)  # Gradio's scroll to the output is smooth: let it land
     box = page.locator(selector).first.bounding_box()
     page.screenshot(path=str(ARTIFACTS / f"lesson_{name}.jpg"), type="jpeg", quality=85)
-    seen = box is not None and 0 <= box["y"] < HEIGHT - 20
-    if not strict and not seen:
-        OUT_OF_VIEW[name] = None if box is None else box["y"]
-        return
-    assert seen, (name, selector, box)
+    assert box is not None and 0 <= box["y"] < HEIGHT - 20, (name, selector, box)
 
 
 def test_a_class_walks_the_lesson_with_every_result_in_view(page, lesson_url):
@@ -101,20 +90,23 @@ def test_a_class_walks_the_lesson_with_every_result_in_view(page, lesson_url):
     expect(page.locator("#generate-status")).to_contain_text("G=4 trajectories of T=6 steps", timeout=LONG)
     page.evaluate("window.scrollTo(0, 0)")  # a tab opens instantly: the student reads it from its top
     page.screenshot(path=str(ARTIFACTS / "lesson_generate.jpg"), type="jpeg", quality=85)
+    page.click("#generate-btn")  # a new group of the same prompt and seed
+    expect(page.locator("#generate-status")).to_contain_text("sampled G=4 trajectories", timeout=LONG)
+    in_view(page, "#generate-status", "generated")
     page.get_by_role("tab", name="Attribution").click()
     page.click("#credit-btn")
     expect(page.locator("#credit-status")).to_contain_text("measured credit", timeout=LONG)
-    in_view(page, "#credit-status", "attribution_measured", strict=False)
+    in_view(page, "#credit-status", "attribution_measured")
     page.get_by_role("tab", name="Chunks").click()
     expect(page.locator("#chunks-status")).to_contain_text("over T=6 steps", timeout=LONG)
     page.locator("#chunk-spec textarea").fill("2,4")
     page.click("#apply-spec-btn")
     expect(page.locator("#chunks-status")).to_contain_text("chunks 2,4", timeout=LONG)
-    in_view(page, "#chunks-status", "chunks_applied", strict=False)
+    in_view(page, "#chunks-status", "chunks_applied")
     page.get_by_role("tab", name="Objectives").click()
     page.click("#objectives-btn")
     expect(page.locator("#objectives-status")).to_contain_text("explained", timeout=LONG)
-    in_view(page, "#objectives-status", "objectives_computed", strict=False)
+    in_view(page, "#objectives-status", "objectives_computed")
     for tab in ("Fine-tune", "Runs", "Glossary"):
         page.get_by_role("tab", name=tab).click()
         page.wait_for_timeout(500)
@@ -147,5 +139,3 @@ def test_a_class_walks_the_lesson_with_every_result_in_view(page, lesson_url):
     expect(shared.locator("#compare-images")).to_contain_text("top row")
     shared.locator("#compare-credit-plot").scroll_into_view_if_needed()
     in_view(shared, "#compare-credit-plot", "shared_compare_plot")
-    print("out of view:", OUT_OF_VIEW)
-    assert set(OUT_OF_VIEW) == KNOWN_OUT_OF_VIEW, OUT_OF_VIEW

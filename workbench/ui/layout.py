@@ -40,6 +40,7 @@ from workbench.ui.learn import learn_tab
 from workbench.ui.mathml import FONT as MATH_FONT
 from workbench.ui.mathml import font_css
 from workbench.ui.objectives import ROWS
+from workbench.ui.reveal import reveal
 from workbench.ui.state import Session
 from workbench.ui.tabs import TABS, Page, TabInfo, tab_ids
 from workbench.ui.welcome import (
@@ -193,13 +194,15 @@ def _attribution_tab(page: Page) -> dict:
                               type="pil", format="png", elem_id="compare-images")
     outputs = [heatmap, rates, session, status]
     both = [compare_plot, compare_images, compare_text, status]
-    busy = dict(show_progress_on=[heatmap], scroll_to_output=True, **cv.long_work(wb, HEAVY))  # progress over the map
+    busy = dict(show_progress_on=[heatmap], **cv.long_work(wb, HEAVY))  # progress over the map
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
                       api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
-    run.click(cv.handler(wb, h.attribute), [continuations, session, estimator, crn, z, precision], outputs,
-              api_name="attribute", **busy).then(**steps_view)
-    refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy).then(
-        **steps_view)
+    for measured in (run.click(cv.handler(wb, h.attribute), [continuations, session, estimator, crn, z, precision],
+                               outputs, api_name="attribute", **busy),
+                     refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine",
+                                  **busy)):
+        measured.then(**steps_view)
+        measured.then(**reveal("credit-status"))  # the answer's line, with the map under it
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private")
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
@@ -254,10 +257,12 @@ def _chunks_tab(page: Page) -> gr.Textbox:
     # same session and the second reply undid the first edit.
     quick = dict(show_progress="hidden", concurrency_id="chunk-edit", concurrency_limit=1, trigger_mode="multiple")
     # The link and the address bar follow each edit as they follow any change of the session (share.wire).
+    # The buttons above the status line: their answer is brought into view (an edit on the curve is made where
+    # its answer is drawn, and the page stays there).
     gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
-          api_name="chunks_from_spec", **quick)
+          api_name="chunks_from_spec", **quick).then(**reveal("chunks-status"))
     use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs, api_name="chunks_from_chunker",
-              **quick)
+              **quick).then(**reveal("chunks-status"))
     split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split", **quick)
     merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **quick)
     curve.toggle(h.curve_clicked(wb), [session], outputs, api_visibility="private", **quick)  # a click on the curve
@@ -321,10 +326,9 @@ def _objectives_tab(page: Page) -> None:
     versus.click(partial(ob.objectives_compare, wb), [clip, session], [versus_plot, status],
                  api_name="objectives_compare")
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
-              [maps, summary, formula, view, status], api_name="objectives", scroll_to_output=True,
-              **cv.long_work(wb, HEAVY)).then(
+              [maps, summary, formula, view, status], api_name="objectives", **cv.long_work(wb, HEAVY)).then(
         lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
-        api_visibility="private", show_progress="hidden")
+        api_visibility="private", show_progress="hidden").then(**reveal("objectives-status"))
     scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
                 api_name="objectives_scale", show_progress="hidden")
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
