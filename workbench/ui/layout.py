@@ -21,7 +21,8 @@ from workbench.rl.chunking import chunker_names, parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import estimator_help, estimator_names
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
-from workbench.train.config import RANGES, TrainConfig
+from workbench.train.config import TrainConfig
+from workbench.train.config_checks import RANGES
 from workbench.train.model_settings import model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
 from workbench.ui import classroom_view as cv
