@@ -14,6 +14,7 @@ from workbench.core.glossary import gloss
 from workbench.rl.chunking import chunker_info, chunker_names
 from workbench.ui import figures
 from workbench.ui import handlers as h
+from workbench.ui.progress import QUIET
 from workbench.ui.tabs import Page
 from workbench.ui.welcome import CHUNKS_INTRO
 from workbench.viz.chunk_map import chunk_map_hint
@@ -50,11 +51,11 @@ def chunks_tab(page: Page) -> gr.Textbox:
     tab.select(partial(h.chunks_view, wb), [session], [step, status], api_visibility="private",
                show_progress_on=[curve]).then(  # the views read the session once the curve is computed
         partial(h.chunks_shown, wb), [session], [curve, chunk_map, spec, rates, status], api_visibility="private",
-        queue=False, show_progress="hidden")
+        queue=False, **QUIET)
     # Milliseconds each, no progress flashes. Queued one at a time in the order they came, every one: two edits sent
     # at once (a click, then a button) each read the session the other left, where outside the queue both read the
     # same session and the second reply undid the first edit.
-    quick = dict(show_progress="hidden", concurrency_id="chunk-edit", concurrency_limit=1, trigger_mode="multiple")
+    quick = dict(**QUIET, concurrency_id="chunk-edit", concurrency_limit=1, trigger_mode="multiple")
     # The link and the address bar follow each edit as they follow any change of the session (share.wire).
     gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
           api_name="chunks_from_spec", **quick)

@@ -39,6 +39,7 @@ from workbench.ui.jobs import objective_names
 from workbench.ui.launch import MATH_FONT_PRELOAD
 from workbench.ui.learn import learn_tab
 from workbench.ui.objectives import ROWS
+from workbench.ui.progress import QUIET
 from workbench.ui.state import Session
 from workbench.ui.tabs import TABS, Page, TabInfo, tab_ids
 from workbench.ui.welcome import (
@@ -191,23 +192,23 @@ def _attribution_tab(page: Page) -> dict:
     both = [compare_plot, compare_images, compare_text, status]
     busy = dict(show_progress_on=[heatmap], scroll_to_output=True, **cv.long_work(wb, HEAVY))  # progress over the map
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
-                      api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
+                      api_visibility="private", **QUIET)  # a new measurement: the last comparison goes
     run.click(cv.handler(wb, h.attribute), [continuations, session, estimator, crn, z, precision], outputs,
               api_name="attribute", **busy).then(**steps_view)
     refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine", **busy).then(
         **steps_view)
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
-        partial(pol.comparison_view, wb), [session], both, api_visibility="private")
+        partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
                   scroll_to_output=True, **cv.long_work(wb, HEAVY))  # to the status naming the comparison
     page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
-                    api_visibility="private", show_progress="hidden")  # flashes
-    page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private")
+                    api_visibility="private", **QUIET)  # flashes
+    page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)
     page.tab.select(**steps_view)  # each section shows the group it belongs to
     gen = page.built["generate"]
     gen["run"].click(partial(h.generate, wb), gen["inputs"], [*gen["outputs"], heatmap, rates, session, gen["status"]],
-                     api_name="generate", **HEAVY)
+                     api_name="generate", show_progress_on=gen["outputs"][:1], **HEAVY)  # progress over the gallery
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
                 compare_text=compare_text, both=both, continuations=continuations, estimator=estimator,
                 steps_view=steps_view)
@@ -250,9 +251,9 @@ def _objectives_tab(page: Page) -> None:
               [maps, summary, formula, view, status], api_name="objectives", scroll_to_output=True,
               **cv.long_work(wb, HEAVY)).then(
         lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
-        api_visibility="private", show_progress="hidden")
+        api_visibility="private", **QUIET)
     scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
-                api_name="objectives_scale", show_progress="hidden")
+                api_name="objectives_scale", **QUIET)
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
                api_visibility="private")
     # A cell chosen by the controls or by a click on a map: the maps stay, their outline moves (ui/figures.py)
@@ -260,7 +261,7 @@ def _objectives_tab(page: Page) -> None:
     # Outside the queue: the page skips the queued event's status round over every component (a map click in
     # about two thirds of the time, docs/performance.md). A choice is absolute, so two sent at once need no order:
     # the cell of the reply that lands last shows.
-    quick = dict(show_progress="hidden", queue=False)
+    quick = dict(**QUIET, queue=False)
     gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
           cell_inputs, [maps, formula, view, status], api_name="objectives_select", api_visibility="private", **quick)
     maps.cell(ob.maps_clicked(wb), [view, session], [name, row, traj, step, maps, formula, view, status],
@@ -335,7 +336,7 @@ def _finetune_tab(page: Page) -> None:
     form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
     lesson.input(partial(rh.load_lesson, wb), [lesson], [*form, about, status], api_name="load_lesson")
     estimate = dict(fn=partial(rh.memory_estimate, wb), inputs=[*form, lesson, *real], outputs=[memory],
-                    api_visibility="private", show_progress="hidden")
+                    api_visibility="private", **QUIET)
     for control in [*form, lesson, *real]:  # the estimate follows the form, before Start
         control.change(**estimate)
     tab.select(**estimate)
@@ -346,11 +347,11 @@ def _finetune_tab(page: Page) -> None:
     shown_keys = gr.State(())  # what the panel's pictures are drawn from (run_handlers.panel_keys): sent once each
     panel = [live, sample, before, now, heldout, bar, timer, shown_keys, state]
     poll = dict(fn=partial(rh.poll_run, wb), inputs=[session, shown_keys], outputs=panel, api_visibility="private",
-                show_progress="hidden")
+                **QUIET)
     timer.tick(**poll)
     tab.select(**{**poll, "fn": partial(rh.poll_run, wb, opened=True)})  # a session that opens the tab sees (and
     # can stop) the run using the device
-    tab.select(partial(rh.run_choices, wb), [session], [shown], api_visibility="private", show_progress="hidden")
+    tab.select(partial(rh.run_choices, wb), [session], [shown], api_visibility="private", **QUIET)
     shown.input(partial(rh.show_run, wb), [shown, session], [*panel, session, status], api_name="show_run")
 
 
@@ -421,6 +422,6 @@ def build_app(wb: Workbench) -> gr.Blocks:
                     attribution["heatmap"], attribution["rates"], *attribution["both"][:3]])
         picker["load"](gen["outputs"][0], attribution)
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
-                  api_visibility="private", show_progress="hidden")
+                  api_visibility="private", **QUIET)
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it
     return demo
