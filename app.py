@@ -88,7 +88,7 @@ def exit_on_terminate() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from workbench.core.heap import reuse_freed_memory
-    from workbench.ui.layout import launch_options  # after the arguments: --help builds nothing
+    from workbench.ui.launch import launch_options  # after the arguments: --help builds nothing
 
     # The collector is not deferred through the app's start-up as through the CLI's (core/heap.py): the page came
     # up ~1.5 s sooner, but the first credit press of a session took ~1.5 s longer (3 rounds of 3 plus a check,

@@ -32,7 +32,8 @@ def lesson_url(small, tmp_path_factory):
     from app_support import free_port
 
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app, launch_options
+    from workbench.ui.launch import launch_options
+    from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))

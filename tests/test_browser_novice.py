@@ -26,7 +26,8 @@ pytestmark = BROWSER
 def served(tmp_path_factory):
     """(address, runs folder) of the app on a random-init tiny model (no training here)."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app, launch_options
+    from workbench.ui.launch import launch_options
+    from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))

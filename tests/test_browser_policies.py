@@ -15,7 +15,8 @@ pytestmark = BROWSER
 def app(tmp_path_factory):
     """The app on a random-init tiny model with one run of it on disk (checkpoints at iterations 10 and 20)."""
     from workbench.models.embedded import build_embedded, save_embedded
-    from workbench.ui.layout import build_app, launch_options
+    from workbench.ui.launch import launch_options
+    from workbench.ui.layout import build_app
     from workbench.ui.workbench import Workbench
 
     model = save_embedded(build_embedded(seed=0), tmp_path_factory.mktemp("model"))

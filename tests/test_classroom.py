@@ -167,7 +167,7 @@ def test_the_class_view_adds_up_several_sessions_measurements(tmp_path, model_di
 @pytest.fixture(scope="module")
 def class_server(model_dir, tmp_path_factory):
     from app import create_app
-    from workbench.ui.layout import launch_options
+    from workbench.ui.launch import launch_options
 
     room = ClassRoom("class-pw", "teacher-tok")
     demo, wb = create_app(str(model_dir), device="cpu", runs_root=str(tmp_path_factory.mktemp("runs")),

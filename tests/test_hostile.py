@@ -1388,7 +1388,7 @@ def test_a_killed_run_resumed_under_another_thread_count_continues_exactly(model
 def test_the_served_app_takes_no_large_upload_and_its_config_names_no_server_path(tmp_path):
     import httpx
 
-    from workbench.ui.layout import launch_options
+    from workbench.ui.launch import launch_options
 
     demo = build_app(Workbench(device="cpu", runs_root=str(tmp_path / "runs")))
     demo.queue().launch(server_name="127.0.0.1", prevent_thread_lock=True, **launch_options())

@@ -1,33 +1,27 @@
 """`TrainConfig`, the settings of a fine-tuning run (named presets: `presets.py`).
 
 Each field has a one-line docstring with its meaning, unit and source paper; `__post_init__` rejects
-bad combinations with a message that says what to change, once, for the CLI, the app and the notebooks.
+bad combinations with a message that says what to change, once, for the CLI, the app and the notebooks (the checks:
+`config_checks.py`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.fields import LIMITS, check_types
-from workbench.flow.trajectory import SamplingConfig, check_seed
+from workbench.core.fields import check_types
+from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import schedule
-from workbench.rl.credit_estimators import lookahead_names
-from workbench.rl.objectives import KL_FORMS, OBJECTIVES, ObjectiveSettings, mixgrpo_window
-from workbench.train.model_settings import check_model_settings, is_real_model
-from workbench.train.prompt_sets import is_pipeline_folder, read_prompt_file, real_prompts
+from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, mixgrpo_window
+from workbench.train.config_checks import check_counts, check_options, check_prompts, check_ranges
+from workbench.train.model_settings import is_real_model
+from workbench.train.prompt_sets import read_prompt_file, real_prompts
 from workbench.train.tasks import TASKS
-from workbench.train.trackers import parse_report_to
-
-LR_MAX = 1.0  # a larger AdamW step overflows float32 weights (1e30) or cannot be represented (1e300)
-RANGES = {name: LIMITS[name].range() for name in (  # the sizes a run may have, from the one table of limits; memory
-    "steps", "prompts_per_iteration", "iterations", "eval_prompts", "lora_rank", "noise_level", "seed", "inner_epochs",
-    "max_sample_rounds", "keep_checkpoints", "threads")} | {"group": (2, LIMITS["group"].high)}  # is checked apart
 
 
 @dataclass
@@ -225,112 +219,14 @@ class TrainConfig:
             self.window = tuple(self.window)
         OBJECTIVES.get(self.objective)  # unknown names raise, listing the valid ones
         estimator = ADVANTAGES.get(self.advantage)
-        self._check_counts()
-        self._check_ranges()  # sizes before anything is built from them (a 10^12-step schedule)
-        self._check_prompts()
-        self._check_options()
+        check_counts(self)
+        check_ranges(self)  # sizes before anything is built from them (a 10^12-step schedule)
+        check_prompts(self)
+        check_options(self)
         self.sampling_config(1)  # validates steps, window, noise level, sde
         flat = torch.zeros(1, self.group)  # a dummy group: the estimator itself refuses settings it does not use
         estimator(flat, self.advantage_settings(), flat)
         self.check_batches()
-
-    def _check_ranges(self) -> None:
-        check_seed(self.seed)  # the one seed rule of every command and control
-        if self.lr > LR_MAX:
-            raise WorkbenchError(f"lr must be in (0, {LR_MAX:g}], got {self.lr:g}; AdamW fine-tunes use 1e-6..1e-3")
-        for name, (low, high) in RANGES.items():
-            value = getattr(self, name)
-            if isinstance(value, (int, float)) and not low <= value <= high:  # 'auto' is checked apart
-                raise WorkbenchError(f"{name} must be in {low}..{high}, got {value}")
-
-    def _check_counts(self) -> None:
-        for name in ("eval_every", "prompts_per_iteration", "steps", "iterations", "inner_epochs", "grad_accum",
-                     "sample_every", "checkpoint_every", "keep_checkpoints"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise WorkbenchError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.minibatch is not None and (not isinstance(self.minibatch, int) or self.minibatch < 0):
-            raise WorkbenchError(f"minibatch must be None (one group), 0 (all transitions) or a positive number of "
-                                 f"transitions, got {self.minibatch!r}")
-        if self.group < 2:
-            raise WorkbenchError(f"group must be >= 2 (advantages compare samples of one prompt), got {self.group}")
-        if not 0 <= self.eval_prompts <= 200:
-            raise WorkbenchError(f"eval_prompts must be in 0..200 (the held-out scenes), got {self.eval_prompts}")
-        check_model_settings(self)
-
-    def _check_prompts(self) -> None:
-        if self.prompts is not None and self.prompt_file is not None:
-            raise WorkbenchError("give prompts or prompt_file, not both")
-        if self.task is not None:
-            TASKS.get(self.task)  # an unknown name lists the valid ones
-            if is_real_model(self.model):  # every task is a lesson of the toy world
-                raise WorkbenchError(f"the task '{self.task}' is a lesson of the embedded model's toy world, not of an "
-                                     "SD3 / FLUX model; drop the task (or the preset that brings it): a real model "
-                                     "trains on the shipped real prompts, or on prompts / prompt_file")
-            if self.prompts is not None or self.prompt_file is not None:
-                raise WorkbenchError(f"the task '{self.task}' brings its own prompts; drop prompts / prompt_file "
-                                     "or the task")
-        if self.lora is not None:
-            from workbench.models.lora import adapter_format
-
-            if not is_pipeline_folder(self.model):
-                raise WorkbenchError(f"lora {self.lora}: a LoRA adapter goes on an SD3 / FLUX model folder; give the "
-                                     "base it was trained on as model")
-            adapter_format(self.lora)  # a missing folder or files are named now, not after the model loaded
-        if self.prompts is not None and not [p for p in self.prompts if p.strip()]:
-            raise WorkbenchError("prompts is empty; give at least one prompt or leave it None for the world's")
-        if self.prompt_file is not None and not Path(self.prompt_file).is_file():
-            raise WorkbenchError(f"prompt file {self.prompt_file} does not exist; give a text file, one prompt a line")
-
-    def _check_options(self) -> None:
-        from workbench.rewards import check_folders, parse_reward_spec
-
-        named = set(parse_reward_spec(self.reward)) if self.reward is not None else set()
-        if self.gfpo_metric is not None:
-            named |= set(parse_reward_spec(self.gfpo_metric))
-        check_folders(named, self.reward_folders())  # model-based rewards need their folder, and only they
-        if self.window is not None and self.mixgrpo:
-            raise WorkbenchError("mixgrpo slides its own window; drop window or mixgrpo")
-        if self.mixgrpo and self.steps < 4:
-            raise WorkbenchError(f"mixgrpo needs steps >= 4 (a 4-step window), got {self.steps}")
-        if self.window is not None and not 0 <= self.window[0] < self.window[1] <= self.steps:
-            raise WorkbenchError(f"SDE window {self.window} must satisfy 0 <= start < end <= steps ({self.steps})")
-        if self.noise_level <= 0:
-            raise WorkbenchError("noise_level must be > 0 for training: the ODE (0) has no log-probs to train")
-        if self.lr <= 0 or self.max_grad_norm <= 0 or self.weight_decay < 0:
-            raise WorkbenchError("lr and max_grad_norm must be > 0 and weight_decay >= 0")
-        self.objective_settings()  # validates clip_low, clip_high, kl_beta
-        parse_report_to(self.report_to)
-        if self.kl_form not in KL_FORMS:
-            raise WorkbenchError(f"kl_form must be one of {', '.join(KL_FORMS)}, got '{self.kl_form}'")
-        if self.chunk_fraction is not None and not 0 < self.chunk_fraction <= 1:
-            raise WorkbenchError(f"chunk_fraction must be in (0, 1] or None, got {self.chunk_fraction}")
-        if self.chunk_weights not in ("l1_rel", "uniform"):
-            raise WorkbenchError(f"chunk_weights must be 'l1_rel' or 'uniform', got '{self.chunk_weights}'")
-        if self.last_step_sde and (self.train_last_step or self.window is not None or self.mixgrpo):
-            raise WorkbenchError("last_step_sde makes the extra untrained last step an SDE step; it needs "
-                                 "train_last_step=False and no window or mixgrpo")
-        if self.chunk_sampling not in ("trajectory", "iteration"):
-            raise WorkbenchError(f"chunk_sampling must be trajectory (GCPO) or iteration, not '{self.chunk_sampling}'")
-        if (self.advantage == "gfpo") != (self.gfpo_metric is not None):
-            raise WorkbenchError("advantage 'gfpo' and gfpo_metric go together: set both (e.g. gfpo_metric="
-                                 "'sharpness') or neither")
-        if not 0.0 <= self.gpg_threshold <= 1.0:
-            raise WorkbenchError(f"gpg_threshold is a fraction of the groups, in [0, 1]; got {self.gpg_threshold}")
-        if self.max_sample_rounds is not None:
-            if not self.refills:
-                raise WorkbenchError("max_sample_rounds caps the refill of DAPO dynamic sampling or GPG; set "
-                                     "dynamic_sampling or advantage 'gpg', or leave it None")
-            if not isinstance(self.max_sample_rounds, int) or self.max_sample_rounds < 1:
-                raise WorkbenchError(f"max_sample_rounds must be a positive integer, got {self.max_sample_rounds!r}")
-        if self.gfpo_keep is not None and not 1 <= self.gfpo_keep <= self.group:
-            raise WorkbenchError(f"gfpo_keep must be in 1..group ({self.group}), got {self.gfpo_keep}")
-        if self.uses_chunks:
-            schedule(self.chunks, len(self.trained_steps(1)))
-        if not (0 <= self.gae_gamma <= 1 and 0 <= self.gae_lambda <= 1 and self.critic_lr > 0
-                and self.critic_epochs >= 1 and self.lookahead in lookahead_names()):
-            raise WorkbenchError("need gae_gamma and gae_lambda in [0, 1], critic_lr > 0, critic_epochs >= 1 and "
-                                 f"lookahead one of {', '.join(lookahead_names())}; got {self.gae_gamma}, "
-                                 f"{self.gae_lambda}, {self.critic_lr}, {self.critic_epochs}, '{self.lookahead}'")
 
     def check_batches(self, world: int = 1) -> None:
         """Minibatches hold whole trajectories (chunk ratios need all steps); the groups split evenly over processes

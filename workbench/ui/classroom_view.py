@@ -19,6 +19,7 @@ from workbench.ui import run_handlers as rh
 from workbench.ui import share
 from workbench.ui.classroom import CAP_LABELS, CAP_RANGES, ClassCaps, ClassRoom
 from workbench.ui.guard import escape, guarded, ok, whole_number
+from workbench.ui.progress import QUIET
 from workbench.ui.state import Session
 from workbench.viz.class_view import class_figure, spread
 
@@ -108,7 +109,7 @@ def wire_stop(wb, triggers: list, session, stop: gr.Button) -> None:
 
     def stop_state(request: gr.Request, session: Session):
         return gr.Button(interactive=may_stop(wb, request, session))
-    gr.on(triggers, stop_state, [session], [stop], api_visibility="private", show_progress="hidden")
+    gr.on(triggers, stop_state, [session], [stop], api_visibility="private", **QUIET)
 
 
 def may_stop(wb, request, session: Session) -> bool:
@@ -175,7 +176,7 @@ def class_tab(wb, demo: gr.Blocks) -> None:
     _wire(classroom, demo, dict(tab=tab, caps_line=caps_line, share_box=share_box, token=token, unlock=unlock,
                                 status=status, teacher=teacher, caps=caps, apply=apply, shown=shown, clear=clear))
     gr.on([tab.select, timer.tick], _viewer(classroom), [seen], [summary, figure, table, seen],
-          api_visibility="private", show_progress="hidden")
+          api_visibility="private", **QUIET)
 
 
 def _viewer(classroom: ClassRoom):
@@ -186,7 +187,7 @@ def _viewer(classroom: ClassRoom):
 
 def _wire(classroom: ClassRoom, demo: gr.Blocks, c: dict) -> None:
     """The Class tab's events; every teacher's action is checked in its handler (`ClassRoom.teacher_only`)."""
-    private = dict(api_visibility="private", show_progress="hidden")
+    private = dict(api_visibility="private", **QUIET)
 
     @guarded(2)
     def unlocked(token: str, request: gr.Request):

@@ -1,8 +1,8 @@
-"""The page: its tabs (registered in `ui.tabs.TABS`) and their wiring. Handlers live in `handlers`, `objectives` and
-`run_handlers`.
+"""The page: its tabs (registered in `ui.tabs.TABS`; Chunks is built in `chunks_tab`, Learn in `learn`) and their
+wiring. Handlers live in `handlers`, `objectives` and `run_handlers`.
 
-`build_app(wb)` returns the `gr.Blocks`; `app.py` launches it. Per-user data is one `gr.State(Session())`,
-so two browser sessions never share a group, a credit measurement, a chunk schedule or a run.
+`build_app(wb)` returns the `gr.Blocks`; `app.py` launches it with `launch.launch_options()`. Per-user data is one
+`gr.State(Session())`, so two browser sessions never share a group, a credit measurement, a chunk schedule or a run.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 from functools import partial
 
 import gradio as gr
-from starlette.routing import Mount
-from starlette.staticfiles import StaticFiles
 
 from workbench.core.fields import LIMITS, field_docs
 from workbench.core.glossary import gloss
@@ -19,11 +17,12 @@ from workbench.core.precision import PRECISIONS, resolve_precision
 from workbench.flow.sde import SDE_KINDS
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import default_note, default_reward, rewards_for
-from workbench.rl.chunking import chunker_info, chunker_names, parse_chunk_spec
+from workbench.rl.chunking import chunker_names, parse_chunk_spec
 from workbench.rl.credit import Z
 from workbench.rl.credit_estimators import estimator_help, estimator_names
 from workbench.rl.explain import CLIP, INNER_LR, INNER_UPDATES
-from workbench.train.config import RANGES, TrainConfig
+from workbench.train.config import TrainConfig
+from workbench.train.config_checks import RANGES
 from workbench.train.model_settings import model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder, world_prompts
 from workbench.ui import classroom_view as cv
@@ -34,18 +33,18 @@ from workbench.ui import policies as pol
 from workbench.ui import run_handlers as rh
 from workbench.ui import step_handlers as sh
 from workbench.ui import train_form as tf
+from workbench.ui.chunks_tab import chunks_tab
 from workbench.ui.guard import guard_numbers
 from workbench.ui.jobs import objective_names
+from workbench.ui.launch import MATH_FONT_PRELOAD
 from workbench.ui.learn import learn_tab
-from workbench.ui.mathml import FONT as MATH_FONT
-from workbench.ui.mathml import font_css
 from workbench.ui.objectives import ROWS
+from workbench.ui.progress import QUIET
 from workbench.ui.reveal import reveal
 from workbench.ui.state import Session
 from workbench.ui.tabs import TABS, Page, TabInfo, tab_ids
 from workbench.ui.welcome import (
     ATTRIBUTION_INTRO,
-    CHUNKS_INTRO,
     FINETUNE_INTRO,
     GENERATE_INTRO,
     OBJECTIVES_INTRO,
@@ -58,8 +57,6 @@ from workbench.ui.welcome import (
 )
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view
-from workbench.viz.chunk_map import chunk_map_hint
-from workbench.viz.dynamics_svg import dynamics_hint
 from workbench.viz.plots import empty_figure
 from workbench.viz.push_maps import maps_hint
 
@@ -196,7 +193,7 @@ def _attribution_tab(page: Page) -> dict:
     both = [compare_plot, compare_images, compare_text, status]
     busy = dict(show_progress_on=[heatmap], **cv.long_work(wb, HEAVY))  # progress over the map
     steps_view = dict(fn=partial(sh.step_advantages_view, wb), inputs=[session], outputs=per_step,
-                      api_visibility="private", show_progress="hidden")  # a new measurement: the last comparison goes
+                      api_visibility="private", **QUIET)  # a new measurement: the last comparison goes
     for measured in (run.click(cv.handler(wb, h.attribute), [continuations, session, estimator, crn, z, precision],
                                outputs, api_name="attribute", **busy),
                      refine.click(partial(h.refine_credit, wb), [budget, session, z], outputs, api_name="refine",
@@ -204,95 +201,23 @@ def _attribution_tab(page: Page) -> dict:
         measured.then(**steps_view)
         measured.then(**reveal("credit-status"))  # the answer's line, with the map under it
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
-        partial(pol.comparison_view, wb), [session], both, api_visibility="private")
+        partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)
     compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
                   [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
                   scroll_to_output=True, **cv.long_work(wb, HEAVY))  # to the status naming the comparison
     page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
-                    api_visibility="private", show_progress="hidden")  # flashes
-    page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private")
+                    api_visibility="private", **QUIET)  # flashes
+    page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)
     page.tab.select(**steps_view)  # each section shows the group it belongs to
     gen = page.built["generate"]
     gen["run"].click(partial(h.generate, wb), gen["inputs"], [*gen["outputs"], heatmap, rates, session, gen["status"]],
-                     api_name="generate", **HEAVY)
+                     api_name="generate", show_progress_on=gen["outputs"][:1], **HEAVY)  # progress over the gallery
     return dict(heatmap=heatmap, rates=rates, status=status, other=other, compare_plot=compare_plot,
                 compare_text=compare_text, both=both, continuations=continuations, estimator=estimator,
                 steps_view=steps_view)
 
 
-@TABS.register("chunks", info=TabInfo("Chunks", order=30, needs_credit=True))
-def _chunks_tab(page: Page) -> gr.Textbox:
-    wb, session, tab = page.wb, page.session, page.tab
-    gr.Markdown(CHUNKS_INTRO, elem_id="chunks-intro")
-    with gr.Row():
-        spec = gr.Textbox("2,3,4,7", label="Chunk sizes (sum = T)", elem_id="chunk-spec", scale=3)
-        apply = gr.Button("Apply sizes", elem_id="apply-spec-btn", scale=1)
-    with gr.Row():
-        chunker = gr.Dropdown(chunker_names(menu=True), value="temporal", label="Chunker", scale=2)
-        option = gr.Number(4, precision=0, label=" / ".join(f"{chunker_info(n).option().label} ({n})" for n in
-                                                             chunker_names(menu=True) if chunker_info(n).option()),
-                           scale=2)
-        use = gr.Button("Apply chunker", elem_id="apply-chunker-btn", scale=1)
-    with gr.Row():
-        step = gr.Slider(1, 15, 8, step=1, label="Step", scale=3,
-                         info="Split: a new chunk starts at this step (the line left of it). Merge: the chunk that "
-                              "starts here joins the one before.")
-        split = gr.Button("Split here", elem_id="split-btn", scale=1)
-        merge = gr.Button("Merge here", elem_id="merge-btn", scale=1)
-    status = gr.Markdown(elem_id="chunks-status")
-    rates = gr.Markdown(elem_id="chunks-rates")
-    gr.Markdown(gloss("**Click the curve** at step t to add or remove the chunk boundary after step t (the "
-                      "dashed line at t + 0.5).", ("denoising step",)))
-    curve = figures.curve_view(dynamics_hint("the curve of the model's denoising steps is computed when the tab opens"),
-                               label="Temporal dynamics", elem_id="curve-plot")
-    chunk_map = figures.chunk_map_view(chunk_map_hint(h.CHUNK_MAP_HINT), label="Chunk credit",
-                                       elem_id="chunk-credit-plot")  # markup: an edit redraws it in milliseconds
-    outputs = [curve, chunk_map, spec, rates, session, status]  # an edit's
-    tab.select(partial(h.chunks_view, wb), [session], [step, status], api_visibility="private",
-               show_progress_on=[curve]).then(  # the views read the session once the curve is computed
-        partial(h.chunks_shown, wb), [session], [curve, chunk_map, spec, rates, status], api_visibility="private",
-        queue=False, show_progress="hidden")
-    # Milliseconds each, no progress flashes. Queued one at a time in the order they came, every one: two edits sent
-    # at once (a click, then a button) each read the session the other left, where outside the queue both read the
-    # same session and the second reply undid the first edit.
-    quick = dict(show_progress="hidden", concurrency_id="chunk-edit", concurrency_limit=1, trigger_mode="multiple")
-    # The link and the address bar follow each edit as they follow any change of the session (share.wire).
-    # The buttons above the status line: their answer is brought into view (an edit on the curve is made where
-    # its answer is drawn, and the page stays there).
-    gr.on([apply.click, spec.submit], partial(h.chunks_from_spec, wb), [spec, session], outputs,
-          api_name="chunks_from_spec", **quick).then(**reveal("chunks-status"))
-    use.click(partial(h.chunks_from_chunker, wb), [chunker, option, session], outputs, api_name="chunks_from_chunker",
-              **quick).then(**reveal("chunks-status"))
-    split.click(partial(h.chunks_split, wb), [step, session], outputs, api_name="chunks_split", **quick)
-    merge.click(partial(h.chunks_merge, wb), [step, session], outputs, api_name="chunks_merge", **quick)
-    curve.toggle(h.curve_clicked(wb), [session], outputs, api_visibility="private", **quick)  # a click on the curve
-    point = gr.Textbox(label="Step t after which to toggle the boundary", visible=False)  # the API's click
-    api = gr.Button(visible=False)
-    api.click(partial(h.chunks_toggle, wb), [point, session], outputs, api_name="chunks_toggle", **quick)
-    return spec
-
-
-# The cell formula's math font, served from the package's assets folder at ASSETS_ROUTE (a static route of the app,
-# so the page's config names no server path) and asked for as the page loads, so the first formula is drawn in it
-ASSETS_ROUTE = "workbench-assets"
-MATH_FONT_URL = f"{ASSETS_ROUTE}/{MATH_FONT.name}"
-MAX_UPLOAD = "1mb"  # the app takes no files: Gradio's upload route refuses anything larger (it kept any size)
-MATH_FONT_PRELOAD = f'<link rel="preload" href="{MATH_FONT_URL}" as="font" type="font/woff2" crossorigin>'
-# The filmstrip's step labels (t=0 .. t=T-1) run along the top of its image, where Gradio draws the component's
-# label (left) and its buttons (right) over the image: they hid t=0..3 and t=15. The image starts below them.
-PAGE_CSS = "#filmstrip .image-container { padding-top: 2.6em; }\n" + font_css(MATH_FONT_URL) + figures.CSS
-
-
-def launch_options() -> dict:
-    """Keyword arguments of `demo.launch`, fresh each time (Gradio adds to `app_kwargs`):
-    - no run history: Gradio kept every call's outputs (two figures per chunk edit) in the browser's localStorage,
-      parsed and written again on each call, half the page's CPU of an edit;
-    - the page's few style rules (`PAGE_CSS`, the figures' among them: `ui.figures`), and its math font served from
-      the package (`ui.mathml`) at ASSETS_ROUTE, a static route of the app's FastAPI (Gradio's file route is given
-      no folder, so the page's config names no server path);
-    - uploads of at most MAX_UPLOAD."""
-    assets = Mount(f"/{ASSETS_ROUTE}", StaticFiles(directory=MATH_FONT.parent), name=ASSETS_ROUTE)
-    return {"run_history": False, "app_kwargs": {"routes": [assets]}, "css": PAGE_CSS, "max_file_size": MAX_UPLOAD}
+TABS.register("chunks", info=TabInfo("Chunks", order=30, needs_credit=True))(chunks_tab)
 
 
 @TABS.register("objectives", info=TabInfo("Objectives", order=40, needs_credit=True))
@@ -328,9 +253,9 @@ def _objectives_tab(page: Page) -> None:
     run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
               [maps, summary, formula, view, status], api_name="objectives", **cv.long_work(wb, HEAVY)).then(
         lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
-        api_visibility="private", show_progress="hidden").then(**reveal("objectives-status"))
+        api_visibility="private", **QUIET).then(**reveal("objectives-status"))
     scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
-                api_name="objectives_scale", show_progress="hidden")
+                api_name="objectives_scale", **QUIET)
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
                api_visibility="private")
     # A cell chosen by the controls or by a click on a map: the maps stay, their outline moves (ui/figures.py)
@@ -338,7 +263,7 @@ def _objectives_tab(page: Page) -> None:
     # Outside the queue: the page skips the queued event's status round over every component (a map click in
     # about two thirds of the time, docs/performance.md). A choice is absolute, so two sent at once need no order:
     # the cell of the reply that lands last shows.
-    quick = dict(show_progress="hidden", queue=False)
+    quick = dict(**QUIET, queue=False)
     gr.on([show.click, name.input, row.input, traj.submit, step.submit], partial(ob.objectives_select, wb),
           cell_inputs, [maps, formula, view, status], api_name="objectives_select", api_visibility="private", **quick)
     maps.cell(ob.maps_clicked(wb), [view, session], [name, row, traj, step, maps, formula, view, status],
@@ -413,7 +338,7 @@ def _finetune_tab(page: Page) -> None:
     form = [objective, reward, chunks, lr, iterations, group, steps, lora, sde, window]
     lesson.input(partial(rh.load_lesson, wb), [lesson], [*form, about, status], api_name="load_lesson")
     estimate = dict(fn=partial(rh.memory_estimate, wb), inputs=[*form, lesson, *real], outputs=[memory],
-                    api_visibility="private", show_progress="hidden")
+                    api_visibility="private", **QUIET)
     for control in [*form, lesson, *real]:  # the estimate follows the form, before Start
         control.change(**estimate)
     tab.select(**estimate)
@@ -424,11 +349,11 @@ def _finetune_tab(page: Page) -> None:
     shown_keys = gr.State(())  # what the panel's pictures are drawn from (run_handlers.panel_keys): sent once each
     panel = [live, sample, before, now, heldout, bar, timer, shown_keys, state]
     poll = dict(fn=partial(rh.poll_run, wb), inputs=[session, shown_keys], outputs=panel, api_visibility="private",
-                show_progress="hidden")
+                **QUIET)
     timer.tick(**poll)
     tab.select(**{**poll, "fn": partial(rh.poll_run, wb, opened=True)})  # a session that opens the tab sees (and
     # can stop) the run using the device
-    tab.select(partial(rh.run_choices, wb), [session], [shown], api_visibility="private", show_progress="hidden")
+    tab.select(partial(rh.run_choices, wb), [session], [shown], api_visibility="private", **QUIET)
     shown.input(partial(rh.show_run, wb), [shown, session], [*panel, session, status], api_name="show_run")
 
 
@@ -499,6 +424,6 @@ def build_app(wb: Workbench) -> gr.Blocks:
                     attribution["heatmap"], attribution["rates"], *attribution["both"][:3]])
         picker["load"](gen["outputs"][0], attribution)
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
-                  api_visibility="private", show_progress="hidden")
+                  api_visibility="private", **QUIET)
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it
     return demo

@@ -26,6 +26,7 @@ from workbench.rl.chunking import schedule
 from workbench.rl.credit_estimators import ESTIMATORS
 from workbench.ui import handlers as h
 from workbench.ui.guard import escape, guarded, ok, parse_window
+from workbench.ui.progress import QUIET
 from workbench.ui.state import BASE, Session, format_sizes
 from workbench.ui.tabs import TABS, check_tab, tab_id
 from workbench.ui.workbench import Workbench
@@ -296,11 +297,11 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
                         [row["page"], row["status"]], js=CURRENT_TAB_JS, api_name="export_page",
                         concurrency_id="model", concurrency_limit=1)
     follow = dict(fn=follow_link, inputs=[*controls, session, row["tab"], row["base"]], outputs=[row["link"]],
-                  js=CURRENT_TAB_JS, queue=False, show_progress="hidden", api_visibility="private")
+                  js=CURRENT_TAB_JS, queue=False, **QUIET, api_visibility="private")
     gr.on([session.change, tabs.change], **follow).then(None, [row["link"]], None, js=FOLLOW_JS)
     demo.load(None, None, None, js=ADDRESS_JS)  # plotly's clip paths stay in the page as the address changes
     demo.load(partial(preload_link, wb), [session, row["tab"]], None, js=QUERY_JS, api_visibility="private",
-              concurrency_id="load", concurrency_limit=1, show_progress="hidden").then(  # the load: not in the
+              concurrency_id="load", concurrency_limit=1, **QUIET).then(  # the load: not in the
         partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,  # way of
         api_visibility="private", concurrency_id="model", concurrency_limit=1,  # other sessions' sampling
         show_progress_on=[shown[16]])  # over the credit map only: not over every control of the page

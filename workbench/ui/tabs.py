@@ -10,7 +10,7 @@ tabs built after it (Attribution wires Generate's button to its own map).
     def notes_tab(page):
         gr.Markdown("...")
 
-The built-in tabs are registered where they are built (`layout`), so every consumer runs inside the app.
+The built-in tabs are registered by the page (`layout`), so every consumer runs inside the app.
 """
 
 from __future__ import annotations

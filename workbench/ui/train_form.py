@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from workbench.core.errors import WorkbenchError
 from workbench.train import PRESETS, TrainConfig, preset
-from workbench.train.config import RANGES
+from workbench.train.config_checks import RANGES
 from workbench.train.model_settings import AUTO, REAL_LORA_RANK, is_real_model, model_defaults
 from workbench.train.prompt_sets import is_pipeline_folder
 from workbench.ui.guard import escape, number, parse_window, whole_number

@@ -14,6 +14,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.rl.credit_estimators import continuation_cost, grid_rows
 from workbench.ui import timing
 from workbench.ui.jobs import objective_names
+from workbench.ui.progress import QUIET
 
 OBJECTIVES_WORK = 13_000  # at most objectives x G x T x (N inner updates + 1) per Compute in the app: the default
 # group (G=8, T=16) with every N of the slider (9 x 8 x 16 x 11 = 12672) fits, G=16, T=32 with N=2 or more does not
@@ -23,7 +24,7 @@ SLOW_S = 5.0  # a button whose work takes longer says so beforehand
 def line(fn, inputs: list, elem_id: str) -> gr.Markdown:
     """A Markdown line showing fn(*inputs), recomputed whenever an input changes (a private event: not an API)."""
     shown = gr.Markdown(fn(*(block.value for block in inputs)), elem_id=elem_id)
-    gr.on([block.change for block in inputs], fn, inputs, shown, api_visibility="private", show_progress="hidden",
+    gr.on([block.change for block in inputs], fn, inputs, shown, api_visibility="private", **QUIET,
           queue=False)
     return shown
 
@@ -33,7 +34,7 @@ def timed(demo: gr.Blocks | None, fn, elem_id: str, **options) -> gr.Markdown:
     after the page was built is said from the next visit on."""
     shown = gr.Markdown(fn(), elem_id=elem_id, **options)
     if demo is not None:
-        demo.load(fn, None, shown, api_visibility="private", show_progress="hidden", queue=False)
+        demo.load(fn, None, shown, api_visibility="private", **QUIET, queue=False)
     return shown
 
 
