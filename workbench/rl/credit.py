@@ -321,9 +321,7 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
     if group.num_steps < 2:
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
-    precision = resolve_precision(precision, policy.device, policy.dtype)
-    if not ESTIMATORS.info(estimator).transformer:  # it reuses the sampler's predictions: the weights' numerics
-        precision = str(policy.dtype).removeprefix("torch.")
+    precision = measured_precision(policy, estimator, precision)
     prompts = [group.prompt] * group.group_size
     scores = torch.stack([torch.as_tensor(reward_fn(group.images, prompts), dtype=torch.float32).cpu()
                           for _ in range(1 + rescore)], dim=1)  # (G, 1 + R)
@@ -333,6 +331,15 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
     return Credit(group.prompt, rewards, advantages, est.continuation_rewards, sizes, seed, group.config.sde_mask(),
                   crn, estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
                   est.start_continuations, precision=precision, final_scores=scores if rescore else None)
+
+
+def measured_precision(policy: FlowPolicy, estimator: str, precision: str = "auto") -> str:
+    """The numerics a credit measured with `estimator` at `precision` records (`Credit.precision`): the resolved
+    PRECISIONS name, or the weights' own dtype for an estimator that evaluates no transformer."""
+    resolved = resolve_precision(precision, policy.device, policy.dtype)  # an unknown name is refused either way
+    if not ESTIMATORS.info(estimator).transformer:  # it reuses the sampler's predictions: the weights' numerics
+        return str(policy.dtype).removeprefix("torch.")
+    return resolved
 
 
 REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them
