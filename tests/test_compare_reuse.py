@@ -78,7 +78,7 @@ def sampled_and_measured_again(wb, session: Session, other: str, m: int):
 @pytest.mark.parametrize("credit_m", [None, 2, 3], ids=["no credit yet", "credit reused", "credit of another M"])
 def test_compare_gives_the_numbers_of_sampling_and_measuring_both_groups_again(wb, tuned, credit_m):
     session = tuned if credit_m is None else measured(wb, tuned, credit_m)
-    session = h.chunks_from_spec(wb, "1,3", session)[-2]  # an edited schedule: the reused credit is re-chunked
+    session = h.chunks_from_spec(wb, "1,3", session)[-2]  # an edited schedule (the session re-chunks its credit)
     other = wb.base_key(session.source)
     figure, images, text, compared, status = pol.compare(wb, pol.RUN_BASE, 2, session)
     assert status.startswith("✓") and ("already measured" in status) == (credit_m == 2), status
