@@ -33,7 +33,7 @@ from workbench.core.precision import resolve_precision
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import chunk_boundaries, chunk_sum, parse_chunk_spec
-from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, run_continuations
+from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, measured_precision, run_continuations
 from workbench.rl.credit_stats import (
     Rates,
     classify,
@@ -331,15 +331,6 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
     return Credit(group.prompt, rewards, advantages, est.continuation_rewards, sizes, seed, group.config.sde_mask(),
                   crn, estimator, est.start, est.deterministic, {"nfe": est.nfe, "seconds": est.seconds},
                   est.start_continuations, precision=precision, final_scores=scores if rescore else None)
-
-
-def measured_precision(policy: FlowPolicy, estimator: str, precision: str = "auto") -> str:
-    """The numerics a credit measured with `estimator` at `precision` records (`Credit.precision`): the resolved
-    PRECISIONS name, or the weights' own dtype for an estimator that evaluates no transformer."""
-    resolved = resolve_precision(precision, policy.device, policy.dtype)  # an unknown name is refused either way
-    if not ESTIMATORS.info(estimator).transformer:  # it reuses the sampler's predictions: the weights' numerics
-        return str(policy.dtype).removeprefix("torch.")
-    return resolved
 
 
 REACH = 1.0  # undetermined cells with |d| >= REACH se are refined first: more continuations can determine them

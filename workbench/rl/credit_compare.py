@@ -17,8 +17,8 @@ from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
-from workbench.rl.credit import Credit, Z, measure_credit, measured_precision
-from workbench.rl.credit_estimators import ESTIMATORS
+from workbench.rl.credit import Credit, Z, measure_credit
+from workbench.rl.credit_estimators import ESTIMATORS, measured_precision
 from workbench.rl.credit_stats import Rates
 
 RATES = ("misattributed", "determined", "mass_against")  # Rates fields compared, each with its `_se`
@@ -72,11 +72,11 @@ class CreditComparison:
 
 def same_measurement(credit: Credit, group: TrajectoryGroup, continuations: int, seed: int, estimator: str,
                      crn: bool, precision: str) -> bool:
-    """Whether `credit` is what `measure_credit` of `group` with these settings gives (`precision` resolved, as
-    `rl.credit.measured_precision` returns it), up to the chunks, which `Credit.rechunk` sets without sampling: the same
-    group, estimator, continuation seed, CRN and numerics, M continuations at every state (not refined since; M only
-    counts for a Monte-Carlo estimator) and no re-scoring. The reward is not recorded in a Credit: the caller knows
-    which reward measured it."""
+    """Whether `credit` is what `measure_credit` of `group` with these settings gives, up to the chunks, which
+    `Credit.rechunk` sets without sampling: the same group, estimator, continuation seed, CRN and numerics
+    (`precision` resolved, as `credit_estimators.measured_precision` gives it), M continuations at every state (not
+    refined since; M only counts for a Monte-Carlo estimator) and no re-scoring. The reward is not recorded in a
+    Credit: the caller knows which reward measured it."""
     return (credit.prompt == group.prompt and credit.num_steps == group.num_steps
             and credit.rewards.shape[0] == group.group_size and credit.estimator == estimator and credit.seed == seed
             and credit.crn == crn and credit.precision == precision and credit.looks is None

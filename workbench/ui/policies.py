@@ -110,8 +110,8 @@ def session_credit(wb: Workbench, session: Session, continuations: int, estimato
     """The session's credit (its latest measurement, else its latest Monte-Carlo one) when it is the measurement
     Compare makes of the session's group with these settings (`credit_compare.same_measurement`; both scored with
     the session's reward), else None: Compare measures it."""
-    from workbench.rl.credit import measured_precision
     from workbench.rl.credit_compare import same_measurement
+    from workbench.rl.credit_estimators import measured_precision
 
     group = session.group
     if group is None:
