@@ -177,8 +177,9 @@ def test_before_any_lesson_ran_learn_compares_with_the_shipped_lesson(tmp_path, 
 
 def test_the_lesson_says_how_long_it_takes_before_start(model_dir, tmp_path):
     wb = Workbench(model=str(model_dir), device="cpu", runs_root=str(tmp_path / "runs"))
-    about = rh.load_lesson(wb, "crosses")[-2]
-    assert "It takes about 6 minutes on a fast 2-core laptop and 13 on one half as fast" in about
+    about = rh.load_lesson(wb, "crosses")[-2]  # the machine is not timed yet: the shipped figure, labelled
+    assert ("**Time**: not measured on this machine yet; the figure shipped with the lesson: about 6 minutes on a "
+            "fast 2-core laptop and 13 on one half as fast") in about
     assert "last run here" not in about
     run = make_run(wb.jobs.root, model_dir, iterations=(80,), name="done", task="crosses")
     write_json(run / "status.json", {"state": "finished", "iteration": 80, "started": 1000.0, "updated": 1290.0})

@@ -33,7 +33,7 @@ from workbench.core.precision import resolve_precision
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import chunk_boundaries, chunk_sum, parse_chunk_spec
-from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, run_continuations
+from workbench.rl.credit_estimators import ESTIMATORS, continuation_cost, measured_precision, run_continuations
 from workbench.rl.credit_stats import (
     Rates,
     classify,
@@ -321,9 +321,7 @@ def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, contin
     if group.num_steps < 2:
         raise WorkbenchError("credit needs at least 2 steps: there is no intermediate state to continue from")
     sizes = parse_chunk_spec(chunks, group.num_steps)
-    precision = resolve_precision(precision, policy.device, policy.dtype)
-    if not ESTIMATORS.info(estimator).transformer:  # it reuses the sampler's predictions: the weights' numerics
-        precision = str(policy.dtype).removeprefix("torch.")
+    precision = measured_precision(policy, estimator, precision)
     prompts = [group.prompt] * group.group_size
     scores = torch.stack([torch.as_tensor(reward_fn(group.images, prompts), dtype=torch.float32).cpu()
                           for _ in range(1 + rescore)], dim=1)  # (G, 1 + R)

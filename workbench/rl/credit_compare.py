@@ -13,10 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from workbench.core.errors import WorkbenchError
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig, TrajectoryGroup
 from workbench.rl.credit import Credit, Z, measure_credit
+from workbench.rl.credit_estimators import ESTIMATORS, measured_precision
 from workbench.rl.credit_stats import Rates
 
 RATES = ("misattributed", "determined", "mass_against")  # Rates fields compared, each with its `_se`
@@ -68,22 +70,60 @@ class CreditComparison:
                 for unit in ("step", "chunk") for rate in RATES]
 
 
+def same_measurement(credit: Credit, group: TrajectoryGroup, continuations: int, seed: int, estimator: str,
+                     crn: bool, precision: str) -> bool:
+    """Whether `credit` is what `measure_credit` of `group` with these settings gives, up to the chunks, which
+    `Credit.rechunk` sets without sampling: the same group, estimator, continuation seed, CRN and numerics
+    (`precision` resolved, as `credit_estimators.measured_precision` gives it), M continuations at every state (not
+    refined since; M only counts for a Monte-Carlo estimator) and no re-scoring. The reward is not recorded in a
+    Credit: the caller knows which reward measured it."""
+    return (credit.prompt == group.prompt and credit.num_steps == group.num_steps
+            and credit.rewards.shape[0] == group.group_size and credit.estimator == estimator and credit.seed == seed
+            and credit.crn == crn and credit.precision == precision and credit.looks is None
+            and credit.final_scores is None
+            and (not ESTIMATORS.info(estimator).continuations or bool(credit.counts.eq(continuations).all())))
+
+
 def compare_credit(policies: tuple[FlowPolicy, FlowPolicy], labels: tuple[str, str], prompt: str,
                    config: SamplingConfig, reward_fn, continuations: int = 4, chunks="2,3,4,7", seed: int = 0,
-                   estimator: str = "mc", crn: bool = True, progress=None, precision: str = "auto"
-                   ) -> CreditComparison:
+                   estimator: str = "mc", crn: bool = True, progress=None, precision: str = "auto",
+                   sampled: tuple[TrajectoryGroup | None, TrajectoryGroup | None] = (None, None),
+                   measured: tuple[Credit | None, Credit | None] = (None, None)) -> CreditComparison:
     """Sample `prompt` with `config` under both policies and measure each group's credit the same way
     (`precision`: the continuations' numerics, core/precision.py).
 
-    progress(done, total) counts continuation batches over both measurements."""
+    sampled: a group already sampled under that side's policy from `prompt` with `config` (e.g. the app session's
+    own), used instead of sampling it again: sampling is deterministic given the config's seed, so the numbers are
+    the same. measured: that group's credit already measured with `reward_fn`, used (re-chunked) instead of
+    measuring again; it must be `same_measurement` as the one asked for.
+    progress(done, total) counts continuation batches over the measurements made."""
+    for label, group in zip(labels, sampled):  # checked before any work
+        if group is not None and (group.prompt != prompt or group.config != config):
+            raise WorkbenchError(f"the {label} group was sampled from another prompt or config than the one "
+                                 "compared: pass the group sampled with them, or none")
+    made, todo = 0, sum(1 for credit in measured if credit is None)  # progress runs over the measurements made
     groups, credits = [], []
     for n, policy in enumerate(policies):
-        def within(done: int, total: int, n: int = n) -> None:
-            if progress is not None:
-                progress(n * total + done, 2 * total)
-        group = sample_group(policy, prompt, config)
-        credit = measure_credit(policy, group, reward_fn, continuations=continuations, chunks=chunks, seed=seed,
-                                progress=within, estimator=estimator, crn=crn, precision=precision)
+        group = sampled[n] if sampled[n] is not None else sample_group(policy, prompt, config)
+        credit = measured[n]
+        if credit is None:
+            credit = measure_credit(policy, group, reward_fn, continuations=continuations, chunks=chunks, seed=seed,
+                                    progress=_within(progress, made, todo), estimator=estimator, crn=crn,
+                                    precision=precision)
+            made += 1
+        elif not same_measurement(credit, group, continuations, seed, estimator, crn,
+                                  measured_precision(policy, estimator, precision)):
+            raise WorkbenchError(f"the {labels[n]} group's credit was measured with other settings than the "
+                                 "comparison's: pass none to measure it again")
+        else:
+            credit = credit.rechunk(chunks)
         groups.append(group)
         credits.append(credit)
     return CreditComparison(tuple(labels), tuple(groups), tuple(credits))
+
+
+def _within(progress, made: int, todo: int):
+    """progress(done, total) of one measurement as part of `todo` measurements, `made` of them already made."""
+    if progress is None:
+        return None
+    return lambda done, total: progress(made * total + done, todo * total)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from workbench.core.precision import evaluation_numerics
+from workbench.core.precision import evaluation_numerics, resolve_precision
 from workbench.core.registry import Registry
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
@@ -234,3 +234,12 @@ def denoised_prediction(policy, group, reward_fn,
     if progress is not None:
         progress(1, 1)
     return Estimate(rewards[:, 1:, None], rewards[:, 0], True, 0, time.perf_counter() - start)
+
+
+def measured_precision(policy: FlowPolicy, estimator: str, precision: str = "auto") -> str:
+    """The numerics a credit measured with `estimator` at `precision` records (`Credit.precision`): the resolved
+    PRECISIONS name, or the weights' own dtype for an estimator that evaluates no transformer."""
+    resolved = resolve_precision(precision, policy.device, policy.dtype)  # an unknown name is refused either way
+    if not ESTIMATORS.info(estimator).transformer:  # it reuses the sampler's predictions: the weights' numerics
+        return str(policy.dtype).removeprefix("torch.")
+    return resolved

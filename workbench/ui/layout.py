@@ -184,6 +184,7 @@ def _attribution_tab(page: Page) -> dict:
                             info="a run, one of its checkpoints, the base model, or a model folder path",
                             elem_id="compare-policy", scale=3)
         compare = gr.Button("Compare", elem_id="compare-credit-btn", scale=1)
+    waits.line(partial(waits.compare_wait, wb), [continuations, estimator, crn, precision, session], "compare-wait")
     empty, text = pol.empty_comparison()
     compare_plot = gr.Plot(empty, label="Before and after", elem_id="compare-credit-plot")
     compare_text = gr.Markdown(text, elem_id="compare-credit-text")

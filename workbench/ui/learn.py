@@ -331,7 +331,8 @@ def learn_after(wb: Workbench, session: Session, progress=gr.Progress()):
     run = lesson_run(wb)
     if run is None and wb.model_path is not None:
         raise WorkbenchError("no crosses lesson with a checkpoint on disk yet: in Fine-tune choose the lesson "
-                             "crosses and press Start (6-13 minutes on a 2-core laptop), then come back")
+                             "crosses and press Start (the tab says beforehand how long it takes on this machine), "
+                             "then come back")
     keys = (wb.base_key(run), run) if run is not None else (BASE, LESSON)  # the shipped result
     lesson = preset("crosses")
     config = replace(lesson.sampling_config(1), group=LEARN["group"], seed=0)  # the lesson's window and steps

@@ -19,7 +19,7 @@ import torch
 from workbench.core.errors import WorkbenchError
 from workbench.core.glossary import gloss
 from workbench.core.imaging import grid
-from workbench.rl.credit import Z
+from workbench.rl.credit import Credit, Z
 from workbench.ui.classroom import held
 from workbench.ui.guard import escape, guarded, limited, ok
 from workbench.ui.handlers import _tracker, _z, rates_markdown
@@ -102,35 +102,48 @@ def comparison_view(wb: Workbench, session: Session):
     """Attribution opened or z changed -> (comparison figure, images, text, status) re-classified under the
     session's z and chunks (nothing is sampled)."""
     figure, images, text = comparison_outputs(session)
-    return figure, images, text + "\n\n" + compare_estimate(wb, session), gr.skip()
+    return figure, images, text, gr.skip()
 
 
-def compare_estimate(wb: Workbench, session: Session) -> str:
-    """How long Compare takes here for the session's group (at M = 4, the default; the time grows with M)."""
-    from workbench.ui.timing import estimate, evaluations
+def session_credit(wb: Workbench, session: Session, continuations: int, estimator: str, crn: bool,
+                   precision: str) -> Credit | None:
+    """The session's credit (its latest measurement, else its latest Monte-Carlo one) when it is the measurement
+    Compare makes of the session's group with these settings (`credit_compare.same_measurement`; both scored with
+    the session's reward), else None: Compare measures it."""
+    from workbench.rl.credit_compare import same_measurement
+    from workbench.rl.credit_estimators import measured_precision
 
-    if session.group is None:
-        return ""
-    g, t = session.group.group_size, session.group.num_steps
-    return f"*Compare samples and measures two groups (M = 4): {estimate(wb, 2 * evaluations(g, t, 4))}.*"
+    group = session.group
+    if group is None:
+        return None
+    numerics = measured_precision(wb.policy(session.source), estimator or "mc", precision or "auto")
+    for credit in (session.credit, session.reference):
+        if credit is not None and same_measurement(credit, group, continuations, group.config.seed, estimator or "mc",
+                                                   bool(crn), numerics):
+            return credit
+    return None
 
 
 def measure_both(wb: Workbench, keys: tuple[str, str], prompt: str, config, reward_spec: str, continuations: int,
-                 sizes: list[int], estimator: str = "mc", crn: bool = True, progress=None, precision: str = "auto"):
-    """The CreditComparison of two picker keys (first: before, second: after) on one prompt and noise."""
+                 sizes: list[int], estimator: str = "mc", crn: bool = True, progress=None, precision: str = "auto",
+                 after: tuple = (None, None)):
+    """The CreditComparison of two picker keys (first: before, second: after) on one prompt and noise. `after`:
+    the second key's group already sampled with `config`, and its credit already measured the same way (or None
+    each), which are used instead of sampling or measuring again (`compare_credit`'s `sampled` and `measured`)."""
     from workbench.rewards import build_reward
     from workbench.rl.credit_compare import compare_credit
 
     labels = tuple(wb.source(k).short for k in keys)
     policies = tuple(wb.policy(k) for k in keys)
-    with wb.batched_threads():  # the two groups' sampling and their credit's continuations
+    with wb.batched_threads():  # the groups' sampling and their credit's continuations
         comparison = compare_credit(policies, labels, prompt, config, build_reward(reward_spec),
-                              continuations=continuations, chunks=sizes, seed=config.seed, estimator=estimator or "mc",
-                              crn=bool(crn), precision=precision or "auto",
-                              progress=None if progress is None else _tracker(progress, "continuation batches"))
+                                    continuations=continuations, chunks=sizes, seed=config.seed,
+                                    estimator=estimator or "mc", crn=bool(crn), precision=precision or "auto",
+                                    progress=None if progress is None else _tracker(progress, "continuation batches"),
+                                    sampled=(None, after[0]), measured=(None, after[1]))
     from workbench.ui.timing import record
 
-    record(wb, comparison.credits[-1])
+    record(wb, comparison.credits[-1] if after[1] is None else comparison.credits[0])  # the last one measured now
     return comparison
 
 
@@ -150,22 +163,25 @@ def compare(wb: Workbench, other: str | None, continuations: float, session: Ses
     """Compare button -> (comparison figure, images of both groups, text, session, status).
 
     The session's prompt is sampled with its group's SamplingConfig (same start noise, same SDE noise) under the
-    chosen policy (default: the base model of the session's) and under the session's own, and both groups'
-    credit is measured with the same estimator, M, numerics and continuation seed (`rl.credit_compare`)."""
+    chosen policy (default: the base model of the session's), and both groups' credit is measured with the same
+    estimator, M, numerics and continuation seed (`rl.credit_compare`). The session's own group is that sampling
+    under its policy already, and its credit is measured only when the session holds none measured this way
+    (`session_credit`): one sampling and one or two measurements."""
     if session.group is None:
         raise WorkbenchError("no group yet: generate one in the Generate tab first")
     k, z = limited(continuations, "continuations", "continuations (M)"), _z(z)
     held(wb, continuations=k)  # class mode: the teacher's caps
     other = wb.base_key(session.source) if (other or RUN_BASE) == RUN_BASE else other.strip()
-    group = session.group
+    group, start = session.group, time.perf_counter()
+    known = session_credit(wb, session, k, estimator, crn, precision)  # measured the same way: not measured again
     comparison = measure_both(wb, (other, session.source), group.prompt, group.config, session.reward_spec, k,
-                              session.sizes, estimator, crn, progress, precision)
+                              session.sizes, estimator, crn, progress, precision, after=(group, known))
     session = replace(session, comparison=comparison, z=z, compared=other)
     same = (" (both sides are the same policy: pick a run to compare with)"
             if wb.source(other) == wb.source(session.source) else "")
-    seconds = sum(c.cost.get("seconds", 0.0) for c in comparison.credits)
+    kept = "; this group's credit was already measured with these settings" if known is not None else ""
     return (*comparison_panel(comparison, z), session,
-            ok(f"compared two policies on '{escape(group.prompt)}' ({seconds:.1f} s){same}"))
+            ok(f"compared two policies on '{escape(group.prompt)}' ({time.perf_counter() - start:.1f} s{kept}){same}"))
 
 
 def picker_panel(wb: Workbench, session, choices: list, heavy: dict) -> dict:

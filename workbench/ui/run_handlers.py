@@ -43,26 +43,24 @@ from workbench.ui.train_form import (  # noqa: F401 (the form's names, used by t
     lesson_names,
     method_settings,
 )
+from workbench.ui.train_time import run_time
 from workbench.ui.workbench import Workbench
 from workbench.viz import plots
 
 RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "held-out accuracy (no CFG)",
                "held-out accuracy (CFG)", "started"]
 DEFAULT_METRIC = "reward/mean"
-LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one half as fast, started from this tab "
-                          "(270 CPU-s of training and 30 of evaluations on one thread, docs/crosses.md); its "
-                          "progress bar shows the time left as it runs"}
-# the CPU-s by experiments/crosses.py; the minutes by bench/browser.py --lesson on this machine class's two
-# processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
 ELSEWHERE = " (started elsewhere; Stop stops it)"
 CLASS_ELSEWHERE = " (started by another session: only that session or the teacher can stop it)"
 GRID_ZOOM = 2  # the before/after grids (32-pixel pictures drawn 4x) shown 2x larger, nearest-neighbour: pixels stay
 # pixels in the 340-px viewer, and the PNG is a quarter of 4x's 4168x1174, which left the viewer blank while it loaded
 
 
-def lesson_time(wb: Workbench, lesson: str, iterations: int) -> str:
-    """How long the lesson takes: the measured figure, and the last finished run of it on this machine."""
-    text = f" **It takes {LESSON_TIME[lesson]}**" if lesson in LESSON_TIME else ""
+def lesson_time(wb: Workbench, lesson: str, config) -> str:
+    """How long the lesson takes on this machine (`train_time.run_time`), and the last finished run of it here."""
+    text = (f" **Time**: {run_time(wb, config, lesson)}; once started, its progress bar says the time left at its "
+            "own pace" if config.task is not None else "")
+    iterations = config.iterations
     try:
         runs = list_runs(wb.jobs.root)
     except WorkbenchError:
@@ -94,20 +92,22 @@ def load_lesson(wb: Workbench, lesson: str):
     text = (f"**Lesson: {escape(lesson)}.** {escape(doc)} Training on {len(config.prompt_pool())} prompts of the "
             f"task; every {config.eval_every} iterations the {held_out} held-out prompts are drawn with fixed noise, "
             "without and with the model's CFG: watch **Before / Now** change and the held-out accuracy rise."
-            f"{lesson_time(wb, lesson, config.iterations)}")
+            f"{lesson_time(wb, lesson, config)}")
     return (*lesson_form(config), text, ok(f"loaded the lesson '{escape(lesson)}' (settings from its preset)"))
 
 
 def memory_estimate(wb: Workbench, objective: str, reward: str, chunks: str, lr, iterations, group, steps, lora_rank,
                     sde: str, window: str, lesson: str | None = None, *real) -> str:
-    """The Fine-tune form's memory estimate before Start (`train.dry_run`): the settings of a real model it depends
-    on and its verdict, with a warning when it cannot fit (`train_form.estimate_line`)."""
+    """The Fine-tune form's estimates before Start: its memory (`train.dry_run`: the settings of a real model it
+    depends on and its verdict, with a warning when it cannot fit, `train_form.estimate_line`) and its time on this
+    machine (`train_time.run_time`)."""
     try:
         plan, auto = form_plan(wb, objective, reward, chunks, lr, iterations, group, steps, lora_rank, sde, window,
                                lesson, *real)
-        return tf.estimate_line(plan, auto)[0]
+        memory = tf.estimate_line(plan, auto)[0]
     except WorkbenchError as err:
         return f"Memory estimate: not available until the form is valid ({escape(str(err))})."
+    return f"{memory}\n\n**Time**: {run_time(wb, plan.config, lesson)}."
 
 
 @guarded(5)

@@ -2,8 +2,8 @@
 
 Each function here is the text of a `line` placed next to its button (recomputed whenever one of its inputs
 changes), and reads the rates `ui.timing` measured on this machine:
-Measure credit and Refine from the group, M and the estimator; Objectives' Compute from its size, which is also
-capped here; Generate when its group is large.
+Measure credit and Refine from the group, M and the estimator; Compare from those and the session's credit it
+can reuse; Objectives' Compute from its size, which is also capped here; Generate when its group is large.
 """
 
 from __future__ import annotations
@@ -64,6 +64,27 @@ def credit_wait(wb, continuations, estimator, budget, session) -> str:
     refine = timing.seconds(wb, budget * (group.num_steps - 1))  # a continuation from state s runs T - s steps
     refine = "" if refine is None else f" · **Refine** ({budget} continuations): at most {timing.shown(refine)}"
     return f"Time: **Measure credit** {measure}{refine}."
+
+
+def compare_wait(wb, continuations, estimator, crn, precision, session) -> str:
+    """Compare's line: one sampling of the session's group under the other policy and its credit, and the session's
+    own credit unless it holds one measured with these settings (`policies.session_credit`), at the rate timed here."""
+    from workbench.ui.policies import session_credit
+
+    group = getattr(session, "group", None)
+    if group is None:
+        return "*Compare needs a group: generate one first.*"
+    try:
+        m = max(1, int(continuations))
+        kept = session_credit(wb, session, m, estimator or "mc", bool(crn), precision or "auto") is not None
+    except (TypeError, ValueError, WorkbenchError):
+        return ""  # the handler names the bad field when pressed
+    one = credit_evaluations(group, m, estimator or "mc")
+    evals = group.group_size * group.num_steps + (1 if kept else 2) * one
+    what = ("this group's credit, measured with these settings, is reused" if kept
+            else "this group's credit is measured too (measure it first with these settings and Compare reuses it)")
+    return (f"Time: **Compare** samples the other policy's group and measures its credit; {what}: "
+            f"{timing.estimate(wb, evals)}.")
 
 
 def objectives_work(group, updates: int) -> int:
