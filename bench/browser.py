@@ -368,6 +368,8 @@ def browse(page, url: str, started: float, edits: int, pid: int, lesson: bool, r
     out["objectives_s"] = time.time() - t
     # The clicks start once the maps are in the page.
     page.wait_for_function(MAPS_DRAWN, arg="objectives-plot", timeout=120_000)
+    page.wait_for_timeout(2000)  # the Compute's reveal (ui/reveal.py) scrolls the page after the maps are drawn: a
+    # click placed before that scroll missed its cell, and the map clicks timed out (7cc46a2 and b6c65b0, 2026-12-07)
     out["map_click_ms"] = map_click_ms(page, edits, out.setdefault("map_click_split_ms", []))
     record_memory(out, pid, "objectives")
     if lesson:

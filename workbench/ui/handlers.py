@@ -32,6 +32,7 @@ from workbench.ui.classroom import held
 from workbench.ui.figures import clicked_point
 from workbench.ui.guard import cancel_check, escape, guarded, limited, noise, number, ok, parse_window, whole_number
 from workbench.ui.state import Session, format_sizes
+from workbench.ui.timing import record
 from workbench.ui.workbench import Workbench
 from workbench.viz import credit_view, plots
 from workbench.viz.chunk_map import chunk_map_hint, chunk_map_html
@@ -177,6 +178,7 @@ def attribute(wb: Workbench, continuations: float, session: Session, estimator: 
         credit = measure_credit(policy, group, build_reward(session.reward_spec), continuations=k, chunks=session.sizes,
                                 seed=group.config.seed, estimator=estimator, crn=bool(crn),
                                 progress=_tracker(progress, "continuations from state"), precision=precision or "auto")
+    record(wb, credit)  # this machine's rate, from the measurement's own seconds (`ui.timing`, the time lines)
     reference = session.reference if credit.deterministic else credit
     session = replace(session, credit=credit, reference=reference, z=z)
     what = f"M={k} continuations" if info.continuations else f"the {escape(estimator)} estimator"

@@ -201,11 +201,12 @@ def _attribution_tab(page: Page) -> dict:
                                   **busy)):
         measured.then(**steps_view)
         measured.then(**reveal("credit-status"))  # the answer's line, with the map under it
+        waits.after(measured)  # the rates it measured, said in the tab's time lines
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)
-    compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
-                  [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
-                  scroll_to_output=True, **cv.long_work(wb, HEAVY))  # to the status naming the comparison
+    waits.after(compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
+                              [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
+                              scroll_to_output=True, **cv.long_work(wb, HEAVY)))  # to the status naming the comparison
     page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
                     api_visibility="private", **QUIET)  # flashes
     page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)
@@ -251,10 +252,11 @@ def _objectives_tab(page: Page) -> None:
     versus_plot = gr.Plot(label="Push under two policies", elem_id="objectives-compare-plot")
     versus.click(partial(ob.objectives_compare, wb), [clip, session], [versus_plot, status],
                  api_name="objectives_compare")
-    run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
-              [maps, summary, formula, view, status], api_name="objectives", **cv.long_work(wb, HEAVY)).then(
-        lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
-        api_visibility="private", **QUIET).then(**reveal("objectives-status"))
+    computed = run.click(partial(ob.objectives_compute, wb), [updates, lr, clip, inner, view, session],
+                         [maps, summary, formula, view, status], api_name="objectives", **cv.long_work(wb, HEAVY))
+    computed.then(lambda *args: ob.objectives_scale(wb, *args)[:2], [scale, view, session], [maps, view],
+                  api_visibility="private", **QUIET).then(**reveal("objectives-status"))
+    waits.after(computed)  # its view and rates, said in the time line
     scale.input(partial(ob.objectives_scale, wb), [scale, view, session], [maps, view, status],
                 api_name="objectives_scale", **QUIET)
     tab.select(partial(ob.objectives_view, wb), [view, session], [maps, summary, formula, view, status],
@@ -402,8 +404,8 @@ TABS.register("glossary", info=TabInfo("Glossary", order=80))(lambda page: gloss
 def build_app(wb: Workbench) -> gr.Blocks:
     """The whole workbench page around one shared `Workbench` (model, curves, training jobs)."""
     parse_chunk_spec("2,3,4,7", 16)  # the layout's defaults must stay valid
-    with gr.Blocks(title="Chunk-GRPO Workbench", delete_cache=rh.EXPORT_CACHE) as demo:
-        session = gr.State(Session())
+    with gr.Blocks(title="Chunk-GRPO Workbench", delete_cache=rh.EXPORT_CACHE) as demo, waits.Lines():
+        session = gr.State(Session())  # the Lines: every time line, said again after a link or a policy loads
         gr.Markdown("# Chunk-GRPO Workbench\nSee where step-level GRPO misattributes credit, and what chunks change.")
         choices = wb.sources()  # the runs on disk, read once here; every page load refreshes them
         picker = pol.picker_panel(wb, session, choices, LOADING)
@@ -412,18 +414,19 @@ def build_app(wb: Workbench) -> gr.Blocks:
         with gr.Tabs() as tabs:
             built: dict = {}
             for name in tab_ids():
-                with gr.Tab(TABS.info(name).label, id=name) as tab:
+                with gr.Tab(TABS.info(name).label, id=name) as tab, waits.Lines(tab):  # said as the tab opens
                     built[name] = TABS.get(name)(Page(wb, session, tab, link["link"], choices, built, demo))
             cv.class_tab(wb, demo)  # class mode only (app.py --class)
         gen, attribution, spec = built["generate"], built["attribution"], built["chunks"]
         start.click(go_to_learn, None, [tabs, welcome], api_visibility="private", queue=False)
         prompt, group, steps, noise, seed, reward, _, sde, window = gen["inputs"]
         k, estimator = attribution["continuations"], attribution["estimator"]
-        share.wire(wb, demo, link, tabs, session,
-                   [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
-                   [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
-                    attribution["heatmap"], attribution["rates"], *attribution["both"][:3]])
-        picker["load"](gen["outputs"][0], attribution)
+        opened = share.wire(wb, demo, link, tabs, session,
+                            [prompt, group, steps, noise, seed, sde, window, reward, k, estimator],
+                            [*gen["shown"][:8], picker["menu"], spec, k, estimator, picker["header"], *gen["outputs"],
+                             attribution["heatmap"], attribution["rates"], *attribution["both"][:3]])
+        waits.after(opened)  # a link's group, on whichever tab it opens
+        waits.after(picker["load"](gen["outputs"][0], attribution))  # a new policy drops the group
         demo.load(partial(pol.refresh_choices, wb), None, [picker["menu"], attribution["other"]],
                   api_visibility="private", **QUIET)
     guard_numbers(demo)  # a string or null sent to a numeric control is a message naming it

@@ -197,11 +197,12 @@ def picker_panel(wb: Workbench, session, choices: list, heavy: dict) -> dict:
         refresh = gr.Button("Refresh the list", elem_id="model-refresh-btn", scale=1)
     status = gr.Markdown(elem_id="model-status")
 
-    def wire(gallery, attribution: dict) -> None:
+    def wire(gallery, attribution: dict):
+        """Wires Load and the menu to `pick_policy`; returns that event."""
         outputs = [menu, line, session, gallery, attribution["heatmap"], attribution["rates"],
                    attribution["compare_plot"], attribution["compare_text"], status]
-        gr.on([load.click, menu.select], partial(pick_policy, wb), [menu, session], outputs,
-              api_name="pick_policy", **heavy)
         refresh.click(partial(refresh_choices, wb), None, [menu, attribution["other"]],
                       api_visibility="private")
+        return gr.on([load.click, menu.select], partial(pick_policy, wb), [menu, session], outputs,
+                     api_name="pick_policy", **heavy)
     return dict(load=wire, menu=menu, header=line)

@@ -282,12 +282,12 @@ def share_row() -> dict:
     return dict(copy=copy, link=link, tab=tab, base=base, status=status, export=export, page=page)
 
 
-def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, controls: list, shown: list) -> None:
+def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, controls: list, shown: list):
     """Copy link reads `controls` (prompt, G, T, noise, seed, sampler, window, reward, continuations, estimator),
     and so does the address bar, which follows every session change and tab switch;
     a page load with a query string fills `shown` (prompt, G, T, noise, seed, reward, sampler, window, picker,
     chunk spec, continuations, estimator, header, gallery, filmstrip, log-prob figure, credit map, rates, comparison
-    figure, its images, its text)."""
+    figure, its images, its text). Returns the link's event (`open_link`), for what follows it."""
     from functools import partial
 
     row["copy"].click(partial(share_link, wb), [*controls, session, row["tab"], row["base"]],
@@ -300,8 +300,8 @@ def wire(wb: Workbench, demo: gr.Blocks, row: dict, tabs: gr.Tabs, session, cont
                   js=CURRENT_TAB_JS, queue=False, **QUIET, api_visibility="private")
     gr.on([session.change, tabs.change], **follow).then(None, [row["link"]], None, js=FOLLOW_JS)
     demo.load(None, None, None, js=ADDRESS_JS)  # plotly's clip paths stay in the page as the address changes
-    demo.load(partial(preload_link, wb), [session, row["tab"]], None, js=QUERY_JS, api_visibility="private",
-              concurrency_id="load", concurrency_limit=1, **QUIET).then(  # the load: not in the
+    return demo.load(partial(preload_link, wb), [session, row["tab"]], None, js=QUERY_JS, api_visibility="private",
+                     concurrency_id="load", concurrency_limit=1, **QUIET).then(  # the load: not in the
         partial(open_link, wb), [session, row["tab"]], [tabs, *shown, session, row["status"]], js=QUERY_JS,  # way of
         api_visibility="private", concurrency_id="model", concurrency_limit=1,  # other sessions' sampling
         show_progress_on=[shown[16]])  # over the credit map only: not over every control of the page

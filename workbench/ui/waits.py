@@ -1,12 +1,23 @@
 """What a slow button will cost, said beside it before it is pressed: its size and its time on this machine.
 
-Each function here is the text of a `line` placed next to its button (recomputed whenever one of its inputs
-changes), and reads the rates `ui.timing` measured on this machine:
-Measure credit and Refine from the group, M and the estimator; Compare from those and the session's credit it
-can reuse; Objectives' Compute from its size, which is also capped here; Generate when its group is large.
+Each function here is the text of a `line` placed next to its button, and reads the rates `ui.timing` measured on
+this machine: Measure credit and Refine from the group, M and the estimator; Compare from those and the session's
+credit it can reuse; Objectives' Compute from its size, which is also capped here; Generate when its group is large.
+
+When a line is said again. A line follows its controls (its inputs that are not a `gr.State`) as they change. What it
+reads from a state (the session's group, a view) is read again at the moments it can have changed for a reader of
+the line, not on every change of the state: each event of Gradio's page costs the page a round of status updates,
+and a chunk edit changes the session without changing any line (docs/performance.md). The page builds each tab inside
+`Lines(tab)`, which says the tab's lines again when the tab is selected (a group changes in other tabs: Generate,
+Learn) and after each event of the tab passed to `after` (a measurement that changes the rates or the view), and the
+whole page inside another `Lines`, for the events above the tabs (a link opened, a policy loaded). A line built
+outside any `Lines` follows every input, states included.
 """
 
 from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 import gradio as gr
 
@@ -21,11 +32,67 @@ OBJECTIVES_WORK = 13_000  # at most objectives x G x T x (N inner updates + 1) p
 SLOW_S = 5.0  # a button whose work takes longer says so beforehand
 
 
+@dataclass
+class Lines:
+    """The lines built inside `with Lines(tab):` that read a state, said again in one private event when `tab` is
+    selected and after each event passed to `after` inside; nested, a line belongs to every open `Lines`."""
+
+    tab: gr.Tab | None = None
+    """The tab whose selection says them again (None: only the events passed to `after`)."""
+    made: list = field(default_factory=list)
+    """(fn, inputs, Markdown) of each line."""
+    events: list = field(default_factory=list)
+    """The events after which they are said again (`after`)."""
+
+    def __enter__(self) -> Lines:
+        self._token = _OPEN.set((*_OPEN.get(), self))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _OPEN.reset(self._token)
+        if not self.made or exc[0] is not None:
+            return
+        if self.tab is not None:
+            self.tab.select(**self.again())
+        for event in self.events:
+            event.then(**self.again())
+
+    def again(self) -> dict:
+        """The event options that say every line again: one function over the union of their inputs."""
+        inputs = list({id(block): block for _, ins, _ in self.made for block in ins}.values())
+        where = {id(block): i for i, block in enumerate(inputs)}
+        made = list(self.made)
+
+        def said(*values):
+            texts = [fn(*(values[where[id(block)]] for block in ins)) for fn, ins, _ in made]
+            return texts[0] if len(texts) == 1 else tuple(texts)
+        return dict(fn=said, inputs=inputs, outputs=[shown for *_, shown in made], api_visibility="private",
+                    queue=False, **QUIET)
+
+
+_OPEN: ContextVar[tuple[Lines, ...]] = ContextVar("open_lines", default=())
+
+
+def after(event) -> None:
+    """The lines of the innermost open `Lines` are said again once `event` (a Dependency) ends: an event of the
+    tab that changes what they read (the rates, a view)."""
+    if _OPEN.get():
+        _OPEN.get()[-1].events.append(event)
+
+
 def line(fn, inputs: list, elem_id: str) -> gr.Markdown:
-    """A Markdown line showing fn(*inputs), recomputed whenever an input changes (a private event: not an API)."""
+    """A Markdown line showing fn(*inputs), recomputed whenever a control among the inputs changes (a private event:
+    not an API); its states are read again as the open `Lines` say (all their changes outside any)."""
     shown = gr.Markdown(fn(*(block.value for block in inputs)), elem_id=elem_id)
-    gr.on([block.change for block in inputs], fn, inputs, shown, api_visibility="private", **QUIET,
-          queue=False)
+    open_lines = _OPEN.get()
+    states = [block for block in inputs if isinstance(block, gr.State)]
+    followed = [block for block in inputs if not (open_lines and isinstance(block, gr.State))]
+    if followed:
+        gr.on([block.change for block in followed], fn, inputs, shown, api_visibility="private", **QUIET,
+              queue=False)
+    if states:
+        for lines in open_lines:
+            lines.made.append((fn, inputs, shown))
     return shown
 
 
