@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 WINDOW = 3  # evaluations a verdict spans: the lesson evaluates every 10 iterations, so its last 20 iterations
 RISE = 0.10  # rise of the checkerboard share over the window that counts as the quality falling: before training
-# the shipped lesson's held-out images score 0.03, after its 80 iterations 0.50 (docs/methods.md "Reward hacking")
+# the crosses lesson's held-out images score 0.03, after 80 iterations without a KL term 0.48 (docs/methods.md
+# "Reward hacking")
 HELD_BACK = 0.10  # a last checkerboard share below this, with no window flagged, is texture held back: the base
 # model's held-out images score 0.03 (no CFG) and 0.04 (its CFG); the crosses lesson's settings are chosen by it
 QUALITY_KEY = "checkerboard"  # the metric's name in each evaluation space: eval/checkerboard, eval_cfg/checkerboard

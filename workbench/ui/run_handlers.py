@@ -49,9 +49,10 @@ from workbench.viz import plots
 RUN_COLUMNS = ["run", "state", "iteration", "objective", "last reward/mean", "held-out accuracy (no CFG)",
                "held-out accuracy (CFG)", "started"]
 DEFAULT_METRIC = "reward/mean"
-LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one half as fast, started from this tab "
-                          "(270 CPU-s of training and 30 of evaluations on one thread, docs/crosses.md); its "
-                          "progress bar shows the time left as it runs"}
+LESSON_TIME = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one half as fast, started from this tab, "
+                          "measured before its KL term, which adds about a fifth (270 CPU-s of training and 30 of "
+                          "evaluations on one thread, docs/crosses.md); its progress bar shows the time left as it "
+                          "runs"}
 # the CPU-s by experiments/crosses.py; the minutes by bench/browser.py --lesson on this machine class's two
 # processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
 ELSEWHERE = " (started elsewhere; Stop stops it)"
