@@ -41,7 +41,8 @@ SETTINGS = [dict(iterations=80, kl_beta=0.0, lr=5e-5),  # the lesson's settings 
             dict(iterations=10, kl_beta=10.0, lr=5e-5),
             dict(iterations=80, kl_beta=1.0, lr=5e-5),
             dict(iterations=80, kl_beta=2.0, lr=5e-5),
-            dict(iterations=80, kl_beta=3.0, lr=5e-5)]  # the lesson's default
+            dict(iterations=80, kl_beta=3.0, lr=5e-5),  # the lesson's default
+            dict(iterations=80, kl_beta=5.0, lr=5e-5)]
 
 
 def run_name(setting: dict) -> str:

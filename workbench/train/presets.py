@@ -123,7 +123,8 @@ def crosses() -> TrainConfig:
     Without a KL term the reward also paid for a checkerboard texture (reward hacking, docs/methods.md "Reward
     hacking", experiments/lesson_settings.py, seed 0): 0.76 / 0.65 after 80 iterations, but a checkerboard share of
     0.48 / 0.56 (base model 0.03 / 0.04), flagged from iteration 10 to 30. A KL term to the base model at beta 3
-    holds the share at 0.06 / 0.09 and is never flagged, while the accuracy still rises to 0.22 / 0.53; beta 1
+    holds the share at 0.06 / 0.09 and is never flagged, while the accuracy still rises to 0.22 / 0.53 (seed 1:
+    never flagged, but the share ends just over 0.10, at 0.10 / 0.13, with 0.24 / 0.51); beta 1
     reached 0.41 / 0.45 but let the share grow to 0.13 / 0.17 (flagged with CFG); Flow-GRPO's 0.04 is too weak.
     """
     return TrainConfig(task="crosses",  # 275 training-split cross prompts, 49 disjoint held-out ones
