@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.models.embedded import EmbeddedPolicy
 from workbench.train import TrainConfig, Trainer
+from workbench.train.model_settings import model_defaults
 from workbench.train.store import RunStore
 
 SPACES = {"eval": "no CFG", "eval_cfg": "CFG 4"}  # the held-out evaluations: unguided and at CFG 4
@@ -75,8 +76,8 @@ def reusable(config: TrainConfig, run_dir: Path) -> Curve | None:
     store = RunStore(run_dir)
     if not (store.holds_run() and (run_dir / CURVE_FILE).is_file() and store.info().state == "finished"):
         return None
-    saved = TrainConfig.from_dict(store.config())
-    if saved.iterations < config.iterations or replace(saved, iterations=config.iterations) != config:
+    saved = TrainConfig.from_dict(store.config())  # as the run stored it: its 'auto' settings resolved
+    if saved.iterations < config.iterations or replace(saved, iterations=config.iterations) != model_defaults(config):
         return None
     data = json.loads((run_dir / CURVE_FILE).read_text())
     keep = [k for k, it in enumerate(data["iterations"]) if it <= config.iterations]

@@ -53,8 +53,11 @@ Limits: 49 held-out prompts make one evaluation move in steps of 0.02 and the ac
 shape, so the crosses come with a blocky texture and some background speckle (compare Before / Now in the
 app or samples/eval_XXXX.png); the rollouts are unguided (CFG 1, half the cost of guided ones), so the model
 learns the cross without CFG first, and at CFG 4, which extrapolates away from the unconditional prediction,
-the accuracy follows later and swings more between evaluations; no KL term holds the model near the base
-(Flow-GRPO's KL costs ~25 % more time per iteration).
+the accuracy follows later and swings more between evaluations. Without a KL term the reward also pays for a
+checkerboard texture (reward hacking): the preset now holds the model near the base with a KL term at beta 3,
+which keeps the texture back at the cost of a slower lesson without CFG and ~20 % more CPU per iteration
+(docs/methods.md "Reward hacking", experiments/lesson_settings.py); a table above with KL beta 0 is of the
+preset before it (`--set kl_beta=0`).
 """
 TARGETS = {"eval": 0.40, "eval_cfg": 0.60}  # issue 16: within 5 minutes on 2 cores, on each of 3 seeds
 
@@ -98,8 +101,9 @@ def report(curves: list[Curve], config: TrainConfig, command: str, out: Path) ->
     lines = ["# The crosses lesson, measured", "",
              f"`workbench train --preset crosses`: {config.iterations} iterations of {config.prompts_per_iteration} "
              f"cross prompts x {config.group} samples, reward `{config.reward}`, objective {config.objective} "
-             f"[{config.chunks}] on the SDE window {config.window}, lr {config.lr}. Held-out cross accuracy: the share "
-             f"of the {config.eval_prompts} held-out cross prompts whose deterministic ODE picture (fixed noise) "
+             f"[{config.chunks}] on the SDE window {config.window}, lr {config.lr}, KL beta {config.kl_beta:g}. "
+             f"Held-out cross accuracy: the share of the {config.eval_prompts} held-out cross prompts whose "
+             "deterministic ODE picture (fixed noise) "
              "`detect` reads as a cross. One thread, process CPU time; training CPU leaves out the evaluations.", "",
              "| seed | iteration | training CPU | total CPU | no CFG | CFG 4 |", "|---|---|---|---|---|---|"]
     for k, c in enumerate(curves):

@@ -6,8 +6,9 @@
 The shipped result (workbench/weights/crosses_lesson) keeps the Before and Now grids of its first 8 held-out
 prompts (top row without CFG, bottom row with the model's CFG, each image drawn 4x with nearest-neighbour
 pixels): the script cuts them back into 32-pixel images and measures `core.imaging.checkerboard_share` on each
-row. For a run folder it prints the evaluations' reward and checkerboard share and the verdict of
-`train.hacking.run_verdict` (runs made before the metric existed have no eval/checkerboard rows).
+row. For a run folder it prints the evaluations' reward, checkerboard share and cross accuracy (without and with
+CFG), the verdicts of `train.hacking.run_verdict` in both and whether the texture was held back
+(`texture_held_back`; runs made before the metric existed have no eval/checkerboard rows).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from PIL import Image
 
 from workbench.core.imaging import checkerboard_share
 from workbench.train.evaluation import GRID_PROMPTS
-from workbench.train.hacking import run_verdict
+from workbench.train.hacking import run_verdict, texture_held_back
 from workbench.train.lesson_result import shipped_lesson
 from workbench.train.store import RunStore
 
 SCALE, PAD, SIZE = 4, 2, 32  # how `core.imaging.grid` drew the 32-pixel images
+EXTRA = ("eval/checkerboard", "eval_cfg/checkerboard", "eval/cross_accuracy", "eval_cfg/cross_accuracy")
 
 
 def grid_images(path) -> torch.Tensor:
@@ -48,9 +50,11 @@ def main() -> None:
         for r in rows:
             if "eval/checkerboard" in r:
                 print(f"{folder} iteration {r['iteration']:3d}: eval/reward_mean {r['eval/reward_mean']:.3f}, "
-                      f"eval/checkerboard {r['eval/checkerboard']:.3f}")
-        verdict = run_verdict(rows)
-        print(f"{folder}: " + (verdict.text if verdict else "fewer than two evaluations with eval/checkerboard"))
+                      + ", ".join(f"{key} {r[key]:.3f}" for key in EXTRA if key in r))
+        for space in ("eval", "eval_cfg"):
+            verdict = run_verdict(rows, space)
+            print(f"{folder} {space}: " + (verdict.text if verdict else "fewer than two evaluations with a share"))
+        print(f"{folder}: texture held back (train.hacking.texture_held_back): {texture_held_back(rows)}")
 
 
 if __name__ == "__main__":

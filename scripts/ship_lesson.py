@@ -5,8 +5,8 @@
     python scripts/ship_lesson.py                      # runs the lesson first (seed 0, a few CPU minutes)
 
 Writes crosses-lesson/ (the final weights in the embedded format, float16: half the size), before.png and now.png
-(the first and the last held-out grid) and accuracy.json (the held-out accuracy at every evaluation, and
-how the run was made).
+(the first and the last held-out grid) and accuracy.json (the held-out accuracy, reward and checkerboard share at
+every evaluation, and how the run was made).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from workbench.train.lesson_result import ACCURACY_FILE, MODEL_DIR, SHIPPED, shi
 from workbench.train.sources import load_policy
 from workbench.train.store import RunStore
 
-KEEP = ("iteration", "eval/cross_accuracy", "eval_cfg/cross_accuracy", "eval/reward_mean", "eval_cfg/reward_mean")
+KEEP = ("iteration", "eval/cross_accuracy", "eval_cfg/cross_accuracy", "eval/reward_mean", "eval_cfg/reward_mean",
+        "eval/checkerboard", "eval_cfg/checkerboard")
 
 
 def ship(run: Path, out: Path) -> None:

@@ -353,6 +353,7 @@ def test_the_lesson_menu_fills_the_form_from_the_preset(model_dir):
     assert "unknown lesson 'nope'" in msg(rh.load_lesson(wb, "nope"))
     config = rh.form_config(wb, *form[:10], "crosses")  # the lesson's evaluation and task come along
     assert (config.task, config.eval_cfg, config.eval_prompts, config.reward) == ("crosses", True, 49, None)
+    assert config.kl_beta == lesson.kl_beta > 0  # the KL term that holds the checkerboard texture back comes too
     assert config.reward_spec(toy_world=True) == "adherence"  # an empty reward box: the model's default
     dapo = rh.form_config(wb, "dapo", *rh.lesson_form(lesson)[1:], "crosses")  # a method keeps its companions
     assert dapo.dynamic_sampling and dapo.task == "crosses" and dapo.window == lesson.window

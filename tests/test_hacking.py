@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from workbench.core.imaging import CHECKER_THRESHOLD, checkerboard_share, speckle
-from workbench.train.hacking import RISE, detect_reward_hacking, run_verdict
+from workbench.train.hacking import HELD_BACK, RISE, detect_reward_hacking, run_verdict, texture_held_back
 from workbench.viz.plots import heldout_figure
 
 
@@ -57,6 +57,14 @@ def test_mismatched_series_name_what_is_missing():
 def lesson_rows(shares: list[float], rewards: list[float]) -> list[dict]:
     return [{"iteration": 10 * n, "eval/reward_mean": r, "eval/checkerboard": s, "eval/cross_accuracy": r / 2}
             for n, (r, s) in enumerate(zip(rewards, shares))]
+
+
+def test_texture_is_held_back_without_a_flagged_window_and_below_the_last_share_bound():
+    assert texture_held_back(lesson_rows([0.03, 0.05, 0.06], [0.2, 0.5, 0.8]), ("eval",))
+    creeping = lesson_rows([0.03, 0.06, HELD_BACK + 0.01, HELD_BACK + 0.02], [0.2, 0.5, 0.8, 0.9])
+    assert not run_verdict(creeping).flagged and not texture_held_back(creeping, ("eval",))  # never rose by RISE
+    assert not texture_held_back(lesson_rows([0.03, 0.10, 0.15], [0.2, 0.5, 0.8]), ("eval",))  # flagged
+    assert not texture_held_back(lesson_rows([0.03, 0.05, 0.06], [0.2, 0.5, 0.8]))  # no eval_cfg evaluations
 
 
 def test_the_runs_views_say_reward_hacking_beside_the_reward():

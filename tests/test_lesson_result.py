@@ -7,6 +7,7 @@ import torch
 from PIL import Image
 
 from workbench.core.errors import WorkbenchError
+from workbench.train.hacking import texture_held_back
 from workbench.train.lesson_result import shipped_lesson
 from workbench.train.sources import load_policy
 
@@ -20,6 +21,12 @@ def test_the_shipped_lesson_is_complete_and_learned_something():
     tuned, base = load_policy(result.model, device="cpu"), load_policy(None, device="cpu")
     moved = [float((a - b).abs().max()) for a, b in zip(tuned.transformer.parameters(), base.transformer.parameters())]
     assert max(moved) > 0 and all(p.dtype == torch.float32 for p in tuned.transformer.parameters())
+
+
+def test_the_shipped_lesson_holds_the_checkerboard_texture_back():
+    rows = shipped_lesson().rows
+    assert texture_held_back(rows)  # no window flagged, last share below 0.10, without and with the model's CFG
+    assert rows[-1]["eval_cfg/cross_accuracy"] > rows[0]["eval_cfg/cross_accuracy"] + 0.3  # and it still teaches
 
 
 def test_an_incomplete_result_names_what_is_missing_and_how_to_remake_it(tmp_path):

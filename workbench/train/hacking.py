@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 WINDOW = 3  # evaluations a verdict spans: the lesson evaluates every 10 iterations, so its last 20 iterations
 RISE = 0.10  # rise of the checkerboard share over the window that counts as the quality falling: before training
-# the shipped lesson's held-out images score 0.03, after its 80 iterations 0.50 (docs/methods.md "Reward hacking")
+# the crosses lesson's held-out images score 0.03, after 80 iterations without a KL term 0.48 (docs/methods.md
+# "Reward hacking")
+HELD_BACK = 0.10  # a last checkerboard share below this, with no window flagged, is texture held back: the base
+# model's held-out images score 0.03 (no CFG) and 0.04 (its CFG); the crosses lesson's settings are chosen by it
 QUALITY_KEY = "checkerboard"  # the metric's name in each evaluation space: eval/checkerboard, eval_cfg/checkerboard
 
 
@@ -76,3 +79,16 @@ def run_verdict(rows: Sequence[dict], space: str = "eval", window: int = WINDOW,
                                                                                           (int, float))]
     return detect_reward_hacking([r["iteration"] for r in rows], [r[reward_key] for r in rows],
                                  [r[quality_key] for r in rows], window, rise)
+
+
+def texture_held_back(rows: Sequence[dict], spaces: Sequence[str] = ("eval", "eval_cfg"),
+                      share: float = HELD_BACK) -> bool:
+    """Whether the checkerboard texture did not dominate a run: in every space its verdict flags no window and its
+    last evaluation's share is below `share` (docs/methods.md "Reward hacking"). False without evaluations."""
+    for space in spaces:
+        key = f"{space}/{QUALITY_KEY}"
+        shares = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        verdict = run_verdict(rows, space)
+        if not shares or verdict is None or verdict.flagged or shares[-1] >= share:
+            return False
+    return True

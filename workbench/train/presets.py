@@ -111,7 +111,7 @@ def mixgrpo() -> TrainConfig:
 def crosses() -> TrainConfig:
     """Teach the embedded model to draw crosses (it draws blobs and rings: 1 of 49 held-out crosses right).
 
-    Measured by experiments/crosses.py (docs/crosses.md): one thread, process CPU time, seed 0 unless
+    Measured by experiments/crosses.py (docs/crosses.md), without a KL term: one thread, process CPU time, seed 0 unless
     said. With the defaults (lr 3e-5, all 16 steps) an earlier exploration reached 0.10 held-out cross accuracy
     without CFG / 0.27 at CFG 4 after 110 iterations; lr 1e-4, 0.14 / 0.18. Training only the first 8 steps
     (window 0..8) helped most: 0.33 / 0.43 at lr 1e-4, 0.35 / 0.51 at lr 5e-5. With 4 prompts per iteration
@@ -119,6 +119,13 @@ def crosses() -> TrainConfig:
     lost their colours; 8 prompts per iteration averaged that noise away: seed 0 reached 0.65 / 0.67 after 70
     iterations (240 training CPU-s); after 80, over seeds 0 / 1 / 2, 0.57 / 0.57 / 0.69 without CFG and
     0.55 / 0.37 / 0.47 at CFG 4 (docs/crosses.md).
+
+    Without a KL term the reward also paid for a checkerboard texture (reward hacking, docs/methods.md "Reward
+    hacking", experiments/lesson_settings.py, seed 0): 0.76 / 0.65 after 80 iterations, but a checkerboard share of
+    0.48 / 0.56 (base model 0.03 / 0.04), flagged from iteration 10 to 30. A KL term to the base model at beta 3
+    holds the share at 0.06 / 0.09 and is never flagged, while the accuracy still rises to 0.22 / 0.53 (seed 1:
+    never flagged, but the share ends just over 0.10, at 0.10 / 0.13, with 0.24 / 0.51); beta 1
+    reached 0.41 / 0.45 but let the share grow to 0.13 / 0.17 (flagged with CFG); Flow-GRPO's 0.04 is too weak.
     """
     return TrainConfig(task="crosses",  # 275 training-split cross prompts, 49 disjoint held-out ones
                        reward="shape_match",  # the shape alone: colour, size and position are already right
@@ -128,9 +135,10 @@ def crosses() -> TrainConfig:
                        window=(0, 8),  # cross or ring is decided in the first 8 of 16 steps; half the update cost
                        chunks="1,2,2,3",  # GCPO-style temporal chunks over the 8 trained steps
                        lr=5e-5,  # 3e-5 too slow, 1e-4 worse (see above)
+                       kl_beta=3.0,  # holds the checkerboard texture back; 1 lets it grow (see above)
                        prompts_per_iteration=8,  # 4 was too noisy (see above); ~3.6 CPU-s per iteration
                        keep_checkpoints=8,  # every 10th iteration stays loadable: credit before, during and after
-                       iterations=80)  # 268-274 training CPU-s on one thread: within 5 minutes on 2 cores
+                       iterations=80)  # 268-274 training CPU-s on one thread without the KL term, ~1.2x with it
 
 
 def gfpo_scores(group) -> torch.Tensor:

@@ -25,7 +25,8 @@ from workbench.ui.guard import escape
 from workbench.ui.timing import shown
 
 SHIPPED = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one half as fast (270 CPU-s of training "
-                      "and 30 of evaluations on one thread, docs/crosses.md)"}
+                      "and 30 of evaluations on one thread, docs/crosses.md), measured before the lesson's KL term, "
+                      "which adds about a fifth"}
 # the CPU-s by experiments/crosses.py; the minutes by bench/browser.py --lesson on this machine class's two
 # processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
 RECENT = 10  # a run's last iterations whose timings give its rates (the running ETA's window, `ui.eta.RECENT`)
