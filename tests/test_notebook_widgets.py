@@ -117,7 +117,7 @@ def test_03_training_curve_and_rerun_button(notebook, monkeypatch):
     assert max(len(trace.y) for trace in curve.data) == 2  # evaluated at iterations 0 and 1
 
 
-def test_01_maps_and_numbers_are_the_objectives_tabs_for_the_same_group(notebook, capsys, tmp_path):
+def test_01_maps_and_numbers_are_the_objectives_tabs_for_the_same_group(notebook, capsys, tmp_path, monkeypatch):
     """Notebook 01 explains its group as the app's Objectives tab does with its defaults: every objective gets the
     advantages it is trained with (per-step ones for ppo and dense_grpo, not GRPO's A_i), and the printed
     correlations and clipped shares are the tab's table's."""
@@ -133,6 +133,9 @@ def test_01_maps_and_numbers_are_the_objectives_tabs_for_the_same_group(notebook
     group, sizes = ns["group"], ns["sizes"]
     session = Session().with_group(group, "adherence", ns["rewards"], None).with_sizes(sizes)
     session.credit = ns["credit"]
+    # The app computes on the notebook's thread count: ppo's critic is fitted by sums whose last bits depend on it
+    # (run alone, the notebook had 2 threads and the app, leaving a core free, 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))
     wb = Workbench(device="cpu", runs_root=str(tmp_path / "runs"))  # the app on the embedded model the notebook uses
     _, table, _, view, status = ob.objectives_compute(wb, INNER_UPDATES, INNER_LR, CLIP, "chunk_grpo", None, session)
     assert status.startswith("✓"), status
