@@ -36,12 +36,14 @@ def minutes(text: str) -> float:
 
 
 def test_the_work_by_hand_for_the_crosses_lesson():
-    """80 iterations of N=8 prompts x G=8 trajectories x 17 sampling steps, 8 trained steps (window 0..8), 9
-    evaluations of 49 held-out prompts x 17 steps, unguided (1) and at CFG 4 (2 passes)."""
+    """80 iterations of N=8 prompts x G=8 trajectories x 17 sampling steps, 8 trained steps (window 0..8), the KL
+    term's reference model once per trained transition, 9 evaluations of 49 held-out prompts x 17 steps, unguided
+    (1) and at CFG 4 (2 passes)."""
     work = run_work(LESSON)
-    assert work.sampled == 80 * 8 * 8 * 17 and work.trained == 80 * 8 * 8 * 8
+    assert LESSON.kl_beta > 0 and work.trained == 80 * 8 * 8 * 8
+    assert work.sampled == 80 * 8 * 8 * 17 + work.trained  # the rollouts and the KL reference
     assert work.evaluations == 9 and work.evaluated == 9 * 49 * 17 * 3 and work.uncounted == []
-    assert run_work(replace(LESSON, kl_beta=0.01)).sampled == work.sampled + work.trained  # the KL reference
+    assert run_work(replace(LESSON, kl_beta=0.0)).sampled == work.sampled - work.trained  # no reference without KL
     assert run_work(replace(LESSON, inner_epochs=2)).trained == 2 * work.trained
     assert run_work(replace(LESSON, eval_cfg=False)).evaluated == 9 * 49 * 17
 
