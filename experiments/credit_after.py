@@ -252,7 +252,8 @@ def report(cache: dict, args, out: Path, command: str) -> Path:
     rows, numbers = summarise(cache, args.seeds)
     key = cache["key"]
     lines = ["# Credit before and after the crosses lesson", "",
-             f"The crosses lesson (`--preset crosses`, {args.iterations or 80} iterations) trained with chunk_grpo "
+             f"The crosses lesson (`--preset crosses`, {args.iterations or 80} iterations, KL beta "
+             f"{preset('crosses').kl_beta if args.kl_beta is None else args.kl_beta}) trained with chunk_grpo "
              f"[1,2,2,3] and with step_grpo at equal compute, {args.seeds} seeds each. Credit measured on "
              f"{len(key['prompts'])} held-out cross prompts (G = 8, the same x_T and SDE noise under every policy), "
              f"Monte-Carlo with M = {key['continuations']} continuations per state and common random numbers, "
@@ -281,10 +282,14 @@ def main() -> None:
     parser.add_argument("--cont-seeds", type=int, default=3, help="continuation seeds per group (default 3)")
     parser.add_argument("--runs", default=None, help="run folders and the credit cache (default runs/credit_after)")
     parser.add_argument("--out", default=None, help="folder for credit_after.md and .png (default docs/)")
+    parser.add_argument("--kl-beta", type=float, default=None,
+                        help="the KL term's weight (default: the preset's, 3; docs/credit_after.md was run with 0, "
+                             "before the lesson had a KL term)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     overrides = {"keep_checkpoints": 1}  # only the final checkpoint is measured (and the first runs kept one)
     overrides |= {"iterations": args.iterations} if args.iterations else {}
+    overrides |= {} if args.kl_beta is None else {"kl_beta": args.kl_beta}
     if args.quick:
         overrides = {"iterations": 2, "eval_every": 1, "eval_prompts": 4, "sample_every": 10**6} | overrides
         args.seeds, args.prompts, args.cont_seeds, args.continuations = 1, 1, 2, 2

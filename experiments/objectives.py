@@ -155,7 +155,8 @@ def main() -> None:
                              f"crosses: {TASK_CLIP}, its ratios move less)")
     parser.add_argument("--kl-beta", type=float, default=None,
                         help="KL weight for every run (default 0.04, Flow-GRPO's; docs/objectives.md was run with it; "
-                             "--task crosses: the preset's 0)")
+                             "--task crosses: the preset's, 3; docs/objectives_crosses.md was run with 0, before the "
+                             "lesson had a KL term)")
     parser.add_argument("--task", default=None, choices=["crosses"],
                         help="compare on a lesson (its preset, held-out accuracy, + dapo) instead of the defaults")
     parser.add_argument("--per-step", action="store_true",
