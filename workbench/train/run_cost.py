@@ -33,12 +33,19 @@ class RunWork:
     uncounted: list[str] = field(default_factory=list)  # work that depends on the run's own numbers: not counted
 
 
+def evaluations_left(done: int, total: int, eval_every: int | None) -> int:
+    """Held-out evaluations after iteration `done`: at every multiple of eval_every and at the last iteration (the
+    trainer's rule; the running ETA counts them from the run's iteration, `ui.eta`)."""
+    if not eval_every or eval_every < 1:
+        return 0
+    return sum(1 for it in range(done + 1, total + 1) if it % eval_every == 0 or it == total)
+
+
 def evaluations_made(iterations: int, eval_every: int, eval_prompts: int) -> int:
-    """Held-out evaluations of a run: before training, at every multiple of eval_every and at the last iteration
-    (the trainer's rule, which `ui.eta.evaluations_left` counts from any iteration on)."""
+    """Held-out evaluations of a run: the one before training and `evaluations_left` from its start."""
     if eval_prompts < 1:
         return 0
-    return 1 + sum(1 for it in range(1, iterations + 1) if it % eval_every == 0 or it == iterations)
+    return 1 + evaluations_left(0, iterations, eval_every)
 
 
 def run_work(config: TrainConfig) -> RunWork:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from workbench.train.run_cost import evaluations_left
+
 RECENT = 10  # iterations whose mean time is the pace: recent enough to follow a change of the machine's load
 FLOOR = 0.10  # the smallest error said: the per-iteration timings leave out saving samples and checkpoints
 
@@ -25,13 +27,6 @@ def _mean_and_error(values: list[float]) -> tuple[float, float]:
         return mean, 0.0
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
     return mean, math.sqrt(var / len(values))
-
-
-def evaluations_left(done: int, total: int, eval_every: int | None) -> int:
-    """Held-out evaluations after iteration `done`: at every multiple of eval_every and at the last iteration."""
-    if not eval_every or eval_every < 1:
-        return 0
-    return sum(1 for it in range(done + 1, total + 1) if it % eval_every == 0 or it == total)
 
 
 def time_left(metrics: list[dict], total: int, eval_every: int | None = None) -> tuple[float, float] | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from workbench.core.errors import WorkbenchError
 from workbench.train.config import TrainConfig
 from workbench.train.run_cost import RunWork, run_work
+from workbench.ui.eta import RECENT  # a run's last iterations whose timings give its rates: the running ETA's
 from workbench.ui.guard import escape
 from workbench.ui.timing import shown
 
@@ -29,7 +30,6 @@ SHIPPED = {"crosses": "about 6 minutes on a fast 2-core laptop and 13 on one hal
                       "which adds about a fifth"}
 # the CPU-s by experiments/crosses.py; the minutes by bench/browser.py --lesson on this machine class's two
 # processors, an AMD EPYC and a 2 GHz Intel Xeon (docs/performance.md, docs/performance-xeon.md)
-RECENT = 10  # a run's last iterations whose timings give its rates (the running ETA's window, `ui.eta.RECENT`)
 
 
 @dataclass
