@@ -58,13 +58,13 @@ GRID_ZOOM = 2  # the before/after grids (32-pixel pictures drawn 4x) shown 2x la
 
 def lesson_time(wb: Workbench, lesson: str, config) -> str:
     """How long the lesson takes on this machine (`train_time.run_time`), and the last finished run of it here."""
-    text = (f" **Time**: {run_time(wb, config, lesson)}; once started, its progress bar says the time left at its "
-            "own pace" if config.task is not None else "")
-    iterations = config.iterations
     try:
         runs = list_runs(wb.jobs.root)
     except WorkbenchError:
         runs = []
+    text = (f" **Time**: {run_time(wb, config, lesson, runs)}; once started, its progress bar says the time left at "
+            "its own pace" if config.task is not None else "")
+    iterations = config.iterations
     for run in runs:
         started, updated = run.status.get("started"), run.status.get("updated")
         if (run.state == "finished" and run.config.get("task") == lesson and run.iteration == iterations

@@ -93,10 +93,10 @@ def run_seconds(work: RunWork, rates: Rates) -> float:
     return rollout_evals * rates.rollout + work.trained * rates.update + work.evaluated * rates.evaluation
 
 
-def run_time(wb, config: TrainConfig, lesson: str | None = None) -> str:
+def run_time(wb, config: TrainConfig, lesson: str | None = None, runs: list | None = None) -> str:
     """'about N minutes on this machine (how)', or the shipped figure of a lesson labelled as such, or that the
-    machine is not timed yet (read after 'Time: ')."""
-    rates = run_rates(wb) or app_rates(wb)
+    machine is not timed yet (read after 'Time: '). runs: the runs on disk, where the caller has listed them."""
+    rates = run_rates(wb, runs) or app_rates(wb)
     if rates is None:
         if lesson in SHIPPED and as_shipped(config, lesson):
             return f"not measured on this machine yet; the figure shipped with the lesson: {SHIPPED[lesson]}"
