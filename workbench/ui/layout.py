@@ -204,9 +204,11 @@ def _attribution_tab(page: Page) -> dict:
         waits.after(measured)  # the rates it measured, said in the tab's time lines
     z.submit(partial(h.attribution_z, wb), [z, session], outputs, api_name="attribution_z").then(
         partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)
-    waits.after(compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
-                              [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
-                              scroll_to_output=True, **cv.long_work(wb, HEAVY)))  # to the status naming the comparison
+    compared = compare.click(partial(pol.compare, wb), [other, continuations, session, estimator, crn, z, precision],
+                             [compare_plot, compare_images, compare_text, session, status], api_name="compare_credit",
+                             **cv.long_work(wb, HEAVY))
+    compared.then(**reveal("compare-credit-plot"))  # the comparison, under its button
+    waits.after(compared)
     page.tab.select(partial(h.attribution_view, wb), [session], [heatmap, rates, status],  # a redraw: no progress
                     api_visibility="private", **QUIET)  # flashes
     page.tab.select(partial(pol.comparison_view, wb), [session], both, api_visibility="private", **QUIET)

@@ -28,6 +28,7 @@ from workbench.ui import handlers, policies
 from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.learn_exercise import exercise_section
 from workbench.ui.progress import QUIET
+from workbench.ui.reveal import reveal
 from workbench.ui.state import BASE, LESSON, Session, format_sizes
 from workbench.ui.timing import record
 from workbench.ui.waits import timed
@@ -375,7 +376,8 @@ def learn_tab(wb: Workbench, session, shown: list, heavy: dict, demo: gr.Blocks 
     after_images = gr.Image(label="Final images of both groups (the caption names each row)", type="pil",
                             format="png", elem_id="learn-after-images", visible=toy)
     run.click(partial(learn_walk, wb), [session], [gallery, *stages, last, session, status],
-              api_name="learn_example", scroll_to_output=True, **heavy).then(
-        partial(handlers.generate_view, wb), [session], shown, api_visibility="private", **QUIET)
+              api_name="learn_example", **heavy).then(
+        partial(handlers.generate_view, wb), [session], shown, api_visibility="private", **QUIET).then(
+        **reveal("learn-status"))  # the answer's line, with the group under it
     after.click(partial(learn_after, wb), [session], [after_plot, after_images, after_text, session, after_status],
-                api_name="learn_after", scroll_to_output=True, **heavy)
+                api_name="learn_after", **heavy).then(**reveal("learn-after-status"))

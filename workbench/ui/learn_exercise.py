@@ -22,6 +22,7 @@ from workbench.rl.credit_stats import ALIGNED, MISATTRIBUTED
 from workbench.ui import handlers
 from workbench.ui.guard import escape, guarded, ok
 from workbench.ui.learn_set import EXAMPLE_M, SCHEDULES, figure, load_set, schedule_sizes
+from workbench.ui.reveal import reveal
 from workbench.ui.state import Session, format_sizes
 from workbench.ui.timing import estimate, evaluations, record
 from workbench.ui.waits import timed
@@ -222,8 +223,8 @@ def exercise_section(wb: Workbench, session, heavy: dict, demo: gr.Blocks | None
     predicted = gr.Markdown(elem_id="exercise-predict-status")
     verdict = gr.Markdown(elem_id="exercise-verdict")
     sample.click(partial(exercise_sample, wb), [seed, session], [gallery, strip, table, fresh, status],
-                 api_name="exercise_sample", scroll_to_output=True, **heavy)
+                 api_name="exercise_sample", **heavy).then(**reveal("exercise-status"))
     check.click(partial(exercise_check, wb), [table, fresh], [score, answer, fresh, checked],
-                api_name="exercise_check", scroll_to_output=True, **heavy)
+                api_name="exercise_check", **heavy).then(**reveal("exercise-check-status"))
     predict.click(partial(exercise_predict, wb), [choice, fresh], [verdict, fresh, predicted],
-                  api_name="exercise_predict", scroll_to_output=True, **heavy)
+                  api_name="exercise_predict", **heavy).then(**reveal("exercise-predict-status"))

@@ -2,8 +2,9 @@
 so that the line is near the top of the window, with the figure it names under it.
 
 Gradio's own `scroll_to_output` scrolls only from a progress tracker (none where progress is hidden or shown on
-another component), and after Measure credit, Apply sizes and Objectives' Compute it left the page where it was:
-at 1280x800 the answer landed below the fold and the only visible change was the address in the link box. This is
+another component): after Measure credit, Apply sizes and Objectives' Compute it left the page where it was, and
+after Learn's example only some of the time; at 1280x800 the answer landed below the fold and the only visible
+change was the address in the link box. This is
 the documented `js` argument of an event listener (a function run in the browser, no call to the server), and it
 touches only the page's own elements, found by their `elem_id`.
 """
