@@ -164,13 +164,17 @@ def _run_source(run: Path) -> PolicySource:
     """The run's newest checkpoint whose weights can be read (its optimizer state is not needed to sample)."""
     config = _run_config(run)
     store, problem = RunStore(run), ""
-    for folder in store.checkpoints():
-        try:
-            return PolicySource(config.model, str(run), str(folder), checkpoint_iteration(folder))
-        except CheckpointGone:
-            continue  # replaced by a newer one since the listing: the loop reaches it only if it is older
-        except WorkbenchError as err:
-            problem = problem or str(err)
+    for _ in range(RETRIES):  # a listing, again while the run replaced a checkpoint as it was read
+        gone = False
+        for folder in store.checkpoints():
+            try:
+                return PolicySource(config.model, str(run), str(folder), checkpoint_iteration(folder))
+            except CheckpointGone:
+                gone = True  # replaced by a newer one since the listing, which may have come after the listing
+            except WorkbenchError as err:
+                problem = problem or str(err)
+        if not gone:
+            break  # the listing was current: list again only where a checkpoint was replaced while it was read
     if problem:
         raise WorkbenchError(f"run {run} has no checkpoint whose weights can be read: {problem}")
     if store.info().state in ("running", "interrupted"):
