@@ -66,6 +66,15 @@ def test_flow_grpo_formula_by_hand():
     assert torch.allclose(out.std, torch.tensor([sig * math.sqrt(-dt)]))
 
 
+def test_default_noise_level_is_flow_grpos_a_0_7():
+    """Flow-GRPO's config/base.py sets noise_level = 0.7 (docs/methods.md); the step uses it when none is given.
+
+    t = 0.5, t_next = 0.25: sigma_t = 0.7 sqrt(0.5 / 0.5) = 0.7 and std = sigma_t sqrt(-dt) = 0.7 x 0.5 = 0.35."""
+    x, v = _inputs(1)
+    out = sde_step_with_logprob(x, v, torch.tensor([0.5]), torch.tensor([0.25]))
+    assert out.std.item() == pytest.approx(0.35) and out.noise_scale.item() == pytest.approx(0.7)
+
+
 def test_t_equal_one_uses_sigma_max_and_is_finite():
     x, v = _inputs(1)
     out = sde_step_with_logprob(x, v, torch.tensor([1.0]), torch.tensor([0.9]), 0.7, sigma_max=torch.tensor([0.95]))
