@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.rl.chunker_info import ChunkerInfo, ChunkOption
 from workbench.rl.chunking import (
     CHUNKERS,
     check_sizes,
@@ -123,6 +124,26 @@ def test_uniform_and_fixed():
         CHUNKERS.get("fixed")(16, sizes=[4, 8])
     with pytest.raises(WorkbenchError, match="needs sizes"):
         CHUNKERS.get("fixed")(16)
+
+
+def test_chunker_records_refuse_repeated_option_names():
+    size = ChunkOption("size", "chunk size", 4)
+    with pytest.raises(WorkbenchError, match="^" + re.escape("chunker options must have distinct names, got "
+                                                             "['size', 'size']") + "$"):
+        ChunkerInfo("twice", (size, size), in_menu=False)
+
+
+def test_a_chunker_in_the_menu_takes_at_most_one_integer_option():
+    """The Chunks tab has one number field: two options, or a text option, need in_menu=False."""
+    message = ("the Chunks tab has one number field: a chunker in its menu takes at most one integer option "
+               "(register it with in_menu=False otherwise)")
+    two = (ChunkOption("size", "chunk size", 4), ChunkOption("count", "chunks", 2))
+    text = (ChunkOption("sizes", "sizes, e.g. 2,3,4,7", kind=str),)
+    for options in (two, text):
+        with pytest.raises(WorkbenchError, match=f"^{re.escape(message)}$"):
+            ChunkerInfo("too much for one field", options)
+        assert ChunkerInfo("off the menu", options, in_menu=False).options == options
+    assert ChunkerInfo("one number", two[:1]).option() == two[0]
 
 
 def test_adaptive_splits_at_the_turning_point():
