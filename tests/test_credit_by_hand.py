@@ -93,12 +93,12 @@ def _brightness(images, prompts):
 def test_one_continuation_per_state_is_allowed_and_four_is_the_default(random_policy):
     from workbench.flow.sampler import sample_group
     from workbench.flow.trajectory import SamplingConfig
-    from workbench.rl.credit import continuation_rewards, measure_credit
+    from workbench.rl.credit import measure_credit
 
     group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
     one = measure_credit(random_policy, group, _brightness, continuations=1, chunks="1,2")
     assert one.counts.tolist() == [[1, 1], [1, 1]] and torch.isnan(one.step_se[:, 1:]).all()  # K = 1: no error
-    assert continuation_rewards(random_policy, group, _brightness).shape == (2, 2, 4)
+    assert measure_credit(random_policy, group, _brightness, chunks="1,2").continuation_rewards.shape == (2, 2, 4)
     two = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=2))  # one state between
     assert measure_credit(random_policy, two, _brightness, continuations=2, chunks="1,1").step_credit.shape == (2, 2)
     with pytest.raises(WorkbenchError, match="at least 2 steps"):
