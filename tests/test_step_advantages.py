@@ -49,6 +49,21 @@ def test_gae_hand_cases():
         gae(r, v[:, :3], 1.0, 1.0)
 
 
+def test_gae_refuses_a_discount_or_lambda_outside_0_1():
+    r, v = final_rewards(torch.tensor([1.0]), 2), torch.zeros(1, 3)
+    for gamma, lam in ((1.5, 0.9), (0.9, 1.5), (-0.1, 0.9), (0.9, -0.1)):
+        with pytest.raises(WorkbenchError, match=f"^gamma and lambda must be in \\[0, 1\\], got gamma={gamma}, "
+                                                 f"lambda={lam}$"):
+            gae(r, v, gamma, lam)
+
+
+def test_final_rewards_and_gae_stay_on_the_rewards_device():
+    """torch's meta device stands in for a GPU: a tensor made on the CPU cannot meet a meta one, nor a CUDA one."""
+    r = final_rewards(torch.ones(2, device="meta"), 3)
+    adv, ret = gae(r, torch.zeros(2, 4, device="meta"), 0.9, 0.95)
+    assert (r.device.type, adv.device.type, ret.device.type) == ("meta", "meta", "meta")
+
+
 def test_lookahead_advantages_normalise_each_step_in_the_group():
     values = torch.tensor([[0.0, 0.5, 1.0], [0.0, 0.0, 0.0], [0.0, 0.1, 0.2]])  # R_0, R_1, r_i of G = 3
     adv = lookahead_advantages(values)
