@@ -75,7 +75,7 @@ def lookahead_advantages(values: torch.Tensor, eps: float = EPS, tol: float = 1e
     d = values.diff(dim=1)  # (G, T)
     std = d.std(dim=0, unbiased=False)  # (T,)
     adv = (d - d.mean(dim=0)) / (std + eps)  # (G, T)
-    return torch.where(std > tol, adv, torch.zeros_like(adv)).clamp(-CLIP, CLIP)
+    return torch.where(std >= tol, adv, torch.zeros_like(adv)).clamp(-CLIP, CLIP)  # std < tol: 0
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
