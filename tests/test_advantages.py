@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -121,6 +122,11 @@ def test_gfpo_default_keep_is_half_and_ties_go_to_lower_index():
     assert gfpo_keep_mask(torch.tensor([[1.0, 2.0, 2.0, 0.0]]), 2).tolist() == [[False, True, True, False]]
 
 
+def test_gfpo_keeps_the_first_samples_of_a_long_tie():
+    """The sort is stable: 40 equal metrics keep samples 0..4 (an unstable sort of 40 returns them out of order)."""
+    assert gfpo_keep_mask(torch.zeros(2, 40), 5).nonzero()[:, 1].tolist() == [0, 1, 2, 3, 4] * 2
+
+
 def test_gfpo_single_kept_sample_is_zero_variance():
     adv = ADVANTAGES.get("gfpo")(torch.tensor([[1.0, 9.0]]), AdvantageSettings(gfpo_keep=1),
                                  metric=torch.tensor([[0.0, 1.0]]))
@@ -153,6 +159,45 @@ def test_dynamic_sampling_mask_drops_flat_groups():
     rewards = torch.tensor([[1.0, 1.0], [0.0, 1.0], [2.0, 2.0 + 1e-9]])
     assert dynamic_sampling_mask(rewards).tolist() == [False, True, False]
     assert dynamic_sampling_mask(rewards, tol=0.0).tolist() == [True, True, True]
+
+
+def test_dynamic_sampling_compares_the_population_std_with_tol():
+    """Rewards (0, 1) have population std 0.5 and (0, 0.5) 0.25 (sample stds 0.71 and 0.35): tol 0.3 keeps the first."""
+    assert dynamic_sampling_mask(torch.tensor([[0.0, 1.0], [0.0, 0.5]]), tol=0.3).tolist() == [True, False]
+    with pytest.raises(WorkbenchError, match="^tol must be >= 0, got -0.1$"):
+        dynamic_sampling_mask(torch.tensor([[0.0, 1.0]]), tol=-0.1)
+
+
+def test_rewards_that_advantages_cannot_use_are_refused_with_what_to_change():
+    cases = [([[1.0, 2.0]], "rewards must be a torch.Tensor of shape (N, G), got list"),
+             (torch.rand(4), "rewards must be 2-D (N groups, G samples), got shape (4,); "
+                             "reshape them to (num_prompts, group_size)"),
+             (torch.tensor([[1.0, math.nan]]), "rewards contain NaN or inf; check the reward function's output")]
+    for shape in ((0, 4), (3, 1)):  # no group, or groups of one sample
+        cases.append((torch.zeros(shape), f"rewards of shape {shape} need at least 1 group of G >= 2 samples; "
+                                          "group-relative advantages compare samples of the same prompt"))
+    for rewards, message in cases:
+        with pytest.raises(WorkbenchError, match=f"^{re.escape(message)}$"):
+            ADVANTAGES.get("grpo")(rewards)
+
+
+def test_advantages_keep_float64_rewards_in_float64():
+    """Rewards are only converted when they are integers (to float32); float64 rewards are not rounded."""
+    assert grpo(torch.tensor([[0.0, 1.0]], dtype=torch.float64)).values.dtype == torch.float64
+    assert grpo(torch.tensor([[0, 1]])).values.dtype == torch.float32
+
+
+def test_clipping_bounds_both_signs_and_leaves_a_value_at_the_bound():
+    """dr_grpo's A = r - mean: rewards (0, 10) centre to (-5, 5), clipped to (-2, 2), both marked clipped;
+    rewards (0, 4) centre to (-2, 2), exactly at the bound: kept and not marked."""
+    dr_grpo = ADVANTAGES.get("dr_grpo")
+    clip2 = AdvantageSettings(clip=2.0)
+    wide = dr_grpo(torch.tensor([[0.0, 10.0]]), clip2)
+    assert wide.values.tolist() == [[-2.0, 2.0]] and wide.clipped.tolist() == [[True, True]]
+    at_bound = dr_grpo(torch.tensor([[0.0, 4.0]]), clip2)
+    assert at_bound.values.tolist() == [[-2.0, 2.0]] and at_bound.clipped.tolist() == [[False, False]]
+    unclipped = dr_grpo(torch.tensor([[0.0, 10.0]]), AdvantageSettings(clip=None))
+    assert unclipped.values.tolist() == [[-5.0, 5.0]] and unclipped.values[unclipped.clipped].numel() == 0  # a mask
 
 
 def test_refill_batch_dapo_fills_the_batch_with_groups_that_have_variance():

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.rl.chunker_info import ChunkerInfo, ChunkOption
 from workbench.rl.chunking import (
     CHUNKERS,
     check_sizes,
@@ -123,6 +126,26 @@ def test_uniform_and_fixed():
         CHUNKERS.get("fixed")(16)
 
 
+def test_chunker_records_refuse_repeated_option_names():
+    size = ChunkOption("size", "chunk size", 4)
+    with pytest.raises(WorkbenchError, match="^" + re.escape("chunker options must have distinct names, got "
+                                                             "['size', 'size']") + "$"):
+        ChunkerInfo("twice", (size, size), in_menu=False)
+
+
+def test_a_chunker_in_the_menu_takes_at_most_one_integer_option():
+    """The Chunks tab has one number field: two options, or a text option, need in_menu=False."""
+    message = ("the Chunks tab has one number field: a chunker in its menu takes at most one integer option "
+               "(register it with in_menu=False otherwise)")
+    two = (ChunkOption("size", "chunk size", 4), ChunkOption("count", "chunks", 2))
+    text = (ChunkOption("sizes", "sizes, e.g. 2,3,4,7", kind=str),)
+    for options in (two, text):
+        with pytest.raises(WorkbenchError, match=f"^{re.escape(message)}$"):
+            ChunkerInfo("too much for one field", options)
+        assert ChunkerInfo("off the menu", options, in_menu=False).options == options
+    assert ChunkerInfo("one number", two[:1]).option() == two[0]
+
+
 def test_adaptive_splits_at_the_turning_point():
     curve = torch.tensor([5.0, 4.0, 3.0, 2.0, 1.0, 2.0, 3.0, 4.0])
     # first backward differences: steps 0-4 falling, 5-7 rising -> runs [5, 3]; the run of 5 is
@@ -140,6 +163,20 @@ def test_adaptive_chunks_respect_sign_changes():
     for chunk in range(len(sizes)):
         steps = (chunk_ids(sizes) == chunk).nonzero().flatten().clamp_min(1)
         assert len(set(rising[steps - 1].tolist())) == 1
+
+
+def test_adaptive_recurses_with_higher_differences_at_each_piece_own_offset():
+    """Three runs, two of them split again with the second difference at their own steps (worked by hand).
+
+    curve (T = 8): 6, 8, 5, 4, 1, 2, 3, 4
+    D1 at steps 1..7: 2, -3, -1, -3, 1, 1, 1 (step 0 takes step 1's +); signs + + - - - + + + -> runs [2, 3, 3]
+    max_size 2: the runs of 3 (steps 2-4 and 5-7) recurse with D2 at steps 2..7: -5, 2, -2, 4, 0, 0
+    steps 2-4: signs - + - -> [1, 1, 1]; steps 5-7: signs + 0 0 -> [1, 2]
+    (the first difference again would give one sign in each, halved to [1, 2]; the third difference, or the third
+    piece read at steps 3-5, would cut other chunks)
+    """
+    curve = torch.tensor([6.0, 8.0, 5.0, 4.0, 1.0, 2.0, 3.0, 4.0])
+    assert CHUNKERS.get("adaptive")(8, curve, max_size=2) == [2, 1, 1, 1, 1, 2]
 
 
 def test_adaptive_on_monotone_curve_halves():
@@ -269,6 +306,16 @@ def test_split_and_merge():
         split_at([2, 2], 4)
 
 
+def test_split_and_merge_errors_say_where_chunks_start():
+    with pytest.raises(WorkbenchError, match=re.escape("a chunk already starts at step 2 (chunks start at steps [2]); "
+                                                       "choose another step") + "$"):
+        split_at([2, 2], 2)
+    with pytest.raises(WorkbenchError, match=re.escape("nothing merges there; chunks start at steps [2, 5, 9]") + "$"):
+        merge_at([2, 3, 4, 7], 3)
+    with pytest.raises(WorkbenchError, match=re.escape("nothing merges there; there is only one chunk") + "$"):
+        merge_at([16], 3)
+
+
 def test_toggle_boundary_adds_and_removes_the_boundary_after_a_step():
     assert toggle_boundary([2, 3, 4, 7], 1) == [5, 4, 7]  # the boundary after step 1 (a chunk started at 2) goes
     assert toggle_boundary([5, 4, 7], 1) == [2, 3, 4, 7]  # and comes back
@@ -278,6 +325,16 @@ def test_toggle_boundary_adds_and_removes_the_boundary_after_a_step():
         toggle_boundary([2, 3, 4, 7], 15)
     with pytest.raises(WorkbenchError, match="steps 0..14"):
         toggle_boundary([2, 3, 4, 7], -1)
+
+
+def test_toggle_boundary_errors_name_the_steps_a_boundary_can_follow():
+    """The last step gets its reason; any other step out of range only the range; both end with what to do."""
+    with pytest.raises(WorkbenchError, match=re.escape("a boundary can follow steps 0..14, not step 15 (the last step "
+                                                       "ends the last chunk); click an earlier step") + "$"):
+        toggle_boundary([2, 3, 4, 7], 15)
+    with pytest.raises(WorkbenchError, match="^" + re.escape("a boundary can follow steps 0..14, not step 20; "
+                                                             "click an earlier step") + "$"):
+        toggle_boundary([2, 3, 4, 7], 20)
 
 
 def test_equal_mass_on_a_curve_with_little_mass_and_its_checks():

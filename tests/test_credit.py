@@ -11,7 +11,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.flow.sampler import sample_group, transition
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rewards import build_reward
-from workbench.rl.credit import Credit, continuation_rewards, measure_credit, refine, refine_rounds
+from workbench.rl.credit import Credit, measure_credit, refine, refine_rounds
 from workbench.rl.credit_estimators import ESTIMATORS, noise_seed, run_continuations
 
 
@@ -28,16 +28,21 @@ def test_credits_telescope_to_the_raw_advantage(random_policy, group):
 def test_continuations_restart_from_the_stored_state(random_policy):
     """With noise level 0 every continuation is the ODE from its state: M continuations agree."""
     g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=4, noise_level=0.0))
-    conts = continuation_rewards(random_policy, g, mean_red, continuations=3, precision="float32")  # as sampled
+    conts = measure_credit(random_policy, g, mean_red, continuations=3, chunks="2,2",
+                           precision="float32").continuation_rewards  # as sampled
     final = mean_red(g.images, [PROMPT] * 2)
     assert torch.allclose(conts, final[:, None, None].expand(2, 3, 3), atol=1e-5)
 
 
 @pytest.mark.parametrize("crn", [True, False])
 def test_continuations_differ_under_the_sde_and_repeat_with_the_seed(random_policy, group, crn):
-    conts = continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn)
-    assert conts.shape == (4, 4, 3) and conts.std(-1).mean() > 0
-    assert torch.equal(conts, continuation_rewards(random_policy, group, mean_red, continuations=3, seed=0, crn=crn))
+    def conts():
+        return measure_credit(random_policy, group, mean_red, continuations=3, chunks="2,3", seed=0,
+                              crn=crn).continuation_rewards
+
+    first = conts()
+    assert first.shape == (4, 4, 3) and first.std(-1).mean() > 0
+    assert torch.equal(first, conts())
 
 
 def _one_step(policy, group, traj: int, k: int, s: int, seed: int) -> torch.Tensor:

@@ -93,12 +93,12 @@ def _brightness(images, prompts):
 def test_one_continuation_per_state_is_allowed_and_four_is_the_default(random_policy):
     from workbench.flow.sampler import sample_group
     from workbench.flow.trajectory import SamplingConfig
-    from workbench.rl.credit import continuation_rewards, measure_credit
+    from workbench.rl.credit import measure_credit
 
     group = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=3))
     one = measure_credit(random_policy, group, _brightness, continuations=1, chunks="1,2")
     assert one.counts.tolist() == [[1, 1], [1, 1]] and torch.isnan(one.step_se[:, 1:]).all()  # K = 1: no error
-    assert continuation_rewards(random_policy, group, _brightness).shape == (2, 2, 4)
+    assert measure_credit(random_policy, group, _brightness, chunks="1,2").continuation_rewards.shape == (2, 2, 4)
     two = sample_group(random_policy, "a red circle", SamplingConfig(group=2, steps=2))  # one state between
     assert measure_credit(random_policy, two, _brightness, continuations=2, chunks="1,1").step_credit.shape == (2, 2)
     with pytest.raises(WorkbenchError, match="at least 2 steps"):
@@ -197,3 +197,26 @@ def test_misattributed_steps_by_hand():
     flipped = Credit("p", torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 1.0]), _credit().continuation_rewards,
                      [1, 2])
     assert flipped.misattributed_steps().tolist() == [[False, True, True], [False, True, True]]
+
+
+def test_summary_names_every_figure_and_writes_missing_errors_as_null():
+    """The summary is `workbench credit --json`'s output. Trajectory 0's state 2 has one continuation (the rest NaN),
+    so its value 1.0 has no error: the credit of steps 1 and 2 has none either (null in JSON)."""
+    nan = math.nan
+    continuations = torch.tensor([[[1.0, 1.0, 0.0, 0.0], [1.0, nan, nan, nan]],
+                                  [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]]])
+    s = Credit("p", torch.tensor([1.0, 0.0]), torch.tensor([1.0, -1.0]), continuations, [1, 2]).summary()
+    rates = [f"{unit}_{rate}{se}" for unit in ("step", "chunk") for rate in ("misattribution", "misattributed",
+                                                                             "determined", "mass_against")
+             for se in ("", "_se")]
+    assert set(s) == {"prompt", "chunks", "estimator", "crn", "z", "precision", "false_call_rate",
+                      "chunk_fixed_by_construction", "continuations_min", "continuations_max", "cost", "rewards",
+                      "advantage", "values", "credit", "credit_se", "step_classes", "chunk_credit", "chunk_se",
+                      "chunk_classes", *rates}
+    assert (s["prompt"], s["chunks"], s["estimator"], s["crn"], s["z"], s["cost"]) == ("p", [1, 2], "mc", True, 2.0, {})
+    assert (s["continuations_min"], s["continuations_max"]) == (1, 4)
+    assert s["rewards"] == [1.0, 0.0] and s["advantage"] == [1.0, -1.0]
+    # V(x_T) = mean reward 0.5, then the continuation means (0.5, 1.0 | 0.5, 0.25), then the rewards
+    assert s["values"] == [[0.5, 0.5, 1.0, 1.0], [0.5, 0.5, 0.25, 0.0]]
+    assert s["credit_se"][0][1:] == [None, None] and all(isinstance(v, float) for v in s["credit_se"][1])
+    assert all(isinstance(v, float) for row in s["chunk_se"] for v in row)

@@ -2,6 +2,7 @@
 
 import math
 import statistics
+import warnings
 
 import pytest
 import torch
@@ -190,3 +191,27 @@ def test_agreement_by_hand():
     assert one["cells"] == 1 and one["correlation"] != one["correlation"] and "determined_cells" not in one
     empty = agreement(estimate, reference, torch.zeros_like(valid))
     assert empty["cells"] == 0 and empty["sign_agreement"] != empty["sign_agreement"]
+
+
+def test_agreement_of_two_cells_correlates_exactly():
+    """Two points lie on one line: Pearson r is +1 when the estimate rises with the reference, -1 when it falls."""
+    from workbench.rl.credit_stats import agreement
+
+    valid = torch.ones(1, 2, dtype=torch.bool)
+    rising = agreement(torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 5.0]]), valid)
+    falling = agreement(torch.tensor([[1.0, 2.0]]), torch.tensor([[5.0, 3.0]]), valid)
+    assert rising["correlation"] == pytest.approx(1.0) and falling["correlation"] == pytest.approx(-1.0)
+
+
+def test_agreement_without_two_cells_is_nan_without_a_warning():
+    """One cell or none has no correlation: NaN, and no warning from torch.corrcoef about degrees of freedom."""
+    from workbench.rl.credit_stats import agreement
+
+    estimate, reference = torch.tensor([[1.0, -2.0]]), torch.tensor([[2.0, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one = agreement(estimate, reference, torch.tensor([[True, False]]), torch.tensor([[False, False]]))
+        none = agreement(estimate, reference, torch.zeros(1, 2, dtype=torch.bool), torch.zeros(1, 2, dtype=torch.bool))
+    assert one["sign_agreement"] == 1.0 and math.isnan(one["correlation"])
+    assert math.isnan(one["sign_agreement_determined"])
+    assert all(math.isnan(none[key]) for key in ("sign_agreement", "correlation", "sign_agreement_determined"))

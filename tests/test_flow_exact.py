@@ -78,6 +78,9 @@ def test_linspace_sigmas_by_hand():
     assert np.allclose(shift_sigmas(np.array([0.25]), 2.0), [0.4])  # 2 x 0.25 / 1.25
     with pytest.raises(WorkbenchError, match="shift must be positive"):
         linspace_sigmas(2, 0.0)
+    for sigmas in (linspace_sigmas, sd3_sigmas):
+        with pytest.raises(WorkbenchError, match="^steps must be a positive integer, got 0$"):
+            sigmas(0)
 
 
 def test_seeds_cover_exactly_what_torch_generators_take_and_wrap():

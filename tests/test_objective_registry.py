@@ -3,6 +3,8 @@ a preset, from its registration alone (rl/objective_info.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -71,3 +73,22 @@ def test_bad_registrations_are_refused():
         ObjectiveInfo(unit="chunk", step_credit="critic")
     with pytest.raises(ValueError, match="registered twice"):
         OBJECTIVES.register("ppo")(step_grpo)
+
+
+def test_objective_records_name_the_valid_units_and_step_credits():
+    with pytest.raises(WorkbenchError, match="^" + re.escape("unit must be one of step, chunk, sequence, got 'token'")):
+        ObjectiveInfo(unit="token")
+    with pytest.raises(WorkbenchError, match="^" + re.escape("step_credit must be None or one of critic, lookahead, "
+                                                             "got 'gae'") + "$"):
+        ObjectiveInfo(step_credit="gae")
+    with pytest.raises(WorkbenchError, match="^" + re.escape("per-step advantages need a per-step ratio: step_credit "
+                                                             "requires unit='step'") + "$"):
+        ObjectiveInfo(unit="sequence", step_credit="lookahead")
+
+
+def test_step_credit_goes_with_step_units_and_chunk_units_go_without_it():
+    """Per-step advantages (PPO's critic, TP-GRPO's look-ahead) need a per-step ratio; a chunk or sequence
+    objective takes one advantage per trajectory."""
+    assert ObjectiveInfo(unit="step", step_credit="critic").step_credit == "critic"
+    assert ObjectiveInfo(unit="step", step_credit="lookahead").step_credit == "lookahead"
+    assert ObjectiveInfo(unit="chunk").step_credit is None and ObjectiveInfo(unit="sequence").unit == "sequence"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -276,6 +277,23 @@ def test_noise_aware_weights():
     assert w[0] == 0 and w[1:].mean().item() == pytest.approx(1.0)
     assert torch.allclose(w[1:], stds[1:] / 1.0)  # proportional: mean of nonzero stds is 1.0
     with pytest.raises(WorkbenchError):
+        noise_aware_weights(torch.zeros(3))
+
+
+def test_noise_aware_weights_divide_by_the_mean_noisy_std():
+    # stds 0, 1, 3: the noisy steps' mean std is (1 + 3) / 2 = 2, so the weights are 0, 1 / 2, 3 / 2
+    assert noise_aware_weights(torch.tensor([0.0, 1.0, 3.0])).tolist() == [0.0, 0.5, 1.5]
+
+
+def test_noise_aware_weights_refuse_negative_stds_and_say_what_to_pass():
+    message = "step stds must be non-negative; pass sigma_t * sqrt(-dt) per step"
+    with pytest.raises(WorkbenchError, match=f"^{re.escape(message)}$"):
+        noise_aware_weights(torch.tensor([0.5, -0.1]))
+
+
+def test_noise_aware_weights_refuse_a_pure_ode_schedule():
+    message = "every step std is 0 (pure ODE); noise-aware weights need some SDE steps"
+    with pytest.raises(WorkbenchError, match=f"^{re.escape(message)}$"):
         noise_aware_weights(torch.zeros(3))
 
 

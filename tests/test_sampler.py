@@ -1,5 +1,8 @@
 """Grouped trajectories: determinism, shared noise, re-scoring, save/load (issue: trajectories)."""
 
+import json
+import re
+
 import pytest
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
@@ -82,13 +85,49 @@ def test_sde_window_only_has_log_probs_inside(random_policy):
     assert (g.log_probs[:, [0, 1, 4, 5]] == 0).all()
 
 
-def test_save_load_round_trip_is_exact(random_policy, tmp_path):
+def test_save_load_round_trip_is_exact(random_policy, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a stray relative file (a path lost on the way) lands here, not in a shared folder
     g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=3, window=(0, 2), seed=3))
     g.save(tmp_path / "g")
     h = TrajectoryGroup.load(tmp_path / "g")
     for k in ("sigmas", "states", "x0_preds", "means", "stds", "log_probs", "images"):
         assert torch.equal(getattr(g, k), getattr(h, k)), k
     assert h.prompt == g.prompt and h.config == g.config
+
+
+def test_save_makes_missing_folders_overwrites_and_keeps_meta(random_policy, tmp_path):
+    """A group saves into folders that do not exist yet, saves again over itself, and brings its meta back."""
+    g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=2, seed=1))
+    g.meta = {"model": "embedded", "seconds": 1.5}
+    g.save(tmp_path / "runs" / "today" / "g")
+    g.save(tmp_path / "runs" / "today" / "g")  # the same folder again: replaced, not refused
+    assert TrajectoryGroup.load(tmp_path / "runs" / "today" / "g").meta == {"model": "embedded", "seconds": 1.5}
+
+
+def test_group_json_is_indented_for_people_to_read(random_policy, tmp_path):
+    """group.json (prompt, seeds, config) is what a person opens: two-space indents, one field per line."""
+    g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=2, seed=1))
+    text = (g.save(tmp_path / "g") / "group.json").read_text()
+    assert text == json.dumps(json.loads(text), indent=2) and f'\n  "prompt": "{PROMPT}",\n' in text
+
+
+def test_a_group_json_without_meta_loads_with_empty_meta(random_policy, tmp_path):
+    """meta is display-only: a group.json without it (written by hand or by an older version) still loads."""
+    g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=2, seed=1))
+    g.meta = {"model": "embedded"}
+    path = g.save(tmp_path / "g") / "group.json"
+    fields = json.loads(path.read_text())
+    del fields["meta"]
+    path.write_text(json.dumps(fields))
+    assert TrajectoryGroup.load(tmp_path / "g").meta == {}
+
+
+def test_saving_under_a_file_says_to_choose_a_writable_out(random_policy, tmp_path):
+    g = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=2, seed=1))
+    (tmp_path / "taken").write_text("a file, not a folder")
+    with pytest.raises(WorkbenchError, match="^" + re.escape(f"cannot write the group to {tmp_path / 'taken' / 'g'}: "
+                                                             "Not a directory; choose a writable --out") + "$"):
+        g.save(tmp_path / "taken" / "g")
 
 
 def test_load_missing_group_is_a_clear_error(tmp_path):

@@ -66,6 +66,38 @@ def test_flow_grpo_formula_by_hand():
     assert torch.allclose(out.std, torch.tensor([sig * math.sqrt(-dt)]))
 
 
+def test_default_noise_level_is_flow_grpos_a_0_7():
+    """Flow-GRPO's config/base.py sets noise_level = 0.7 (docs/methods.md); the step uses it when none is given.
+
+    t = 0.5, t_next = 0.25: sigma_t = 0.7 sqrt(0.5 / 0.5) = 0.7 and std = sigma_t sqrt(-dt) = 0.7 x 0.5 = 0.35."""
+    x, v = _inputs(1)
+    out = sde_step_with_logprob(x, v, torch.tensor([0.5]), torch.tensor([0.25]))
+    assert out.std.item() == pytest.approx(0.35) and out.noise_scale.item() == pytest.approx(0.7)
+
+
+def test_step_coefficients_default_to_flow_grpos_sde():
+    """t = 0.8, t_next = 0.6, a = 0.7: flow_grpo's sigma_t = 0.7 sqrt(0.8 / 0.2) = 1.4 (DanceGRPO's would be 0.7),
+    std = 1.4 sqrt(0.2)."""
+    c = step_coefficients(torch.tensor([0.8]), torch.tensor([0.6]), 0.7)
+    assert c.noise_scale.item() == pytest.approx(1.4) and c.std.item() == pytest.approx(1.4 * math.sqrt(0.2))
+
+
+def test_step_coefficients_are_float32_for_a_float64_noise_level():
+    """The step is computed in float32 (module doc) even when the noise levels come as a float64 tensor."""
+    levels = torch.tensor([0.7, 0.3], dtype=torch.float64)
+    c = step_coefficients(torch.tensor([0.8, 0.5]), torch.tensor([0.6, 0.25]), levels)
+    assert {f.dtype for f in (c.x_coef, c.v_coef, c.std, c.noise_scale, c.sigma)} == {torch.float32}
+
+
+@pytest.mark.parametrize("kind", SDE_KINDS)
+def test_step_coefficients_stay_on_the_sigmas_device(kind):
+    """A float noise level joins the sigmas' device: torch's meta device stands in for a GPU here (a tensor left on
+    the CPU cannot meet a meta tensor, as it cannot meet a CUDA one)."""
+    sigma, sigma_next = torch.tensor([0.8, 0.5], device="meta"), torch.tensor([0.6, 0.25], device="meta")
+    c = step_coefficients(sigma, sigma_next, 0.7, kind)
+    assert {f.device.type for f in (c.x_coef, c.v_coef, c.std, c.noise_scale, c.sigma)} == {"meta"}
+
+
 def test_t_equal_one_uses_sigma_max_and_is_finite():
     x, v = _inputs(1)
     out = sde_step_with_logprob(x, v, torch.tensor([1.0]), torch.tensor([0.9]), 0.7, sigma_max=torch.tensor([0.95]))

@@ -180,3 +180,17 @@ def test_an_exact_p_value_decides_where_it_is_given():
     exact = torch.tensor([0.125, 0.03, math.nan])  # a zero spread alone no longer determines a cell
     assert determined(credit, se, dof, 2.0, exact=exact).tolist() == [False, True, True]
     assert determined(credit, se, dof, 2.0, torch.full((3,), 2.0), exact).tolist() == [False, False, True]
+
+
+def test_t_two_sided_reads_python_numbers_in_double_precision():
+    """1.3, 2.7 and 0.1 have no exact float32: read as float64, the p-values equal those of float64 tensors, and the
+    normal case equals math.erfc(0.1 / sqrt 2)."""
+    as_double = t_two_sided(torch.tensor(1.3, dtype=torch.float64), torch.tensor(2.7, dtype=torch.float64))
+    assert t_two_sided(1.3, 2.7).item() == as_double.item()
+    assert t_two_sided(0.1, math.inf).item() == pytest.approx(math.erfc(0.1 / math.sqrt(2)), rel=1e-14)
+
+
+def test_has_ties_looks_along_the_last_axis_of_any_shape():
+    """(1, 3, 3): only the first row (1, 2, 1) has two equal values."""
+    values = torch.tensor([[[1.0, 2.0, 1.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]]])
+    assert has_ties(values).tolist() == [[True, False, False]]

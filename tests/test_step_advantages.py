@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -49,6 +51,21 @@ def test_gae_hand_cases():
         gae(r, v[:, :3], 1.0, 1.0)
 
 
+def test_gae_refuses_a_discount_or_lambda_outside_0_1():
+    r, v = final_rewards(torch.tensor([1.0]), 2), torch.zeros(1, 3)
+    for gamma, lam in ((1.5, 0.9), (0.9, 1.5), (-0.1, 0.9), (0.9, -0.1)):
+        with pytest.raises(WorkbenchError, match=f"^gamma and lambda must be in \\[0, 1\\], got gamma={gamma}, "
+                                                 f"lambda={lam}$"):
+            gae(r, v, gamma, lam)
+
+
+def test_final_rewards_and_gae_stay_on_the_rewards_device():
+    """torch's meta device stands in for a GPU: a tensor made on the CPU cannot meet a meta one, nor a CUDA one."""
+    r = final_rewards(torch.ones(2, device="meta"), 3)
+    adv, ret = gae(r, torch.zeros(2, 4, device="meta"), 0.9, 0.95)
+    assert (r.device.type, adv.device.type, ret.device.type) == ("meta", "meta", "meta")
+
+
 def test_lookahead_advantages_normalise_each_step_in_the_group():
     values = torch.tensor([[0.0, 0.5, 1.0], [0.0, 0.0, 0.0], [0.0, 0.1, 0.2]])  # R_0, R_1, r_i of G = 3
     adv = lookahead_advantages(values)
@@ -57,6 +74,54 @@ def test_lookahead_advantages_normalise_each_step_in_the_group():
     assert torch.allclose(adv, expected)
     flat = lookahead_advantages(torch.tensor([[0.0, 1.0], [0.0, 1.0]]))  # equal gains: no signal
     assert torch.equal(flat, torch.zeros(2, 1))
+
+
+def test_lookahead_advantages_by_hand_per_step():
+    """values (R_0, R_1, r) = (0, 1, 1) and (0, 0, 2): gains d = (1, 0) and (0, 2).
+    Step 0: mean 0.5, population std 0.5 -> (1, -1); step 1: mean 1, std 1 -> (-1, 1) (eps 0)."""
+    adv = lookahead_advantages(torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 2.0]]), eps=0.0)
+    assert adv.tolist() == [[1.0, -1.0], [-1.0, 1.0]]
+
+
+def test_lookahead_advantages_clip_both_signs_at_5():
+    """G = 37, one trajectory gains 1 at step 0 and loses 1 at step 1, the others 0: its z-score is
+    (1 - 1/37) / (6/37) = 6 (population std sqrt(p (1 - p)) = 6/37 with p = 1/37), clipped to +5 and -5."""
+    values = torch.zeros(37, 3)
+    values[0, 1] = 1.0  # R_1 of trajectory 0; its r stays 0
+    adv = lookahead_advantages(values, eps=0.0)
+    assert adv[0].tolist() == [5.0, -5.0]
+    assert torch.allclose(adv[1:], torch.tensor([-1 / 6, 1 / 6]).expand(36, 2))
+
+
+def test_lookahead_advantages_keep_a_step_whose_std_equals_tol():
+    """std < tol is a zero-variance step (as grpo's groups): gains (0, 1) have std 0.5, kept at tol = 0.5."""
+    values = torch.tensor([[0.0, 0.0], [0.0, 1.0]])
+    assert lookahead_advantages(values, eps=0.0, tol=0.5).tolist() == [[-1.0], [1.0]]
+    assert lookahead_advantages(values, eps=0.0, tol=0.6).tolist() == [[0.0], [0.0]]
+
+
+def test_lookahead_advantages_need_a_group_by_steps_table():
+    for shape in ((3,), (3, 1)):  # no step axis, or no step
+        with pytest.raises(WorkbenchError, match=re.escape(f"look-ahead values must be (G, T + 1) with T >= 1, "
+                                                           f"got {shape}") + "$"):
+            lookahead_advantages(torch.zeros(shape))
+
+
+def test_normalise_by_hand_over_the_masked_cells():
+    """Cells 1 and 3 (the mask): mean 2, population std 1; with eps 1 every cell is (a - 2) / 2, clipped to +-5."""
+    adv = torch.tensor([[-100.0, 1.0, 3.0, 100.0]])
+    mask = torch.tensor([[False, True, True, False]])
+    assert normalise(adv, mask, eps=1.0).tolist() == [[-5.0, -0.5, 0.5, 5.0]]
+    assert torch.allclose(normalise(adv, mask), torch.tensor([[-5.0, -1.0, 1.0, 5.0]]))  # eps 1e-8
+    assert normalise(adv, torch.tensor([[False, True, False, False]])).tolist() == [[0.0] * 4]  # one cell: no scale
+
+
+def test_explained_variance_by_hand():
+    """target (0, 2): mean 1, population variance 1. Predicting (0, 0) leaves residuals (0, 2), population
+    variance 1: 1 - 1 / 1 = 0. A constant target has no variance to explain: NaN."""
+    target = torch.tensor([0.0, 2.0])
+    assert explained_variance(target, target) == 1.0 and explained_variance(torch.zeros(2), target) == 0.0
+    assert math.isnan(explained_variance(torch.zeros(2), torch.ones(2)))
 
 
 def test_normalise_and_explained_variance():

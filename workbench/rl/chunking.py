@@ -206,12 +206,9 @@ def _signs_per_step(curve: torch.Tensor, order: int) -> torch.Tensor:
     """Sign (-1, 0, +1) of the order-th backward difference of curve (T,) at each step -> (T,).
 
     D^k[s] = D^{k-1}[s] - D^{k-1}[s-1] is defined for steps s >= k (torch.diff gives it at index s - k);
-    steps s < k have no k-th difference and take the sign of step k. If order >= T no difference exists
-    and every step gets sign 0 (a single-sign chunk).
+    steps s < k have no k-th difference and take the sign of step k. Needs order < T: `_split_adaptive` asks for
+    order k only inside a piece of at least 3 steps, and a piece at order k has at most T - k + 1 steps, so k <= T - 2.
     """
-    t = curve.shape[0]
-    if order >= t:
-        return torch.zeros(t)
     diff = torch.diff(curve, n=order)  # (T - order,), diff[i] belongs to step i + order
     return torch.cat([diff[:1].expand(order), diff]).sign()  # (T,)
 

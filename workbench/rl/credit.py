@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.precision import resolve_precision
 from workbench.flow.policy import FlowPolicy
 from workbench.flow.trajectory import TrajectoryGroup
 from workbench.rl.chunking import chunk_boundaries, chunk_sum, parse_chunk_spec
@@ -287,14 +286,6 @@ class Credit:
 def _finite(t: torch.Tensor) -> list:
     """NaN -> None, for JSON."""
     return [[None if v != v else v for v in row] for row in t.tolist()]
-
-
-def continuation_rewards(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,
-                         seed: int = 0, progress=None, crn: bool = True, precision: str = "auto") -> torch.Tensor:
-    """Rewards (G, T - 1, M) of M continuations from every intermediate state x_1 .. x_{T-1}."""
-    precision = resolve_precision(precision, policy.device, policy.dtype)
-    return ESTIMATORS.get("mc")(policy, group, reward_fn, continuations, seed, crn, progress,
-                                precision).continuation_rewards
 
 
 def measure_credit(policy: FlowPolicy, group: TrajectoryGroup, reward_fn, continuations: int = 4,

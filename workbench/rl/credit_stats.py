@@ -9,6 +9,7 @@ from a and from b share noise and their covariance is subtracted.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -244,10 +245,10 @@ def ratio_and_se(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     keep = big_y > 0
     n, total = int(keep.sum()), float(big_y.sum())
     if total <= 0:
-        return float("nan"), float("nan")
+        return math.nan, math.nan
     r = float(big_x.sum()) / total
     if n < 2:
-        return r, float("nan")
+        return r, math.nan
     resid = (big_x - r * big_y)[keep]
     return r, float((n / (n - 1) * resid.pow(2).sum()).sqrt() / total)
 
@@ -297,11 +298,11 @@ def agreement(estimate: torch.Tensor, reference: torch.Tensor, valid: torch.Tens
     (also among the cells `determined` in the reference) and the Pearson correlation."""
     e, r = estimate[valid].double(), reference[valid].double()
     same = (e.sign() == r.sign()).double()
-    corr = float(torch.corrcoef(torch.stack([e, r]))[0, 1]) if e.numel() > 1 else float("nan")
-    out = {"sign_agreement": float(same.mean()) if same.numel() else float("nan"), "correlation": corr,
-           "cells": int(e.numel())}
+    # NaN without two cells; torch.corrcoef would give it too, with a warning about degrees of freedom
+    corr = float(torch.corrcoef(torch.stack([e, r]))[0, 1]) if e.numel() > 1 else math.nan
+    out = {"sign_agreement": float(same.mean()), "correlation": corr, "cells": int(e.numel())}  # mean of none: NaN
     if determined is not None:
         d = determined[valid]
-        out["sign_agreement_determined"] = float(same[d].mean()) if bool(d.any()) else float("nan")
+        out["sign_agreement_determined"] = float(same[d].mean())  # NaN without a determined cell
         out["determined_cells"] = int(d.sum())
     return out

@@ -26,6 +26,7 @@ re-scores the group.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -159,7 +160,7 @@ def _one(name: str, log_prob, old_log_prob, advantage, settings, step_mask) -> t
     weight = torch.zeros_like(leaf) if weight is None else weight  # (G, T)
     ratio, clipped = out.step_ratio, out.step_clipped  # (G, T) each
     if ratio is None:  # an objective outside the shared code paths: its weights, but no ratio map
-        ratio, clipped = torch.full_like(weight, float("nan")), torch.zeros_like(weight, dtype=torch.bool)
+        ratio, clipped = torch.full_like(weight, math.nan), torch.zeros_like(weight, dtype=torch.bool)
     per_step = adv if adv.dim() == 2 else adv[:, None].expand_as(leaf)  # (G, T)
     return ratio, clipped, adv if adv.dim() == 1 else adv.mean(dim=1), weight, out.loss.detach(), per_step
 

@@ -17,6 +17,8 @@ ODE completion, or the x0 prediction for Stepwise-Flow-GRPO, arXiv 2603.28718) a
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from workbench.core.errors import WorkbenchError
@@ -73,12 +75,12 @@ def lookahead_advantages(values: torch.Tensor, eps: float = EPS, tol: float = 1e
     d = values.diff(dim=1)  # (G, T)
     std = d.std(dim=0, unbiased=False)  # (T,)
     adv = (d - d.mean(dim=0)) / (std + eps)  # (G, T)
-    return torch.where(std > tol, adv, torch.zeros_like(adv)).clamp(-CLIP, CLIP)
+    return torch.where(std >= tol, adv, torch.zeros_like(adv)).clamp(-CLIP, CLIP)  # std < tol: 0
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var(target - predicted) / Var(target) (CleanRL's explained_var); NaN when the target is constant."""
     var = target.double().var(unbiased=False)
     if float(var) == 0:
-        return float("nan")
+        return math.nan
     return float(1 - (target.double() - predicted.double()).var(unbiased=False) / var)
