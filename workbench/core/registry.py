@@ -39,6 +39,12 @@ class Registry(Generic[F]):
             return fn
         return decorator
 
+    def add(self, fn: F, name: str, info: object = None) -> F:
+        """`register` as a call after the definition (`OBJECTIVES.add(step_grpo, "step_grpo", info=...)`): the form
+        of flow/, rl/, train/ and rewards/, whose functions mutmut mutates only when they carry no decorator
+        (docs/mutation.md)."""
+        return self.register(name, info)(fn)
+
     def unregister(self, name: str) -> None:
         """Remove `name` (tests that register a temporary entry clean up with it)."""
         self.get(name)

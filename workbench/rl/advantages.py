@@ -140,7 +140,6 @@ def _centered(r: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor, 
     return mean, std, zero_std, centered
 
 
-@ADVANTAGES.register("grpo")
 def grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
          metric: torch.Tensor | None = None) -> Advantages:
     """GRPO / Flow-GRPO: A = (r - mean_G) / (std + eps), clipped to +-clip; rewards (N, G).
@@ -162,7 +161,9 @@ def grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
                       valid_fraction=_valid_fraction(zero_std))
 
 
-@ADVANTAGES.register("dr_grpo")
+ADVANTAGES.add(grpo, "grpo")
+
+
 def dr_grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
             metric: torch.Tensor | None = None) -> Advantages:
     """Dr. GRPO (arXiv 2503.20783): A = r - mean_G, no std normalisation; rewards (N, G), clipped to +-clip."""
@@ -175,7 +176,9 @@ def dr_grpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
                       valid_fraction=_valid_fraction(zero_std))
 
 
-@ADVANTAGES.register("gpg")
+ADVANTAGES.add(dr_grpo, "dr_grpo")
+
+
 def gpg(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
         metric: torch.Tensor | None = None) -> Advantages:
     """GPG (arXiv 2504.02546, AMAP-ML/GPG): A = alpha (r - mean_G), alpha = B / (B - M); rewards (N, G).
@@ -197,6 +200,9 @@ def gpg(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
                       needs_resample=valid_fraction == 0 or valid_fraction < s.gpg_threshold)
 
 
+ADVANTAGES.add(gpg, "gpg")
+
+
 def gfpo_keep_mask(metric: torch.Tensor, keep: int) -> torch.Tensor:
     """(N, G) bool: the `keep` samples of each group with the highest metric, ties to the lower index.
 
@@ -208,7 +214,6 @@ def gfpo_keep_mask(metric: torch.Tensor, keep: int) -> torch.Tensor:
     return kept.scatter(1, order[:, :keep], True)  # (N, G)
 
 
-@ADVANTAGES.register("gfpo")
 def gfpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
          metric: torch.Tensor | None = None) -> Advantages:
     """GFPO (arXiv 2508.09726): GRPO over the top-k samples of each group by `metric`; rewards (N, G).
@@ -239,6 +244,9 @@ def gfpo(rewards: torch.Tensor, settings: AdvantageSettings | None = None,
     values, clipped = _clip(raw, clip)
     return Advantages(values=values, group_mean=mean, group_std=std, zero_std=zero_std, kept=kept,
                       clipped=clipped, valid_fraction=_valid_fraction(zero_std))
+
+
+ADVANTAGES.add(gfpo, "gfpo")
 
 
 def dynamic_sampling_mask(rewards: torch.Tensor, tol: float = TOL) -> torch.Tensor:

@@ -155,8 +155,6 @@ def _check_l1_rel(l1_rel: torch.Tensor | None, num_steps: int, who: str) -> torc
 
 # 3. Chunkers
 
-@CHUNKERS.register("uniform", info=ChunkerInfo("chunks of one size", (ChunkOption("size", "chunk size", 4),),
-                                               order=10))
 def uniform(num_steps: int, l1_rel: torch.Tensor | None = None, size: int = 4) -> list[int]:
     """Chunks of `size` steps; the last chunk takes the remainder ([4, 4, 2] for T=10). size=1 is step GRPO."""
     _check_num_steps(num_steps)
@@ -166,8 +164,10 @@ def uniform(num_steps: int, l1_rel: torch.Tensor | None = None, size: int = 4) -
     return [size] * full + ([rest] if rest else [])
 
 
-@CHUNKERS.register("fixed", info=ChunkerInfo("the sizes given", (ChunkOption("sizes", "sizes, e.g. 2,3,4,7",
-                                                                                kind=str),), in_menu=False, order=50))
+CHUNKERS.add(uniform, "uniform", info=ChunkerInfo("chunks of one size", (ChunkOption("size", "chunk size", 4),),
+                                               order=10))
+
+
 def fixed(num_steps: int, l1_rel: torch.Tensor | None = None, sizes: str | Sequence[int] | None = None
           ) -> list[int]:
     """The schedule given in `sizes` ("2,3,4,7" or a list), validated to sum to num_steps."""
@@ -176,7 +176,10 @@ def fixed(num_steps: int, l1_rel: torch.Tensor | None = None, sizes: str | Seque
     return parse_chunk_spec(sizes, num_steps)
 
 
-@CHUNKERS.register("temporal", info=ChunkerInfo("GCPO's fixed temporal chunks", order=0))
+CHUNKERS.add(fixed, "fixed", info=ChunkerInfo("the sizes given", (ChunkOption("sizes", "sizes, e.g. 2,3,4,7",
+                                                                                kind=str),), in_menu=False, order=50))
+
+
 def temporal(num_steps: int, l1_rel: torch.Tensor | None = None) -> list[int]:
     """GCPO's fixed temporal chunking: [2, 3, 4, 7] for T=16 (short chunks at high noise).
 
@@ -200,6 +203,9 @@ def temporal(num_steps: int, l1_rel: torch.Tensor | None = None) -> list[int]:
             sizes[largest] -= 1  # pragma: no mutate (dead code, above)
             sizes[j] = 1  # pragma: no mutate (dead code, above)
     return sizes
+
+
+CHUNKERS.add(temporal, "temporal", info=ChunkerInfo("GCPO's fixed temporal chunks", order=0))
 
 
 def _signs_per_step(curve: torch.Tensor, order: int) -> torch.Tensor:
@@ -233,9 +239,6 @@ def _split_adaptive(curve: torch.Tensor, start: int, size: int, order: int, max_
     return sizes
 
 
-@CHUNKERS.register("adaptive", info=ChunkerInfo("GCPO's adaptive chunks, cut by the L1_rel curve",
-                                                (ChunkOption("max_size", "largest chunk", 4, minimum=2),),
-                                                needs_curve=True, order=20))
 def adaptive(num_steps: int, l1_rel: torch.Tensor | None = None, max_size: int = 4) -> list[int]:
     """GCPO adaptive chunking (paper v3, no released code; this precise reading is ours).
 
@@ -256,9 +259,11 @@ def adaptive(num_steps: int, l1_rel: torch.Tensor | None = None, max_size: int =
     return _split_adaptive(curve, 0, num_steps, 1, max_size)
 
 
-@CHUNKERS.register("equal_mass", info=ChunkerInfo("chunks of equal L1_rel mass",
-                                                  (ChunkOption("num_chunks", "number of chunks", 4),),
-                                                  needs_curve=True, order=30))
+CHUNKERS.add(adaptive, "adaptive", info=ChunkerInfo("GCPO's adaptive chunks, cut by the L1_rel curve",
+                                                (ChunkOption("max_size", "largest chunk", 4, minimum=2),),
+                                                needs_curve=True, order=20))
+
+
 def equal_mass(num_steps: int, l1_rel: torch.Tensor | None = None, num_chunks: int = 4) -> list[int]:
     """Contiguous chunks with about equal sum of l1_rel (T,); every chunk >= 1 step, min(num_chunks, T) chunks.
 
@@ -281,6 +286,11 @@ def equal_mass(num_steps: int, l1_rel: torch.Tensor | None = None, num_chunks: i
         cuts.append(lo + int(torch.argmin((prefix[lo:hi + 1] - target).abs())))
     cuts.append(num_steps)
     return [b - a for a, b in zip(cuts, cuts[1:])]
+
+
+CHUNKERS.add(equal_mass, "equal_mass", info=ChunkerInfo("chunks of equal L1_rel mass",
+                                                  (ChunkOption("num_chunks", "number of chunks", 4),),
+                                                  needs_curve=True, order=30))
 
 
 # 4. Chunk specs: sizes or a registered chunker with its options

@@ -256,35 +256,39 @@ def _step_objective(inputs: PolicyInputs, settings: ObjectiveSettings, reduce: s
     return _finish(policy_loss, inputs, settings, mask, l, mask, clipped)
 
 
-@OBJECTIVES.register("step_grpo", info=ObjectiveInfo(formula=STEP_FORMULA, order=1, label="Flow-GRPO per-step ratio"))
 def step_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Flow-GRPO / DanceGRPO (arXiv 2505.05470): per-step clipped ratio, mean over steps then trajectories."""
     return _step_objective(inputs, settings, "trajectory")
 
 
-@OBJECTIVES.register("gfpo", info=ObjectiveInfo(
-    advantage="gfpo", formula=STEP_FORMULA, order=7, label="GRPO over a filtered group",
-    companions=lambda c: {"gfpo_metric": c.gfpo_metric or "sharpness"},  # the paper keeps the shortest
-    preset={}))  # responses; here the sharpest images
+OBJECTIVES.add(step_grpo, "step_grpo",
+               info=ObjectiveInfo(formula=STEP_FORMULA, order=1, label="Flow-GRPO per-step ratio"))
+
+
 def gfpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GFPO (arXiv 2508.09726): the step GRPO surrogate; its filtering lives in the advantage estimator."""
     return _step_objective(inputs, settings, "trajectory")
 
 
-@OBJECTIVES.register("dapo", info=ObjectiveInfo(
-    formula=Formula(r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{N}", ("N",)), order=5,
-    label="token-level mean, clip-higher",
-    companions=lambda c: {"dynamic_sampling": True,  # refill groups with zero reward variance
-                          "clip_high": c.clip_low * 0.28 / 0.2},  # DAPO's 0.2 / 0.28 clip asymmetry
+OBJECTIVES.add(gfpo, "gfpo", info=ObjectiveInfo(
+    advantage="gfpo", formula=STEP_FORMULA, order=7, label="GRPO over a filtered group",
+    companions=lambda c: {"gfpo_metric": c.gfpo_metric or "sharpness"},  # the paper keeps the shortest
     preset={}))
+
+
 def dapo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """DAPO (arXiv 2503.14476): clip-higher (clip_low, clip_high), token-level mean over all trained steps."""
     return _step_objective(inputs, settings, "token")
 
 
-@OBJECTIVES.register("dr_grpo", info=ObjectiveInfo(
-    advantage="dr_grpo", formula=Formula(r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T}", ("B", "T")), order=8,
-    label="std-free advantages, constant normaliser", preset={}))  # its advantage: r - mean(r), no std
+OBJECTIVES.add(dapo, "dapo", info=ObjectiveInfo(
+    formula=Formula(r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{N}", ("N",)), order=5,
+    label="token-level mean, clip-higher",
+    companions=lambda c: {"dynamic_sampling": True,  # refill groups with zero reward variance
+                          "clip_high": c.clip_low * 0.28 / 0.2},  # DAPO's 0.2 / 0.28 clip asymmetry
+    preset={}))
+
+
 def dr_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Dr. GRPO (arXiv 2503.20783): surrogate summed over steps / T (a constant), mean over the batch.
 
@@ -293,10 +297,11 @@ def dr_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutpu
     return _step_objective(inputs, settings, "constant")
 
 
-@OBJECTIVES.register("gpg", info=ObjectiveInfo(
-    advantage="gpg", formula=Formula(None, r"-\frac{A_i}{B\,T_i}", ("B", "T_i")), order=6, label="no ratio",
-    companions=lambda c: {"minibatch": 0},  # one update per rollout: all of an iteration's transitions
-    preset={}))
+OBJECTIVES.add(dr_grpo, "dr_grpo", info=ObjectiveInfo(
+    advantage="dr_grpo", formula=Formula(r"\rho_{i,t}", r"-\frac{A_i\,\rho_{i,t}}{B\,T}", ("B", "T")), order=8,
+    label="std-free advantages, constant normaliser", preset={}))
+
+
 def gpg(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GPG (arXiv 2504.02546): no ratio, loss = -log p_theta * A_i, mean over trained steps then trajectories.
 
@@ -308,6 +313,12 @@ def gpg(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     per_step = torch.where(mask, per_step, torch.zeros_like(per_step))
     policy_loss = _mean_over_units(per_step, mask)
     return _finish(policy_loss, inputs, settings, mask, _log_ratio(inputs, mask), mask, torch.zeros_like(mask))
+
+
+OBJECTIVES.add(gpg, "gpg", info=ObjectiveInfo(
+    advantage="gpg", formula=Formula(None, r"-\frac{A_i}{B\,T_i}", ("B", "T_i")), order=6, label="no ratio",
+    companions=lambda c: {"minibatch": 0},  # one update per rollout: all of an iteration's transitions
+    preset={}))
 
 
 # ---------------------------------------------------------------- chunk objectives
@@ -338,9 +349,6 @@ def chunk_objective(inputs: PolicyInputs, settings: ObjectiveSettings, chunks: l
     return _finish(policy_loss, inputs, settings, mask, chunk_l, valid, clipped, chunks)
 
 
-@OBJECTIVES.register("chunk_grpo", info=ObjectiveInfo(
-    unit="chunk", needs_chunks=True, order=0, label="GCPO chunk ratio",
-    formula=Formula(r"r_{i,c}", r"-\frac{A_i\,r_{i,c}}{B\,K_i\,|c|}", ("B", "K_i", "|c|"))))
 def chunk_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Chunk-GRPO / GCPO (arXiv 2510.21583): geometric-mean ratio per chunk of settings.chunks."""
     if settings.chunks is None:
@@ -348,34 +356,45 @@ def chunk_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOu
     return chunk_objective(inputs, settings, settings.chunks)
 
 
-@OBJECTIVES.register("gspo", info=ObjectiveInfo(
-    unit="sequence", order=2, label="one sequence ratio",
-    formula=Formula(r"s_i", r"-\frac{A_i\,s_i}{B\,T_i}", ("B", "T_i")),
-    preset={"clip_low": 3e-4, "clip_high": 4e-4}))  # paper: 3e-4 / 4e-4
+OBJECTIVES.add(chunk_grpo, "chunk_grpo", info=ObjectiveInfo(
+    unit="chunk", needs_chunks=True, order=0, label="GCPO chunk ratio",
+    formula=Formula(r"r_{i,c}", r"-\frac{A_i\,r_{i,c}}{B\,K_i\,|c|}", ("B", "K_i", "|c|"))))
+
+
 def gspo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """GSPO (arXiv 2507.18071): one sequence-level ratio, i.e. chunk_grpo with the single chunk [T]."""
     return chunk_objective(inputs, settings, [inputs.log_prob.shape[1]])
 
 
+OBJECTIVES.add(gspo, "gspo", info=ObjectiveInfo(
+    unit="sequence", order=2, label="one sequence ratio",
+    formula=Formula(r"s_i", r"-\frac{A_i\,s_i}{B\,T_i}", ("B", "T_i")),
+    preset={"clip_low": 3e-4, "clip_high": 4e-4}))
+
+
 # ---------------------------------------------------------------- per-step advantages
 
-@OBJECTIVES.register("ppo", info=ObjectiveInfo(
-    step_credit="critic", formula=PER_STEP_FORMULA, order=3, label="PPO: learned critic, GAE per step",
-    preset={}))  # gae_gamma / gae_lambda / critic settings at their TrainConfig defaults
 def ppo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """PPO (arXiv 1707.06347) on the denoising MDP (DPOK, arXiv 2305.16381): the clipped surrogate per step
     with A_{i,t} from GAE over a learned critic V_phi(x_t, t, prompt) (`step_advantages.gae`, `critic.py`)."""
     return _step_objective(inputs, settings, "trajectory")  # (B,) advantages: step_grpo
 
 
-@OBJECTIVES.register("dense_grpo", info=ObjectiveInfo(
-    step_credit="lookahead", formula=PER_STEP_FORMULA, order=4, label="TP-GRPO look-ahead gains per step",
-    preset={}))  # lookahead 'ode' (TrainConfig's default): TP-GRPO's ODE completion
+OBJECTIVES.add(ppo, "ppo", info=ObjectiveInfo(
+    step_credit="critic", formula=PER_STEP_FORMULA, order=3, label="PPO: learned critic, GAE per step",
+    preset={}))
+
+
 def dense_grpo(inputs: PolicyInputs, settings: ObjectiveSettings) -> ObjectiveOutput:
     """Dense look-ahead GRPO (TP-GRPO arXiv 2602.06422; Stepwise-Flow-GRPO arXiv 2603.28718): the clipped
     surrogate per step with A_{i,t} = the group-normalised gain d_t = R_{t+1} - R_t of a look-ahead reward
     (`step_advantages.lookahead_advantages`)."""
     return _step_objective(inputs, settings, "trajectory")  # (B,) advantages: step_grpo
+
+
+OBJECTIVES.add(dense_grpo, "dense_grpo", info=ObjectiveInfo(
+    step_credit="lookahead", formula=PER_STEP_FORMULA, order=4, label="TP-GRPO look-ahead gains per step",
+    preset={}))
 
 
 # ---------------------------------------------------------------- KL, weights, windows
