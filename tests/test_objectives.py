@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from workbench.core.errors import WorkbenchError
+from workbench.flow.schedule import mixgrpo_window
 from workbench.flow.sde import sde_step_with_logprob
 from workbench.rl.objectives import (
     OBJECTIVES,
     ObjectiveSettings,
     PolicyInputs,
     gaussian_kl,
-    mixgrpo_window,
     noise_aware_weights,
     transition_kl,
 )

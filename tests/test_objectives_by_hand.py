@@ -40,7 +40,7 @@ def test_gpg_loss_with_step_weights_by_hand():
 
 
 def test_mixgrpo_window_slides_and_wraps_by_hand():
-    from workbench.rl.objectives import mixgrpo_window
+    from workbench.flow.schedule import mixgrpo_window
 
     # T = 6, size 4: start = (iteration // shift_every) % (6 - 4 + 1)
     assert [mixgrpo_window(i, 6, 4, 2)[0] for i in range(8)] == [0, 0, 1, 1, 2, 2, 0, 0]

@@ -1,4 +1,4 @@
-"""Timestep schedules for rectified-flow sampling (SD3-style shift).
+"""Timestep schedules for rectified-flow sampling (SD3-style shift), and MixGRPO's sliding SDE window over them.
 
 `sd3_sigmas` reproduces diffusers' `FlowMatchEulerDiscreteScheduler(shift=...).set_timesteps(N).sigmas`
 exactly (tested), so the embedded model and real SD3 models run on the same grid. FLUX's
@@ -46,3 +46,14 @@ def sd3_sigmas(steps: int, shift: float = 3.0) -> torch.Tensor:
     sigmas = torch.from_numpy(shift_sigmas(base, shift)).to(torch.float32)  # (T,)
     return torch.cat([sigmas, torch.zeros(1)])  # (T + 1,)
 
+
+def mixgrpo_window(iteration: int, num_steps: int, size: int = 4, shift_every: int = 25) -> tuple[int, int]:
+    """MixGRPO's sliding SDE window: (start, size) at this training iteration.
+
+    The window moves one step from high to low noise every shift_every iterations and wraps back to
+    step 0 after the last position (num_steps - size).
+    """
+    if size < 1 or size > num_steps or shift_every < 1 or iteration < 0:
+        raise WorkbenchError(f"need 1 <= size <= num_steps ({num_steps}), shift_every >= 1, iteration >= 0; "
+                             f"got size={size}, shift_every={shift_every}, iteration={iteration}")
+    return (iteration // shift_every) % (num_steps - size + 1), size

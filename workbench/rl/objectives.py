@@ -442,14 +442,3 @@ def noise_aware_weights(stds: torch.Tensor) -> torch.Tensor:
         raise WorkbenchError("every step std is 0 (pure ODE); noise-aware weights need some SDE steps")
     return stds.float() / stds.float()[noisy].mean()
 
-
-def mixgrpo_window(iteration: int, num_steps: int, size: int = 4, shift_every: int = 25) -> tuple[int, int]:
-    """MixGRPO's sliding SDE window: (start, size) at this training iteration.
-
-    The window moves one step from high to low noise every shift_every iterations and wraps back to
-    step 0 after the last position (num_steps - size).
-    """
-    if size < 1 or size > num_steps or shift_every < 1 or iteration < 0:
-        raise WorkbenchError(f"need 1 <= size <= num_steps ({num_steps}), shift_every >= 1, iteration >= 0; "
-                             f"got size={size}, shift_every={shift_every}, iteration={iteration}")
-    return (iteration // shift_every) % (num_steps - size + 1), size

@@ -14,10 +14,11 @@ import torch
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.fields import check_types
+from workbench.flow.schedule import mixgrpo_window
 from workbench.flow.trajectory import SamplingConfig
 from workbench.rl.advantages import ADVANTAGES, AdvantageSettings
 from workbench.rl.chunking import schedule
-from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings, mixgrpo_window
+from workbench.rl.objectives import OBJECTIVES, ObjectiveSettings
 from workbench.train.config_checks import check_counts, check_options, check_prompts, check_ranges
 from workbench.train.model_settings import is_real_model
 from workbench.train.prompt_sets import read_prompt_file, real_prompts
