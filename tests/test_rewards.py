@@ -202,3 +202,45 @@ def test_clip_rewards_explain_a_missing_folder(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(WorkbenchError, match=r"has no tokenizer.json \(or vocab.json and merges.txt\)"):
         build_reward("clip_score", clip_path=str(tmp_path))
+
+
+def pil_bicubic(images: torch.Tensor, size: int) -> torch.Tensor:
+    """PIL's bicubic resize of (1, 3, H, W) in [0, 1], the one CLIPImageProcessor applies, as (3, size, size)."""
+    from PIL import Image
+
+    array = (images[0].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)  # (H, W, 3)
+    resized = Image.fromarray(array).resize((size, size), Image.BICUBIC)
+    return torch.from_numpy(np.array(resized)).permute(2, 0, 1).float() / 255  # (3, size, size)
+
+
+def test_clip_pixels_resize_as_pil_does_for_clips_own_preprocessor():
+    # mean 0 and std 1 leave the resized pixels themselves; PIL works in 8 bits, so within 2/255 of it
+    texture = (torch.rand(1, 3, 96, 96, generator=torch.Generator().manual_seed(0)) * 255).round() / 255
+    step = torch.zeros(1, 3, 96, 96)
+    step[..., 48:] = 1  # a black-to-white edge: the cubic kernel's negative lobes overshoot it by about 0.012
+    for images in (texture, step):
+        resized = clip.clip_pixels(images, 32, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))[0]  # (3, 32, 32)
+        assert torch.allclose(resized, pil_bicubic(images, 32), atol=2 / 255)
+    assert resized.min() == 0 and resized.max() == 1  # clamped to [0, 1] as PIL's 8 bits are
+
+
+def test_clip_pixels_normalise_each_channel_by_the_given_mean_and_std():
+    grey = torch.full((1, 3, 8, 8), 0.5)
+    out = clip.clip_pixels(grey, 4, (0.5, 0.25, 0.0), (0.25, 0.5, 1.0))  # (1, 3, 4, 4)
+    # (0.5 - 0.5) / 0.25 = 0, (0.5 - 0.25) / 0.5 = 0.5, (0.5 - 0) / 1 = 0.5
+    assert torch.allclose(out, torch.tensor([0.0, 0.5, 0.5])[None, :, None, None].expand(1, 3, 4, 4), atol=1e-6)
+
+
+def test_clip_pixels_stay_on_the_images_device():
+    # a meta tensor stands in for a GPU: a mean or std left on the CPU could not be subtracted from it
+    out = clip.clip_pixels(torch.empty(2, 3, 64, 64, device="meta"), 32, clip.CLIP_MEAN, clip.CLIP_STD)
+    assert out.device.type == "meta" and out.shape == (2, 3, 32, 32)
+
+
+def test_largest_blob_fraction_by_hand():
+    masks = torch.zeros(4, 5, 5, dtype=torch.bool)
+    masks[0, 0, 0] = masks[0, 4, 4] = True  # two one-pixel blobs, the corner one labelled 1: 1 / 2
+    masks[1, 0, 0] = True  # the corner pixel alone: 1 / 1
+    masks[2, 1:3, 1:3] = masks[2, 3, 3] = True  # a 2x2 square touching a pixel diagonally, one blob: 5 / 5
+    masks[2, 0, 4] = True  # and a pixel apart: 5 / 6
+    assert torch.allclose(pixels._largest_blob_fraction(masks), torch.tensor([0.5, 1.0, 5 / 6, 0.0]))  # empty: 0

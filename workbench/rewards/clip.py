@@ -44,8 +44,11 @@ def check_clip_folder(name: str, path: str | None) -> Path:
 
 
 def clip_pixels(images: torch.Tensor, size: int, mean: tuple, std: tuple) -> torch.Tensor:
-    """CLIP's preprocessing in torch: (B, 3, H, W) in [0, 1] -> (B, 3, size, size) normalised."""
-    x = F.interpolate(images.float(), size=(size, size), mode="bicubic", align_corners=False, antialias=True)
+    """CLIP's preprocessing in torch: (B, 3, H, W) in [0, 1] -> (B, 3, size, size) normalised.
+
+    Antialiased bicubic on pixel centres (torch's default align_corners=False) is PIL's bicubic resize, the
+    one CLIPImageProcessor applies, to within 8-bit rounding."""
+    x = F.interpolate(images.float(), size=(size, size), mode="bicubic", antialias=True)
     x = x.clamp(0, 1)  # (B, 3, size, size); bicubic overshoots at edges
     mean_t = torch.tensor(mean, device=x.device)[None, :, None, None]  # (1, 3, 1, 1)
     std_t = torch.tensor(std, device=x.device)[None, :, None, None]
