@@ -11,15 +11,22 @@ from tiny_pipelines import write_tiny_clip
 
 from workbench.core.errors import WorkbenchError
 from workbench.rewards import (
+    MODEL_REWARDS,
     REWARDS,
+    Accepts,
     RewardFunction,
     attributes,
     build_reward,
+    check_reward_images,
     clip,
+    folder_args,
     parse_reward_spec,
     pixels,
+    reward_info,
     reward_names,
+    rewards_for,
 )
+from workbench.rewards.base import REAL, TOY, register_model_reward
 from workbench.toyworld.world import BACKGROUNDS, COLORS, GRID_CENTERS, SIZES, Scene, all_scenes, render, shape_mask
 
 PROMPT = "a large red circle in the center on a white background"
@@ -244,3 +251,46 @@ def test_largest_blob_fraction_by_hand():
     masks[2, 1:3, 1:3] = masks[2, 3, 3] = True  # a 2x2 square touching a pixel diagonally, one blob: 5 / 5
     masks[2, 0, 4] = True  # and a pixel apart: 5 / 6
     assert torch.allclose(pixels._largest_blob_fraction(masks), torch.tensor([0.5, 1.0, 5 / 6, 0.0]))  # empty: 0
+
+
+def test_a_model_reward_registered_by_one_decorator_is_checked_loaded_and_listed(tmp_path):
+    calls = []
+
+    def check(name, path):
+        calls.append(("check", name, path))
+        return tmp_path
+
+    @register_model_reward("brightness_model", folder_arg="brightness_path", check=check, serves=(TOY, REAL),
+                           label="mean pixel value, from a folder")
+    def load(name, folder):
+        calls.append(("load", name, folder))
+        return lambda images, prompts: images.mean(dim=(1, 2, 3))
+
+    @register_model_reward("folder_model", folder_arg="folder_model_path", check=check)
+    def load_plain(name, folder):
+        return lambda images, prompts: images.mean(dim=(1, 2, 3))
+
+    try:
+        assert folder_args()["brightness_model"] == "brightness_path"
+        assert reward_info("brightness_model").label == "mean pixel value, from a folder"
+        assert reward_info("folder_model").label == "a model from folder_model_path"  # no label: its setting
+        assert "brightness_model" in rewards_for(True) and "brightness_model" in rewards_for(False)
+        assert "folder_model" not in rewards_for(True) and "folder_model" in rewards_for(False)  # REAL by default
+        reward = build_reward("brightness_model", brightness_path="models/b")
+        assert calls == [("check", "brightness_model", "models/b"), ("load", "brightness_model", tmp_path)]
+        assert reward(torch.full((1, 3, 4, 4), 0.25), ["a circle"]) == 0.25
+        with pytest.raises(WorkbenchError, match=r"serves must name some of toy, real, got \('gpu',\)"):
+            register_model_reward("bad_model", folder_arg="bad_path", check=check, serves=("gpu",))(load)
+        assert "bad_model" not in MODEL_REWARDS
+    finally:
+        MODEL_REWARDS.unregister("brightness_model")
+        MODEL_REWARDS.unregister("folder_model")
+
+
+def test_a_reward_for_another_image_size_is_refused_naming_what_it_scores():
+    any_image = "use rewards that take any image ("
+    with pytest.raises(WorkbenchError, match=r"reward 'size_match' scores 32x32 px images of the toy world's prompts, "
+                                             r"but this model makes 64x64 px images; " + any_image.replace("(", r"\(")):
+        check_reward_images(["size_match"], 64)
+    assert Accepts(size=128).describe() == "128x128 px images"
+    assert Accepts().describe() == "any size"
