@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import json
 
 import numpy as np
 import pytest
@@ -294,3 +295,33 @@ def test_a_reward_for_another_image_size_is_refused_naming_what_it_scores():
         check_reward_images(["size_match"], 64)
     assert Accepts(size=128).describe() == "128x128 px images"
     assert Accepts().describe() == "any size"
+
+
+def test_clip_rewards_normalise_with_the_folders_preprocessor_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    write_tiny_clip(tmp_path)
+    folder = tmp_path / "clip"
+    from transformers import CLIPModel, CLIPTokenizer
+
+    model = CLIPModel.from_pretrained(folder).eval()
+    text = CLIPTokenizer.from_pretrained(folder)(["a red circle"], return_tensors="pt")
+    images = image_of(Scene("circle", "red", "large", "center", "white"))
+
+    def cosine(mean, std):  # CLIPScore worked with the model itself, on pixels normalised by (mean, std)
+        with torch.no_grad():
+            out = model(**text, pixel_values=clip.clip_pixels(images, 30, mean, std))
+        return (out.image_embeds * out.text_embeds).sum(dim=-1)
+
+    half = (0.5, 0.5, 0.5)
+    configs = [(None, clip.CLIP_MEAN, clip.CLIP_STD),  # no preprocessor_config.json: OpenAI CLIP's values
+               ({"image_mean": half, "image_std": half}, half, half),
+               ({"image_mean": half}, half, clip.CLIP_STD),  # a value it omits is CLIP's
+               ({"image_std": half}, clip.CLIP_MEAN, half)]
+    scores = []
+    for config, mean, std in configs:
+        (folder / "preprocessor_config.json").unlink(missing_ok=True)
+        if config is not None:
+            (folder / "preprocessor_config.json").write_text(json.dumps(config))
+        scores.append(clip.ClipReward("clip_score", folder, logit_scaled=False)(images, ["a red circle"]))
+        assert torch.allclose(scores[-1], cosine(mean, std), atol=1e-6)
+    assert not torch.allclose(scores[0], scores[1], atol=1e-5)  # the two normalisations do score differently

@@ -74,11 +74,13 @@ class ClipReward:
         self.name, self.folder, self.logit_scaled = name, folder, logit_scaled
         self._model = self._tokenizer = None
 
-    def _load(self, device: torch.device) -> None:
+    def _load(self) -> None:
         from transformers import CLIPModel, CLIPTokenizer
 
-        self._model = CLIPModel.from_pretrained(self.folder, local_files_only=True).eval().to(device)
-        self._tokenizer = CLIPTokenizer.from_pretrained(self.folder, local_files_only=True)
+        # from_pretrained reads a local folder (check_clip_folder found it) from disk whatever local_files_only says;
+        # the flag only states that no hub is asked
+        self._model = CLIPModel.from_pretrained(self.folder, local_files_only=True).eval()  # pragma: no mutate (above)
+        self._tokenizer = CLIPTokenizer.from_pretrained(self.folder, local_files_only=True)  # pragma: no mutate (above)
         self._mean, self._std = CLIP_MEAN, CLIP_STD
         preprocessor = self.folder / "preprocessor_config.json"
         if preprocessor.is_file():
@@ -90,7 +92,7 @@ class ClipReward:
     def __call__(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         """(B, 3, H, W) images and B prompts -> (B,) scores on the images' device."""
         if self._model is None:
-            self._load(images.device)
+            self._load()
         model = self._model.to(images.device)
         config = model.config
         pixels = clip_pixels(images, config.vision_config.image_size, self._mean, self._std)
