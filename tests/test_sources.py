@@ -71,6 +71,17 @@ def test_unusable_paths_are_a_message(path):
         resolve_source(path)
 
 
+def test_a_missing_path_says_why_it_cannot_be_read(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    for path, why in [(tmp_path / "loop", "is a loop of symbolic links"),
+                      (tmp_path / "dangling", "is a symbolic link to nothing"),
+                      (tmp_path / "nothing", "does not exist"),
+                      ("bad\0path", "is not a usable path")]:  # a NUL byte: no file system takes it
+        with pytest.raises(WorkbenchError, match=f"{why}; give "):
+            resolve_source(path)
+
+
 def test_a_model_folder_without_weights_is_named_by_the_model_loader(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")

@@ -259,15 +259,19 @@ def test_clip_reward_folder_comes_from_the_config(tmp_path, monkeypatch):
     assert TrainConfig.from_dict(RunStore.open(tmp_path / "run").info().config).clip_path == str(tmp_path / "clip")
 
 
-def test_failure_is_recorded(tmp_path):
+@pytest.mark.parametrize("error, recorded", [
+    (RuntimeError("callback exploded\nsecond line"), "RuntimeError: callback exploded"),  # the first line
+    (KeyboardInterrupt(), "KeyboardInterrupt: KeyboardInterrupt"),  # no message: the type stands for it
+])
+def test_failure_is_recorded(tmp_path, error, recorded):
     def boom(event):
         if event.kind == "iteration" and event.iteration == 1:
-            raise RuntimeError("callback exploded")
+            raise error
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(type(error)):
         Trainer(replace(TINY, eval_prompts=0), tmp_path / "run", fresh_policy()).run(callback=boom)
     status = RunStore.open(tmp_path / "run").info().status
-    assert status["state"] == "failed" and "callback exploded" in status["error"]
+    assert (status["state"], status["iteration"], status["error"]) == ("failed", 1, recorded)
 
 
 @pytest.mark.parametrize("overrides, message", [
