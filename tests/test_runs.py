@@ -160,6 +160,46 @@ def test_compare_runs_and_export_csv(tmp_path):
     assert [r["reward/mean"] for r in rows] == ["0.1", "0.2", "0.4"] and rows[0]["eval/reward_mean"] == ""
 
 
+def test_export_csv_writes_one_unix_line_per_iteration_and_an_empty_cell_for_none(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    store.append_metrics({"iteration": 1, "reward/mean": 0.5, "loss/kl": None})
+    store.append_metrics({"iteration": 2, "reward/mean": 0.25})
+    out = export_csv(store.info(), tmp_path / "run.csv")
+    assert out.read_bytes() == b"iteration,loss/kl,reward/mean\n1,,0.5\n2,,0.25\n"  # iteration first, once
+
+
+def test_compare_runs_says_what_it_needs(tmp_path):
+    with pytest.raises(WorkbenchError) as err:
+        compare_runs([], "reward/mean")
+    assert str(err.value) == "compare_runs needs at least one run folder"
+    empty = RunStore.create(tmp_path, "empty")
+    empty.write_config({"objective": "chunk_grpo"})
+    with pytest.raises(WorkbenchError) as err:
+        compare_runs([empty.path], "reward/mean")
+    assert str(err.value) == "no run logged metric 'reward/mean'; logged metrics: none"
+
+
+def test_an_sd3_run_saved_before_max_sequence_length_keeps_the_pipelines_256_t5_tokens(tmp_path):
+    def saved(name: str, pipeline, **config) -> dict:
+        folder = tmp_path / f"{name}-model"
+        folder.mkdir()
+        if pipeline is not None:
+            write_json(folder / "model_index.json", pipeline)
+        store = RunStore.create(tmp_path, name)
+        store.write_config({"model": str(folder), **config})
+        return store.config()
+
+    sd3 = {"_class_name": "StableDiffusion3Pipeline"}
+    assert saved("old_sd3", sd3)["max_sequence_length"] == 256  # diffusers' SD3 pipeline default
+    assert saved("new_sd3", sd3, max_sequence_length=128)["max_sequence_length"] == 128  # a saved value stays
+    assert "max_sequence_length" not in saved("flux", {"_class_name": "FluxPipeline"})
+    assert "max_sequence_length" not in saved("no_index", None)  # not a diffusers folder
+    assert "max_sequence_length" not in saved("odd_index", ["StableDiffusion3Pipeline"])  # not an index
+    embedded = RunStore.create(tmp_path, "embedded")
+    embedded.write_config({"model": None})
+    assert embedded.config() == {"model": None}
+
+
 def test_checkpoints_roundtrip_and_keep_only_the_latest(tmp_path):
     store = RunStore(tmp_path)
     w = {"layer.weight": torch.arange(6.0).view(2, 3)}
