@@ -325,3 +325,22 @@ def test_clip_rewards_normalise_with_the_folders_preprocessor_config(tmp_path, m
         scores.append(clip.ClipReward("clip_score", folder, logit_scaled=False)(images, ["a red circle"]))
         assert torch.allclose(scores[-1], cosine(mean, std), atol=1e-6)
     assert not torch.allclose(scores[0], scores[1], atol=1e-5)  # the two normalisations do score differently
+
+
+def test_a_clip_folder_names_the_first_file_it_lacks(tmp_path):
+    def message(*files: str) -> str:
+        folder = tmp_path / "_".join(f.split(".")[0] for f in files)
+        folder.mkdir()
+        for name in files:
+            (folder / name).write_text("{}")
+        try:
+            clip.check_clip_folder("clip_score", str(folder))
+        except WorkbenchError as err:
+            return str(err).split(" has no ", 1)[1].split(";")[0]
+        return "nothing"
+
+    assert message("model.safetensors", "tokenizer.json") == "config.json"
+    assert message("config.json", "tokenizer.json") == ("model.safetensors or model.safetensors.index.json or "
+                                                        "pytorch_model.bin or pytorch_model.bin.index.json")
+    assert message("config.json", "pytorch_model.bin", "vocab.json") == "tokenizer.json (or vocab.json and merges.txt)"
+    assert message("config.json", "pytorch_model.bin", "vocab.json", "merges.txt") == "nothing"  # a slow tokenizer

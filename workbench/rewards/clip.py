@@ -30,7 +30,7 @@ def check_clip_folder(name: str, path: str | None) -> Path:
     folder = Path(path)
     if not folder.is_dir():
         raise WorkbenchError(f"the {arg} folder '{folder}' for reward '{name}' does not exist; {fix}")
-    missing = None
+    missing = None  # pragma: no mutate ("" is as false: only `if missing` reads it)
     if not (folder / "config.json").is_file():
         missing = "config.json"
     elif not any((folder / f).is_file() for f in WEIGHT_FILES):
