@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -144,6 +146,34 @@ def test_bad_paths_are_workbench_errors(tmp_path):
         list_runs(tmp_path / "file")
     with pytest.raises(WorkbenchError, match="unknown run state"):
         RunStore(tmp_path / "plain").write_status("sleeping", 0)
+
+
+def test_create_names_a_run_by_the_time_made_unique_under_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert RunStore.create(name="demo").path == Path("runs") / "demo"  # the default root: ./runs
+    assert re.fullmatch(r"\d{8}-\d{6}", RunStore.create(tmp_path).path.name)  # e.g. 20250101-120000
+    monkeypatch.setattr("time.strftime", lambda fmt: "20250101-120000")
+    names = []
+    for _ in range(3):
+        store = RunStore.create(tmp_path / "auto")
+        (store.path / "config.json").write_text("{}")  # no longer empty: the next run needs another name
+        names.append(store.path.name)
+    assert names == ["20250101-120000", "20250101-120000-1", "20250101-120000-2"]
+
+
+def test_create_refuses_what_is_not_a_fresh_plain_folder(tmp_path):
+    for name in (".", "..", "a/b"):
+        with pytest.raises(WorkbenchError, match=f"run name '{re.escape(name)}' must be a plain folder name"):
+            RunStore.create(tmp_path, name)
+    (RunStore.create(tmp_path, "demo").path / "config.json").write_text("{}")
+    with pytest.raises(WorkbenchError) as err:
+        RunStore.create(tmp_path, "demo")
+    assert str(err.value) == (f"run folder {tmp_path / 'demo'} already exists and is not empty; choose another name "
+                              "or resume it with --resume")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(WorkbenchError) as err:
+        RunStore.create(tmp_path / "file", "demo")
+    assert str(err.value) == f"cannot create run folder {tmp_path / 'file' / 'demo'}: Not a directory"
 
 
 def test_compare_runs_and_export_csv(tmp_path):

@@ -157,7 +157,7 @@ class RunStore:
         An existing non-empty folder is an error when named (resume it instead) and skipped when not."""
         root, auto = Path(root), name is None
         name = name or time.strftime("%Y%m%d-%H%M%S")
-        if "/" in name or name in ("", ".", ".."):
+        if "/" in name or name in (".", ".."):  # an empty name was replaced by the time above
             raise WorkbenchError(f"run name {name!r} must be a plain folder name such as 'demo'")
         path, suffix = root / name, 1
         while path.exists() and (not path.is_dir() or any(path.iterdir())):
