@@ -39,6 +39,21 @@ def test_process_start_is_the_kernels_start_time():
         child.wait()
 
 
+def test_asking_whether_a_process_is_alive_sends_it_no_signal():
+    # the child dies of a hang-up (a launcher may have left SIGHUP ignored): only signal 0 leaves it running
+    code = "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); print(flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # its handler is set
+        assert process_alive(child.pid)
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.5)  # still running
+    finally:
+        child.kill()
+        child.wait()
+    assert process_alive(1)  # pid 1, the lowest a process can have, exists (owned by root: PermissionError says so)
+
+
 def test_alive_means_this_process_and_not_a_reused_pid():
     me = os.getpid()
     assert process_alive(me) and process_alive(me, process_start(me))
