@@ -136,3 +136,17 @@ def test_a_trainer_without_a_run_folder_takes_no_lock(random_policy):
         assert trainer.store is None and trainer._lock is None
     finally:
         trainer.release()
+
+
+def test_a_checkpoint_that_lost_its_optimizer_state_still_samples_and_says_so(tmp_path):
+    store = RunStore(tmp_path)
+    store.save_checkpoint(1, {"w": torch.ones(2)}, {"state": {}, "param_groups": []})
+    folder = store.checkpoints()[0]
+    (folder / "optimizer.pt").unlink()
+    checkpoint, problem = store.newest_checkpoint()
+    assert checkpoint is None and "optimizer.pt" in problem  # a resume needs it
+    assert problem.endswith("; its weights still sample (the app's picker, --model with the run), but a resume "
+                            "needs all")
+    (folder / "weights.safetensors").unlink()
+    problem = store.newest_checkpoint()[1]
+    assert "weights.safetensors" in problem and "still sample" not in problem
