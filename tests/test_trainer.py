@@ -363,3 +363,15 @@ def test_tensorboard_tracker_writes_curves_and_sample_grids(tmp_path):
 def test_no_tracker_writes_no_tensorboard_folder(tmp_path):
     Trainer(replace(TINY, report_to="none"), tmp_path / "run", fresh_policy()).run()
     assert not (tmp_path / "run" / "tensorboard").exists()
+
+
+def test_ppo_refuses_to_resume_from_a_checkpoint_without_its_critic():
+    from workbench.rewards import build_reward
+    from workbench.train.step_credit import make_step_credit
+
+    credit = make_step_credit(replace(TINY, objective="ppo"), fresh_policy(), build_reward("adherence"))
+    for state in (None, {}, {"optimizer": {}}):  # a grpo run's checkpoint has no critic.pt
+        with pytest.raises(WorkbenchError) as err:
+            credit.load_state_dict(state)
+        assert str(err.value) == ("this checkpoint holds no critic (critic.pt): it was not written by a ppo run; "
+                                  "resume it with its own objective")
