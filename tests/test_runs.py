@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +296,18 @@ def test_samples_and_checkpoints_follow_the_iteration_number_past_9999(tmp_path)
     for name in ("iter_9999", "iter_10000"):
         (store.path / "checkpoints" / name).mkdir(parents=True)
     assert [p.name for p in store.checkpoints()][:2] == ["iter_10000", "iter_9999"]
+
+
+def test_a_run_folder_removed_while_asked_to_stop_is_not_made_again(tmp_path, monkeypatch):
+    run = make_run(tmp_path, "run", [0.1], state="running")
+    read = RunStore.info
+
+    def read_then_remove(store):  # the folder goes between reading the state and writing STOP
+        info = read(store)
+        shutil.rmtree(run)
+        return info
+
+    monkeypatch.setattr(RunStore, "info", read_then_remove)
+    with pytest.raises(WorkbenchError, match="cannot write"):
+        RunStore(run).request_stop()
+    assert not run.exists()
