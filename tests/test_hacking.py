@@ -97,3 +97,37 @@ def test_every_held_out_evaluation_records_the_checkerboard_share(random_policy)
     assert out.metrics["eval/checkerboard"] == pytest.approx(checkerboard_share(images).mean().item())
     assert 0 <= out.metrics["eval_cfg/checkerboard"] <= 1
 
+
+
+def test_two_evaluations_make_one_window_and_a_rise_of_exactly_the_threshold_counts():
+    verdict = detect_reward_hacking([0, 10], [0.2, 0.5], [0.03, 0.20])  # fewer than WINDOW: the one window there is
+    assert verdict.flagged and (verdict.start, verdict.end) == (0, 10)
+    # 0.25 -> 0.5 rises by exactly 0.25 (both binary fractions, so exactly): at the threshold is hacking
+    assert detect_reward_hacking([0, 10, 20], [0.2, 0.3, 0.4], [0.25, 0.3, 0.5], rise=0.25).flagged
+    # a flat reward is not rising, however much texture appears
+    assert not detect_reward_hacking([0, 10, 20], [0.5, 0.5, 0.5], [0.0, 0.3, 0.6]).flagged
+
+
+def test_run_verdict_uses_the_threshold_it_is_given():
+    rows = lesson_rows([0.03, 0.10, 0.23], [0.2, 0.5, 0.8])  # the share rises by 0.20
+    assert run_verdict(rows).flagged  # by the default RISE of 0.10
+    verdict = run_verdict(rows, rise=0.25)
+    assert not verdict.flagged and verdict.rise == 0.25
+
+
+def both_spaces(eval_shares: list[float], cfg_shares: list[float], rewards: list[float]) -> list[dict]:
+    """Metric rows with held-out evaluations without CFG (eval) and with it (eval_cfg)."""
+    return [{**row, "eval_cfg/reward_mean": r, "eval_cfg/checkerboard": s}
+            for row, r, s in zip(lesson_rows(eval_shares, rewards), rewards, cfg_shares)]
+
+
+def test_texture_held_back_judges_each_space_by_its_own_evaluations():
+    rewards = [0.2, 0.4, 0.6, 0.7, 0.8]
+    clean = [0.03, 0.04, 0.05, 0.05, 0.05]
+    assert texture_held_back(both_spaces(clean, clean, rewards))
+    # with CFG the share rose 0.00 -> 0.12 over the first window (flagged), then fell back below HELD_BACK
+    assert not texture_held_back(both_spaces(clean, [0.0, 0.05, 0.12, 0.05, 0.05], rewards))
+    # the last share decides, not the one before: 0.03 -> 0.12 rose by 0.09 only, unflagged, but ends above
+    assert not texture_held_back(lesson_rows([0.03, 0.05, 0.12], rewards[:3]), ("eval",))
+    assert not texture_held_back(lesson_rows([0.20, 0.22, 0.25], rewards[:3]), ("eval",), share=0.25)  # at the bound
+    assert not texture_held_back(lesson_rows([0.03], [0.2]), ("eval",))  # one evaluation: no verdict

@@ -32,6 +32,12 @@ def test_the_shipped_lesson_holds_the_checkerboard_texture_back():
 def test_an_incomplete_result_names_what_is_missing_and_how_to_remake_it(tmp_path):
     with pytest.raises(WorkbenchError, match="before.png.*scripts/ship_lesson.py"):
         shipped_lesson(tmp_path)
+    (tmp_path / "before.png").write_bytes(b"")
+    (tmp_path / "now.png").write_bytes(b"")
+    with pytest.raises(WorkbenchError) as err:
+        shipped_lesson(tmp_path)
+    assert str(err.value) == (f"the lesson result is incomplete ({tmp_path / 'crosses-lesson' / 'config.json'}, "
+                              f"{tmp_path / 'accuracy.json'} missing); remake it with `python scripts/ship_lesson.py`")
 
 
 def test_the_embedded_models_picker_offers_the_shipped_lesson_and_loads_it(tmp_path):

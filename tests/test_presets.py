@@ -106,3 +106,15 @@ def test_dance_grpo_trains_a_random_part_of_its_sde_steps(tmp_path):
     assert config.sampling_steps == 5 and config.sampling_config(1).sde_mask().all()  # every step SDE, trainable
     Trainer(config, tmp_path / "run", fresh_policy()).run()
     assert RunStore(tmp_path / "run").metrics()[-1]["train/transitions"] == 2 * 3  # int(5 x 0.6) = 3 per sample
+
+
+def test_an_objective_preset_is_the_default_config_with_that_objective_and_its_registered_overrides():
+    from workbench.train.presets import _objective_preset
+
+    gspo = _objective_preset("gspo")  # the factory each objective registered with a preset becomes
+    assert gspo.__doc__ == "gspo: one sequence ratio (overrides on its registration, rl/objectives.py)."
+    assert replace(gspo(), objective="chunk_grpo", clip_low=1e-3, clip_high=None) == TrainConfig()  # the rest: defaults
+    assert (gspo().objective, gspo().clip_low, gspo().clip_high) == ("gspo", 3e-4, 4e-4)  # GSPO's clip range
+    dapo = _objective_preset("dapo")()  # its companions: dynamic sampling, clip-higher at 0.28 / 0.2 of clip_low
+    assert (dapo.objective, dapo.dynamic_sampling, dapo.clip_high) == ("dapo", True, pytest.approx(1e-3 * 1.4))
+    assert _objective_preset("dr_grpo")().advantage == "dr_grpo"  # its own advantage estimator

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import json
 
 import numpy as np
 import pytest
@@ -11,15 +12,22 @@ from tiny_pipelines import write_tiny_clip
 
 from workbench.core.errors import WorkbenchError
 from workbench.rewards import (
+    MODEL_REWARDS,
     REWARDS,
+    Accepts,
     RewardFunction,
     attributes,
     build_reward,
+    check_reward_images,
     clip,
+    folder_args,
     parse_reward_spec,
     pixels,
+    reward_info,
     reward_names,
+    rewards_for,
 )
+from workbench.rewards.base import REAL, TOY, register_model_reward
 from workbench.toyworld.world import BACKGROUNDS, COLORS, GRID_CENTERS, SIZES, Scene, all_scenes, render, shape_mask
 
 PROMPT = "a large red circle in the center on a white background"
@@ -202,3 +210,137 @@ def test_clip_rewards_explain_a_missing_folder(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(WorkbenchError, match=r"has no tokenizer.json \(or vocab.json and merges.txt\)"):
         build_reward("clip_score", clip_path=str(tmp_path))
+
+
+def pil_bicubic(images: torch.Tensor, size: int) -> torch.Tensor:
+    """PIL's bicubic resize of (1, 3, H, W) in [0, 1], the one CLIPImageProcessor applies, as (3, size, size)."""
+    from PIL import Image
+
+    array = (images[0].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)  # (H, W, 3)
+    resized = Image.fromarray(array).resize((size, size), Image.BICUBIC)
+    return torch.from_numpy(np.array(resized)).permute(2, 0, 1).float() / 255  # (3, size, size)
+
+
+def test_clip_pixels_resize_as_pil_does_for_clips_own_preprocessor():
+    # mean 0 and std 1 leave the resized pixels themselves; PIL works in 8 bits, so within 2/255 of it
+    texture = (torch.rand(1, 3, 96, 96, generator=torch.Generator().manual_seed(0)) * 255).round() / 255
+    step = torch.zeros(1, 3, 96, 96)
+    step[..., 48:] = 1  # a black-to-white edge: the cubic kernel's negative lobes overshoot it by about 0.012
+    for images in (texture, step):
+        resized = clip.clip_pixels(images, 32, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))[0]  # (3, 32, 32)
+        assert torch.allclose(resized, pil_bicubic(images, 32), atol=2 / 255)
+    assert resized.min() == 0 and resized.max() == 1  # clamped to [0, 1] as PIL's 8 bits are
+
+
+def test_clip_pixels_normalise_each_channel_by_the_given_mean_and_std():
+    grey = torch.full((1, 3, 8, 8), 0.5)
+    out = clip.clip_pixels(grey, 4, (0.5, 0.25, 0.0), (0.25, 0.5, 1.0))  # (1, 3, 4, 4)
+    # (0.5 - 0.5) / 0.25 = 0, (0.5 - 0.25) / 0.5 = 0.5, (0.5 - 0) / 1 = 0.5
+    assert torch.allclose(out, torch.tensor([0.0, 0.5, 0.5])[None, :, None, None].expand(1, 3, 4, 4), atol=1e-6)
+
+
+def test_clip_pixels_stay_on_the_images_device():
+    # a meta tensor stands in for a GPU: a mean or std left on the CPU could not be subtracted from it
+    out = clip.clip_pixels(torch.empty(2, 3, 64, 64, device="meta"), 32, clip.CLIP_MEAN, clip.CLIP_STD)
+    assert out.device.type == "meta" and out.shape == (2, 3, 32, 32)
+
+
+def test_largest_blob_fraction_by_hand():
+    masks = torch.zeros(4, 5, 5, dtype=torch.bool)
+    masks[0, 0, 0] = masks[0, 4, 4] = True  # two one-pixel blobs, the corner one labelled 1: 1 / 2
+    masks[1, 0, 0] = True  # the corner pixel alone: 1 / 1
+    masks[2, 1:3, 1:3] = masks[2, 3, 3] = True  # a 2x2 square touching a pixel diagonally, one blob: 5 / 5
+    masks[2, 0, 4] = True  # and a pixel apart: 5 / 6
+    assert torch.allclose(pixels._largest_blob_fraction(masks), torch.tensor([0.5, 1.0, 5 / 6, 0.0]))  # empty: 0
+
+
+def test_a_model_reward_registered_by_one_decorator_is_checked_loaded_and_listed(tmp_path):
+    calls = []
+
+    def check(name, path):
+        calls.append(("check", name, path))
+        return tmp_path
+
+    @register_model_reward("brightness_model", folder_arg="brightness_path", check=check, serves=(TOY, REAL),
+                           label="mean pixel value, from a folder")
+    def load(name, folder):
+        calls.append(("load", name, folder))
+        return lambda images, prompts: images.mean(dim=(1, 2, 3))
+
+    @register_model_reward("folder_model", folder_arg="folder_model_path", check=check)
+    def load_plain(name, folder):
+        return lambda images, prompts: images.mean(dim=(1, 2, 3))
+
+    try:
+        assert folder_args()["brightness_model"] == "brightness_path"
+        assert reward_info("brightness_model").label == "mean pixel value, from a folder"
+        assert reward_info("folder_model").label == "a model from folder_model_path"  # no label: its setting
+        assert "brightness_model" in rewards_for(True) and "brightness_model" in rewards_for(False)
+        assert "folder_model" not in rewards_for(True) and "folder_model" in rewards_for(False)  # REAL by default
+        reward = build_reward("brightness_model", brightness_path="models/b")
+        assert calls == [("check", "brightness_model", "models/b"), ("load", "brightness_model", tmp_path)]
+        assert reward(torch.full((1, 3, 4, 4), 0.25), ["a circle"]) == 0.25
+        with pytest.raises(WorkbenchError, match=r"serves must name some of toy, real, got \('gpu',\)"):
+            register_model_reward("bad_model", folder_arg="bad_path", check=check, serves=("gpu",))(load)
+        assert "bad_model" not in MODEL_REWARDS
+    finally:
+        MODEL_REWARDS.unregister("brightness_model")
+        MODEL_REWARDS.unregister("folder_model")
+
+
+def test_a_reward_for_another_image_size_is_refused_naming_what_it_scores():
+    any_image = "use rewards that take any image ("
+    with pytest.raises(WorkbenchError, match=r"reward 'size_match' scores 32x32 px images of the toy world's prompts, "
+                                             r"but this model makes 64x64 px images; " + any_image.replace("(", r"\(")):
+        check_reward_images(["size_match"], 64)
+    assert Accepts(size=128).describe() == "128x128 px images"
+    assert Accepts().describe() == "any size"
+
+
+def test_clip_rewards_normalise_with_the_folders_preprocessor_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    write_tiny_clip(tmp_path)
+    folder = tmp_path / "clip"
+    from transformers import CLIPModel, CLIPTokenizer
+
+    model = CLIPModel.from_pretrained(folder).eval()
+    text = CLIPTokenizer.from_pretrained(folder)(["a red circle"], return_tensors="pt")
+    images = image_of(Scene("circle", "red", "large", "center", "white"))
+
+    def cosine(mean, std):  # CLIPScore worked with the model itself, on pixels normalised by (mean, std)
+        with torch.no_grad():
+            out = model(**text, pixel_values=clip.clip_pixels(images, 30, mean, std))
+        return (out.image_embeds * out.text_embeds).sum(dim=-1)
+
+    half = (0.5, 0.5, 0.5)
+    configs = [(None, clip.CLIP_MEAN, clip.CLIP_STD),  # no preprocessor_config.json: OpenAI CLIP's values
+               ({"image_mean": half, "image_std": half}, half, half),
+               ({"image_mean": half}, half, clip.CLIP_STD),  # a value it omits is CLIP's
+               ({"image_std": half}, clip.CLIP_MEAN, half)]
+    scores = []
+    for config, mean, std in configs:
+        (folder / "preprocessor_config.json").unlink(missing_ok=True)
+        if config is not None:
+            (folder / "preprocessor_config.json").write_text(json.dumps(config))
+        scores.append(clip.ClipReward("clip_score", folder, logit_scaled=False)(images, ["a red circle"]))
+        assert torch.allclose(scores[-1], cosine(mean, std), atol=1e-6)
+    assert not torch.allclose(scores[0], scores[1], atol=1e-5)  # the two normalisations do score differently
+
+
+def test_a_clip_folder_names_the_first_file_it_lacks(tmp_path):
+    def message(*files: str) -> str:
+        folder = tmp_path / "_".join(f.split(".")[0] for f in files)
+        folder.mkdir()
+        for name in files:
+            (folder / name).write_text("{}")
+        try:
+            clip.check_clip_folder("clip_score", str(folder))
+        except WorkbenchError as err:
+            return str(err).split(" has no ", 1)[1].split(";")[0]
+        return "nothing"
+
+    assert message("model.safetensors", "tokenizer.json") == "config.json"
+    assert message("config.json", "tokenizer.json") == ("model.safetensors or model.safetensors.index.json or "
+                                                        "pytorch_model.bin or pytorch_model.bin.index.json")
+    assert message("config.json", "pytorch_model.bin", "vocab.json") == "tokenizer.json (or vocab.json and merges.txt)"
+    assert message("config.json", "pytorch_model.bin", "vocab.json", "merges.txt") == "nothing"  # a slow tokenizer

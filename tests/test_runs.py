@@ -5,8 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -146,6 +149,34 @@ def test_bad_paths_are_workbench_errors(tmp_path):
         RunStore(tmp_path / "plain").write_status("sleeping", 0)
 
 
+def test_create_names_a_run_by_the_time_made_unique_under_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert RunStore.create(name="demo").path == Path("runs") / "demo"  # the default root: ./runs
+    assert re.fullmatch(r"\d{8}-\d{6}", RunStore.create(tmp_path).path.name)  # e.g. 20250101-120000
+    monkeypatch.setattr("time.strftime", lambda fmt: "20250101-120000")
+    names = []
+    for _ in range(3):
+        store = RunStore.create(tmp_path / "auto")
+        (store.path / "config.json").write_text("{}")  # no longer empty: the next run needs another name
+        names.append(store.path.name)
+    assert names == ["20250101-120000", "20250101-120000-1", "20250101-120000-2"]
+
+
+def test_create_refuses_what_is_not_a_fresh_plain_folder(tmp_path):
+    for name in (".", "..", "a/b"):
+        with pytest.raises(WorkbenchError, match=f"run name '{re.escape(name)}' must be a plain folder name"):
+            RunStore.create(tmp_path, name)
+    (RunStore.create(tmp_path, "demo").path / "config.json").write_text("{}")
+    with pytest.raises(WorkbenchError) as err:
+        RunStore.create(tmp_path, "demo")
+    assert str(err.value) == (f"run folder {tmp_path / 'demo'} already exists and is not empty; choose another name "
+                              "or resume it with --resume")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(WorkbenchError) as err:
+        RunStore.create(tmp_path / "file", "demo")
+    assert str(err.value) == f"cannot create run folder {tmp_path / 'file' / 'demo'}: Not a directory"
+
+
 def test_compare_runs_and_export_csv(tmp_path):
     a = make_run(tmp_path, "a", [0.1, 0.2, 0.4])
     b = make_run(tmp_path, "b", [0.3, 0.5])
@@ -158,6 +189,46 @@ def test_compare_runs_and_export_csv(tmp_path):
     rows = list(csv.DictReader(out.open()))
     assert list(rows[0]) == ["iteration", "eval/reward_mean", "reward/mean"]
     assert [r["reward/mean"] for r in rows] == ["0.1", "0.2", "0.4"] and rows[0]["eval/reward_mean"] == ""
+
+
+def test_export_csv_writes_one_unix_line_per_iteration_and_an_empty_cell_for_none(tmp_path):
+    store = RunStore.create(tmp_path, "run")
+    store.append_metrics({"iteration": 1, "reward/mean": 0.5, "loss/kl": None})
+    store.append_metrics({"iteration": 2, "reward/mean": 0.25})
+    out = export_csv(store.info(), tmp_path / "run.csv")
+    assert out.read_bytes() == b"iteration,loss/kl,reward/mean\n1,,0.5\n2,,0.25\n"  # iteration first, once
+
+
+def test_compare_runs_says_what_it_needs(tmp_path):
+    with pytest.raises(WorkbenchError) as err:
+        compare_runs([], "reward/mean")
+    assert str(err.value) == "compare_runs needs at least one run folder"
+    empty = RunStore.create(tmp_path, "empty")
+    empty.write_config({"objective": "chunk_grpo"})
+    with pytest.raises(WorkbenchError) as err:
+        compare_runs([empty.path], "reward/mean")
+    assert str(err.value) == "no run logged metric 'reward/mean'; logged metrics: none"
+
+
+def test_an_sd3_run_saved_before_max_sequence_length_keeps_the_pipelines_256_t5_tokens(tmp_path):
+    def saved(name: str, pipeline, **config) -> dict:
+        folder = tmp_path / f"{name}-model"
+        folder.mkdir()
+        if pipeline is not None:
+            write_json(folder / "model_index.json", pipeline)
+        store = RunStore.create(tmp_path, name)
+        store.write_config({"model": str(folder), **config})
+        return store.config()
+
+    sd3 = {"_class_name": "StableDiffusion3Pipeline"}
+    assert saved("old_sd3", sd3)["max_sequence_length"] == 256  # diffusers' SD3 pipeline default
+    assert saved("new_sd3", sd3, max_sequence_length=128)["max_sequence_length"] == 128  # a saved value stays
+    assert "max_sequence_length" not in saved("flux", {"_class_name": "FluxPipeline"})
+    assert "max_sequence_length" not in saved("no_index", None)  # not a diffusers folder
+    assert "max_sequence_length" not in saved("odd_index", ["StableDiffusion3Pipeline"])  # not an index
+    embedded = RunStore.create(tmp_path, "embedded")
+    embedded.write_config({"model": None})
+    assert embedded.config() == {"model": None}
 
 
 def test_checkpoints_roundtrip_and_keep_only_the_latest(tmp_path):
@@ -225,3 +296,18 @@ def test_samples_and_checkpoints_follow_the_iteration_number_past_9999(tmp_path)
     for name in ("iter_9999", "iter_10000"):
         (store.path / "checkpoints" / name).mkdir(parents=True)
     assert [p.name for p in store.checkpoints()][:2] == ["iter_10000", "iter_9999"]
+
+
+def test_a_run_folder_removed_while_asked_to_stop_is_not_made_again(tmp_path, monkeypatch):
+    run = make_run(tmp_path, "run", [0.1], state="running")
+    read = RunStore.info
+
+    def read_then_remove(store):  # the folder goes between reading the state and writing STOP
+        info = read(store)
+        shutil.rmtree(run)
+        return info
+
+    monkeypatch.setattr(RunStore, "info", read_then_remove)
+    with pytest.raises(WorkbenchError, match="cannot write"):
+        RunStore(run).request_stop()
+    assert not run.exists()

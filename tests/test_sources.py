@@ -71,6 +71,32 @@ def test_unusable_paths_are_a_message(path):
         resolve_source(path)
 
 
+def test_a_missing_path_says_why_it_cannot_be_read(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    for path, why in [(tmp_path / "loop", "is a loop of symbolic links"),
+                      (tmp_path / "dangling", "is a symbolic link to nothing"),
+                      (tmp_path / "nothing", "does not exist"),
+                      ("bad\0path", "is not a usable path")]:  # a NUL byte: no file system takes it
+        with pytest.raises(WorkbenchError, match=f"{why}; give "):
+            resolve_source(path)
+
+
+def test_a_lora_adapter_goes_on_the_base_folder_it_was_trained_on(tmp_path, model_dir):
+    with pytest.raises(WorkbenchError) as err:
+        resolve_source(None, "my-lora")
+    assert str(err.value) == ("the LoRA adapter my-lora needs a base model: give the SD3 / FLUX folder it was trained "
+                              "on (--model BASE --lora ADAPTER, or 'BASE + ADAPTER' in the app)")
+    run = make_run(tmp_path, model_dir)
+    with pytest.raises(WorkbenchError) as err:
+        resolve_source(run, "my-lora")
+    assert str(err.value) == (f"{run} is a fine-tuning run; a LoRA adapter goes on a base model folder (SD3 / FLUX), "
+                              "the one it was trained on")
+    with pytest.raises(WorkbenchError) as err:
+        resolve_source(model_dir, "my-lora")  # the embedded architecture's folder: no diffusers pipeline
+    assert str(err.value) == f"LoRA adapters apply to SD3 / FLUX diffusers folders; {model_dir} is not one"
+
+
 def test_a_model_folder_without_weights_is_named_by_the_model_loader(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text("{}")

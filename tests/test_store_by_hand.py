@@ -39,6 +39,21 @@ def test_process_start_is_the_kernels_start_time():
         child.wait()
 
 
+def test_asking_whether_a_process_is_alive_sends_it_no_signal():
+    # the child dies of a hang-up (a launcher may have left SIGHUP ignored): only signal 0 leaves it running
+    code = "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); print(flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # its handler is set
+        assert process_alive(child.pid)
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.5)  # still running
+    finally:
+        child.kill()
+        child.wait()
+    assert process_alive(1)  # pid 1, the lowest a process can have, exists (owned by root: PermissionError says so)
+
+
 def test_alive_means_this_process_and_not_a_reused_pid():
     me = os.getpid()
     assert process_alive(me) and process_alive(me, process_start(me))
@@ -121,3 +136,17 @@ def test_a_trainer_without_a_run_folder_takes_no_lock(random_policy):
         assert trainer.store is None and trainer._lock is None
     finally:
         trainer.release()
+
+
+def test_a_checkpoint_that_lost_its_optimizer_state_still_samples_and_says_so(tmp_path):
+    store = RunStore(tmp_path)
+    store.save_checkpoint(1, {"w": torch.ones(2)}, {"state": {}, "param_groups": []})
+    folder = store.checkpoints()[0]
+    (folder / "optimizer.pt").unlink()
+    checkpoint, problem = store.newest_checkpoint()
+    assert checkpoint is None and "optimizer.pt" in problem  # a resume needs it
+    assert problem.endswith("; its weights still sample (the app's picker, --model with the run), but a resume "
+                            "needs all")
+    (folder / "weights.safetensors").unlink()
+    problem = store.newest_checkpoint()[1]
+    assert "weights.safetensors" in problem and "still sample" not in problem

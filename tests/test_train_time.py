@@ -48,6 +48,32 @@ def test_the_work_by_hand_for_the_crosses_lesson():
     assert run_work(replace(LESSON, eval_cfg=False)).evaluated == 9 * 49 * 17
 
 
+def test_the_work_by_hand_with_cfg_in_training_a_light_kl_term_and_no_evaluations():
+    """Rollouts at CFG 4.5 make two passes per step, and so do their trained transitions; a KL weight of 0.5 still
+    adds one reference evaluation per trained transition; no held-out prompts, no evaluation."""
+    guided = replace(LESSON, guidance_scale=4.5, kl_beta=0.5, eval_prompts=0)
+    work = run_work(guided)
+    assert work.trained == 80 * 8 * 8 * 8 * 2
+    assert work.sampled == 80 * 8 * 8 * 17 * 2 + work.trained
+    assert (work.evaluations, work.evaluated) == (0, 0)
+
+
+def test_the_work_names_what_it_cannot_count():
+    assert run_work(replace(LESSON, dynamic_sampling=True)).uncounted == [
+        "the rounds sampled again to replace flat groups"]
+    assert run_work(replace(LESSON, objective="ppo")).uncounted == ["ppo's critic"]
+    assert run_work(replace(LESSON, objective="dense_grpo")).uncounted == ["dense_grpo's look-ahead"]
+
+
+def test_the_evaluations_left_by_hand():
+    assert evaluations_left(0, 7, 3) == 3  # iterations 3, 6 and the last, 7
+    assert evaluations_left(3, 7, 3) == 2  # 6 and 7: the one at 3 is done
+    assert evaluations_left(0, 5, 3) == 2  # 3 and 5; 6 is past the last iteration
+    assert evaluations_left(0, 3, 1) == 3  # every iteration
+    assert evaluations_left(0, 7, 0) == evaluations_left(0, 7, None) == 0  # no evaluations asked for
+    assert evaluations_made(7, 3, 1) == 4  # one held-out prompt: before training, then 3, 6 and 7
+
+
 @pytest.mark.parametrize("total, every", [(80, 10), (7, 3), (1, 10), (30, 1)])
 def test_the_evaluations_counted_are_those_the_running_eta_counts(total, every):
     assert evaluations_made(total, every, 49) == 1 + evaluations_left(0, total, every)  # + the one before training

@@ -259,15 +259,19 @@ def test_clip_reward_folder_comes_from_the_config(tmp_path, monkeypatch):
     assert TrainConfig.from_dict(RunStore.open(tmp_path / "run").info().config).clip_path == str(tmp_path / "clip")
 
 
-def test_failure_is_recorded(tmp_path):
+@pytest.mark.parametrize("error, recorded", [
+    (RuntimeError("callback exploded\nsecond line"), "RuntimeError: callback exploded"),  # the first line
+    (KeyboardInterrupt(), "KeyboardInterrupt: KeyboardInterrupt"),  # no message: the type stands for it
+])
+def test_failure_is_recorded(tmp_path, error, recorded):
     def boom(event):
         if event.kind == "iteration" and event.iteration == 1:
-            raise RuntimeError("callback exploded")
+            raise error
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(type(error)):
         Trainer(replace(TINY, eval_prompts=0), tmp_path / "run", fresh_policy()).run(callback=boom)
     status = RunStore.open(tmp_path / "run").info().status
-    assert status["state"] == "failed" and "callback exploded" in status["error"]
+    assert (status["state"], status["iteration"], status["error"]) == ("failed", 1, recorded)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -359,3 +363,15 @@ def test_tensorboard_tracker_writes_curves_and_sample_grids(tmp_path):
 def test_no_tracker_writes_no_tensorboard_folder(tmp_path):
     Trainer(replace(TINY, report_to="none"), tmp_path / "run", fresh_policy()).run()
     assert not (tmp_path / "run" / "tensorboard").exists()
+
+
+def test_ppo_refuses_to_resume_from_a_checkpoint_without_its_critic():
+    from workbench.rewards import build_reward
+    from workbench.train.step_credit import make_step_credit
+
+    credit = make_step_credit(replace(TINY, objective="ppo"), fresh_policy(), build_reward("adherence"))
+    for state in (None, {}, {"optimizer": {}}):  # a grpo run's checkpoint has no critic.pt
+        with pytest.raises(WorkbenchError) as err:
+            credit.load_state_dict(state)
+        assert str(err.value) == ("this checkpoint holds no critic (critic.pt): it was not written by a ppo run; "
+                                  "resume it with its own objective")

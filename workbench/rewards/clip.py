@@ -30,7 +30,7 @@ def check_clip_folder(name: str, path: str | None) -> Path:
     folder = Path(path)
     if not folder.is_dir():
         raise WorkbenchError(f"the {arg} folder '{folder}' for reward '{name}' does not exist; {fix}")
-    missing = None
+    missing = None  # pragma: no mutate ("" is as false: only `if missing` reads it)
     if not (folder / "config.json").is_file():
         missing = "config.json"
     elif not any((folder / f).is_file() for f in WEIGHT_FILES):
@@ -44,8 +44,11 @@ def check_clip_folder(name: str, path: str | None) -> Path:
 
 
 def clip_pixels(images: torch.Tensor, size: int, mean: tuple, std: tuple) -> torch.Tensor:
-    """CLIP's preprocessing in torch: (B, 3, H, W) in [0, 1] -> (B, 3, size, size) normalised."""
-    x = F.interpolate(images.float(), size=(size, size), mode="bicubic", align_corners=False, antialias=True)
+    """CLIP's preprocessing in torch: (B, 3, H, W) in [0, 1] -> (B, 3, size, size) normalised.
+
+    Antialiased bicubic on pixel centres (torch's default align_corners=False) is PIL's bicubic resize, the
+    one CLIPImageProcessor applies, to within 8-bit rounding."""
+    x = F.interpolate(images.float(), size=(size, size), mode="bicubic", antialias=True)
     x = x.clamp(0, 1)  # (B, 3, size, size); bicubic overshoots at edges
     mean_t = torch.tensor(mean, device=x.device)[None, :, None, None]  # (1, 3, 1, 1)
     std_t = torch.tensor(std, device=x.device)[None, :, None, None]
@@ -71,11 +74,13 @@ class ClipReward:
         self.name, self.folder, self.logit_scaled = name, folder, logit_scaled
         self._model = self._tokenizer = None
 
-    def _load(self, device: torch.device) -> None:
+    def _load(self) -> None:
         from transformers import CLIPModel, CLIPTokenizer
 
-        self._model = CLIPModel.from_pretrained(self.folder, local_files_only=True).eval().to(device)
-        self._tokenizer = CLIPTokenizer.from_pretrained(self.folder, local_files_only=True)
+        # from_pretrained reads a local folder (check_clip_folder found it) from disk whatever local_files_only says;
+        # the flag only states that no hub is asked
+        self._model = CLIPModel.from_pretrained(self.folder, local_files_only=True).eval()  # pragma: no mutate (above)
+        self._tokenizer = CLIPTokenizer.from_pretrained(self.folder, local_files_only=True)  # pragma: no mutate (above)
         self._mean, self._std = CLIP_MEAN, CLIP_STD
         preprocessor = self.folder / "preprocessor_config.json"
         if preprocessor.is_file():
@@ -87,7 +92,7 @@ class ClipReward:
     def __call__(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         """(B, 3, H, W) images and B prompts -> (B,) scores on the images' device."""
         if self._model is None:
-            self._load(images.device)
+            self._load()
         model = self._model.to(images.device)
         config = model.config
         pixels = clip_pixels(images, config.vision_config.image_size, self._mean, self._std)

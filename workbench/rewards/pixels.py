@@ -49,18 +49,18 @@ def sharpness(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
 
 def _largest_blob_fraction(mask: torch.Tensor) -> torch.Tensor:
     """Share of the mask's pixels in its largest 8-connected component, (B, H, W) bool -> (B,); 0 if empty."""
-    b, h, w = mask.shape
-    ids = torch.arange(1, h * w + 1, dtype=torch.float32, device=mask.device).reshape(1, h, w)
-    labels = torch.where(mask, ids.expand(b, h, w), 0.0)  # (B, H, W) 0 outside the mask
+    h, w = mask.shape[1:]  # (B, H, W)
+    ids = torch.arange(1.0, h * w + 1, device=mask.device).reshape(h, w)  # float: CUDA max_pool2d has no int kernel
+    labels = ids * mask  # (B, H, W) 0 outside the mask
     for _ in range(h * w):  # spread each component's largest id through it
         spread = F.max_pool2d(labels[:, None], 3, stride=1, padding=1)[:, 0] * mask  # (B, H, W)
         if torch.equal(spread, labels):
             break
         labels = spread
     fractions = []
-    for row in labels.flatten(1):  # (H * W,)
-        counts = torch.unique(row[row > 0], return_counts=True)[1]
-        fractions.append(counts.max() / counts.sum() if counts.numel() else torch.zeros((), device=mask.device))
+    for image in labels:  # (H, W)
+        counts = torch.unique(image[image > 0], return_counts=True)[1]  # pixels per component
+        fractions.append(counts.max() / counts.sum() if counts.numel() else image.new_zeros(()))
     return torch.stack(fractions).float()  # (B,)
 
 

@@ -176,4 +176,4 @@ def init_distributed(fsdp: bool = False) -> DistInfo:
 
 def world_size() -> int:
     """The number of processes this one was launched among (WORLD_SIZE; 1 when not launched by a launcher)."""
-    return max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))
+    return max(1, int(os.environ.get("WORLD_SIZE") or 1))  # unset or empty: 1

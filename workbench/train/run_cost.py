@@ -55,7 +55,7 @@ def run_work(config: TrainConfig) -> RunWork:
     trained = sum(len(config.trained_steps(it)) for it in range(1, config.iterations + 1))  # MixGRPO's window moves
     transitions = config.inner_epochs * groups * trained * guided  # (iterations x N x G x S) over the epochs
     sampled = config.iterations * groups * steps * guided + (transitions if config.kl_beta > 0 else 0)
-    held_out = len(config.held_out_prompts()) if config.eval_prompts else 0
+    held_out = len(config.held_out_prompts())  # the first eval_prompts: none when it is 0
     per_evaluation = held_out * steps * (guided + (2 if config.eval_cfg else 0))  # eval_cfg: at the model's CFG
     made = evaluations_made(config.iterations, config.eval_every, held_out)
     uncounted = []

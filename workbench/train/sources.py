@@ -124,8 +124,7 @@ def _adapter_source(base: str | None, adapter: str) -> PolicySource:
         raise WorkbenchError(f"{base} is a fine-tuning run; a LoRA adapter goes on a base model folder (SD3 / FLUX), "
                              "the one it was trained on")
     if not is_pipeline_folder(source.model):
-        raise WorkbenchError(f"LoRA adapters apply to SD3 / FLUX diffusers folders; {source.model or 'the embedded'}"
-                             f"{' model' if source.model is None else ''} is not one")
+        raise WorkbenchError(f"LoRA adapters apply to SD3 / FLUX diffusers folders; {source.model} is not one")
     adapter_format(adapter)
     return PolicySource(model=source.model, adapter=str(Path(adapter).expanduser()))
 

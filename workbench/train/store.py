@@ -157,7 +157,7 @@ class RunStore:
         An existing non-empty folder is an error when named (resume it instead) and skipped when not."""
         root, auto = Path(root), name is None
         name = name or time.strftime("%Y%m%d-%H%M%S")
-        if "/" in name or name in ("", ".", ".."):
+        if "/" in name or name in (".", ".."):  # an empty name was replaced by the time above
             raise WorkbenchError(f"run name {name!r} must be a plain folder name such as 'demo'")
         path, suffix = root / name, 1
         while path.exists() and (not path.is_dir() or any(path.iterdir())):
@@ -441,8 +441,7 @@ def export_csv(run: RunInfo, path: str | Path) -> Path:
     """Write a run's metrics as CSV: one row per iteration, one column per metric (empty where unlogged)."""
     columns = ["iteration"] + sorted({k for r in run.metrics for k in r if k != "iteration"})
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, restval="", lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")  # a missing or None value: ""
     writer.writeheader()
-    for row in run.metrics:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    writer.writerows(run.metrics)
     return atomic_write(path, buffer.getvalue())

@@ -1,0 +1,84 @@
+"""The dry run's plan (train/dry_run.py) without the memory probe: the fixes it tries for a run that does not fit,
+in the order that keeps the run's maths first, the smallest that fits, and the device and processes it plans for.
+The measured-memory tests are in test_memory.py (an integration file: it measures peaks in other processes)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from workbench.cli.main import build_parser
+from workbench.cli.train import config_overrides
+from workbench.core.errors import WorkbenchError
+from workbench.train import TrainConfig
+from workbench.train.dry_run import _candidate_fixes, estimate_run, plan_run
+
+
+def candidate_flags(config: TrainConfig, device: str, world: int, free: int) -> list[str]:
+    """The single changes the plan of `config` would try, in order; each flag sets exactly its overrides."""
+    parser = build_parser()
+    resolved = plan_run(config, device, world, free).config
+    fixes = list(_candidate_fixes(config, resolved, world, device, free))
+    for flag, overrides in fixes:  # what the learner types is what the plan tried
+        assert config_overrides(parser.parse_args(["train", *flag.split()])) == overrides, flag
+    return [flag for flag, _ in fixes]
+
+
+def test_the_fixes_tried_keep_the_maths_first_and_each_is_a_working_flag():
+    bare = TrainConfig(model="meta:sd3.5-medium", offload_text_encoders=False, micro_batch=4, vae_tiling=False,
+                       gradient_checkpointing=False, dtype="float32", lora_rank=0, prompts_per_iteration=8,
+                       resolution=1024)
+    # on 2 GPUs: every memory setting that changes no result, then fewer prompts (8 // 2 = 4, 2: each divisible by
+    # the 2 processes; 1 is not), then every smaller resolution of the list below 1024
+    assert candidate_flags(bare, "cuda", 2, 10**9) == [
+        "--offload-text-encoders", "--micro-batch auto", "--vae-tiling", "--gradient-checkpointing", "--fsdp",
+        "--dtype bfloat16", "--lora-rank 32", "--prompts-per-iteration 4", "--prompts-per-iteration 2",
+        "--resolution 768", "--resolution 512", "--resolution 384", "--resolution 256"]
+    # each setting already taken is not offered again; 6 // 2 = 3 divides among 3 processes, 3 // 2 = 1 does not;
+    # the resolutions strictly below 512; LoRA needs no FSDP
+    ready = replace(bare, offload_text_encoders=True, micro_batch=1, vae_tiling=True, gradient_checkpointing=True,
+                    dtype="bfloat16", lora_rank=32, prompts_per_iteration=6, resolution=512)
+    assert candidate_flags(ready, "cuda", 3, 10**9) == ["--prompts-per-iteration 3", "--resolution 384",
+                                                        "--resolution 256"]
+    one_gpu = candidate_flags(replace(bare, lora_rank=0), "cuda", 1, 10**9)
+    assert "--fsdp" not in one_gpu and "--lora-rank 32" in one_gpu  # FSDP shards over several processes only
+
+
+def test_the_embedded_model_is_offered_a_micro_batch_that_fits_and_no_real_model_switch():
+    # with 1 byte free not even one transition fits: micro-batch 1; the default 4 prompts halve to 2 and 1
+    assert candidate_flags(TrainConfig(), "cpu", 1, 1) == [
+        "--micro-batch 1", "--gradient-checkpointing", "--prompts-per-iteration 2", "--prompts-per-iteration 1"]
+    # with room for the whole minibatch in one pass there is no smaller micro-batch to offer
+    assert candidate_flags(TrainConfig(), "cpu", 1, 10**15) == [
+        "--gradient-checkpointing", "--prompts-per-iteration 2", "--prompts-per-iteration 1"]
+
+
+def test_the_smallest_fix_adds_changes_in_order_until_they_fit_together():
+    config, gb = TrainConfig(model="meta:sd3.5-medium"), 10**9
+    # at 8 GB no single change fits; the changes, in order, fit together once the resolution is down to 384 (a later
+    # value of a setting replaces the earlier one: prompts 2 then 1, resolution 768, 512 then 384)
+    together = replace(config, vae_tiling=True, prompts_per_iteration=1)
+    assert plan_run(replace(together, resolution=384), "cuda", 1, 8 * gb).fits
+    assert not plan_run(replace(together, resolution=512), "cuda", 1, 8 * gb).fits
+    assert plan_run(config, "cuda", 1, 8 * gb).fix == \
+        "--vae-tiling and --prompts-per-iteration 1 and --resolution 384 together"
+    # a minibatch of all 512 transitions divides no smaller iteration: fewer prompts are skipped, not the end
+    whole = replace(config, minibatch=512)
+    with pytest.raises(WorkbenchError, match="minibatch"):
+        plan_run(replace(whole, prompts_per_iteration=2), "cuda", 1, 9 * gb)
+    assert plan_run(whole, "cuda", 1, 9 * gb).fix == "--resolution 384"
+
+
+@pytest.mark.parametrize("env, world", [("4", 4), ("", 1), (None, 1)])
+def test_the_plan_counts_the_processes_the_launcher_started(monkeypatch, env, world):
+    if env is None:
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("WORLD_SIZE", env)  # torchrun sets it; empty or unset: one process
+    assert plan_run(TrainConfig(), "cpu", None, 10**12).world == world
+
+
+def test_estimate_run_plans_for_the_device_it_is_given():
+    verdict = estimate_run(TrainConfig(device="cuda"), "cpu")[1]  # not the config's device
+    assert verdict.startswith("fits: needs about") and verdict.endswith("free on the cpu")
