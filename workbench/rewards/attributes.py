@@ -32,10 +32,12 @@ def _rgb(values: tuple[int, int, int]) -> np.ndarray:
     return np.array(values, dtype=np.float32) / 255.0
 
 
-@cache
 def _canonical_area(scene: Scene) -> float:
     """Area `detect` measures on the canonical render of a scene (soft edges included)."""
     return detect(render(scene)).area
+
+
+_canonical_area = cache(_canonical_area)  # not a decorator: mutmut skips decorated functions
 
 
 def _color_score(det: Detection, target: Scene) -> float:
@@ -70,9 +72,11 @@ ATTRIBUTE_SCORES: dict[str, Callable[[Detection, Scene], float]] = {
 }
 
 
-@lru_cache(maxsize=4096)
 def _scene(prompt: str) -> Scene:
     return parse_prompt(prompt)
+
+
+_scene = lru_cache(maxsize=4096)(_scene)  # not a decorator: mutmut skips decorated functions
 
 
 def attribute_scores(det: Detection, target: Scene) -> dict[str, float]:
@@ -92,7 +96,6 @@ def _mean_scores(images: torch.Tensor, prompts: list[str], attributes: tuple[str
     return torch.tensor(out, dtype=torch.float32, device=images.device)  # (B,)
 
 
-@REWARDS.register("adherence", info=RewardInfo("prompt adherence of a toy-world image, in [0, 1]", TOY_IMAGES))
 def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Prompt adherence in [0, 1]: the mean of the continuous attribute scores the prompt specifies.
 
@@ -108,7 +111,9 @@ def adherence(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, tuple(ATTRIBUTE_SCORES))
 
 
-@REWARDS.register("color_match", info=RewardInfo("colour score of adherence, in [0, 1]", TOY_IMAGES))
+REWARDS.add(adherence, "adherence", info=RewardInfo("prompt adherence of a toy-world image, in [0, 1]", TOY_IMAGES))
+
+
 def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Colour score of `adherence` alone, in [0, 1] (1 if the prompt names no colour and an object is drawn).
 
@@ -119,7 +124,9 @@ def color_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, ("color",))
 
 
-@REWARDS.register("shape_match", info=RewardInfo("shape score of adherence, in [0, 1]", TOY_IMAGES))
+REWARDS.add(color_match, "color_match", info=RewardInfo("colour score of adherence, in [0, 1]", TOY_IMAGES))
+
+
 def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Shape score of `adherence` alone, in [0, 1]: (IoU_target / IoU_best)^20.
 
@@ -130,7 +137,9 @@ def shape_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, ("shape",))
 
 
-@REWARDS.register("position_match", info=RewardInfo("position score of adherence, in [0, 1]", TOY_IMAGES))
+REWARDS.add(shape_match, "shape_match", info=RewardInfo("shape score of adherence, in [0, 1]", TOY_IMAGES))
+
+
 def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Position score of `adherence` alone, in [0, 1] (1 if the prompt names no position and an object is drawn).
 
@@ -141,7 +150,9 @@ def position_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return _mean_scores(images, prompts, ("position",))
 
 
-@REWARDS.register("size_match", info=RewardInfo("size score of adherence, in [0, 1]", TOY_IMAGES))
+REWARDS.add(position_match, "position_match", info=RewardInfo("position score of adherence, in [0, 1]", TOY_IMAGES))
+
+
 def size_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Size score of `adherence` alone, in [0, 1] (1 if the prompt names no size and an object is drawn).
 
@@ -150,3 +161,6 @@ def size_match(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     tensor([0.01...])
     """
     return _mean_scores(images, prompts, ("size",))
+
+
+REWARDS.add(size_match, "size_match", info=RewardInfo("size score of adherence, in [0, 1]", TOY_IMAGES))

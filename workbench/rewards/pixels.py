@@ -25,7 +25,6 @@ def _background_and_distance(images: torch.Tensor) -> tuple[torch.Tensor, torch.
     return background, distance
 
 
-@REWARDS.register("sharpness", info=RewardInfo("edge sharpness, in [0, 1]"))
 def sharpness(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Edge sharpness in [0, 1]: the |g|-weighted mean of |g| / C over all pixel differences g.
 
@@ -47,6 +46,9 @@ def sharpness(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return score.clamp(0, 1)
 
 
+REWARDS.add(sharpness, "sharpness", info=RewardInfo("edge sharpness, in [0, 1]"))
+
+
 def _largest_blob_fraction(mask: torch.Tensor) -> torch.Tensor:
     """Share of the mask's pixels in its largest 8-connected component, (B, H, W) bool -> (B,); 0 if empty."""
     h, w = mask.shape[1:]  # (B, H, W)
@@ -64,7 +66,6 @@ def _largest_blob_fraction(mask: torch.Tensor) -> torch.Tensor:
     return torch.stack(fractions).float()  # (B,)
 
 
-@REWARDS.register("composition", info=RewardInfo("a clean background with exactly one object, in [0, 1]"))
 def composition(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Global composition in [0, 1]: a clean background times "exactly one object".
 
@@ -85,6 +86,9 @@ def composition(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return (clean * _largest_blob_fraction(blobs)).float()
 
 
+REWARDS.add(composition, "composition", info=RewardInfo("a clean background with exactly one object, in [0, 1]"))
+
+
 def _jpeg_kilobytes(images: torch.Tensor) -> torch.Tensor:
     """(B,) size in kB (1000 bytes) of each image saved as JPEG at quality 95 with PIL, as in DDPO."""
     sizes = []
@@ -95,7 +99,6 @@ def _jpeg_kilobytes(images: torch.Tensor) -> torch.Tensor:
     return torch.tensor(sizes, dtype=torch.float32, device=images.device)
 
 
-@REWARDS.register("jpeg_compressibility", info=RewardInfo("minus the JPEG size in kB, DDPO"))
 def jpeg_compressibility(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """Minus the JPEG size in kB (DDPO, arXiv 2305.13301): about -0.6 (flat) to -1.9 (uniform noise) at 32x32.
 
@@ -106,7 +109,9 @@ def jpeg_compressibility(images: torch.Tensor, prompts: list[str]) -> torch.Tens
     return -_jpeg_kilobytes(images)
 
 
-@REWARDS.register("jpeg_incompressibility", info=RewardInfo("the JPEG size in kB, DDPO"))
+REWARDS.add(jpeg_compressibility, "jpeg_compressibility", info=RewardInfo("minus the JPEG size in kB, DDPO"))
+
+
 def jpeg_incompressibility(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     """The JPEG size in kB (DDPO, arXiv 2305.13301): about 0.6 (flat) to 1.9 (uniform noise) at 32x32.
 
@@ -115,3 +120,6 @@ def jpeg_incompressibility(images: torch.Tensor, prompts: list[str]) -> torch.Te
     tensor([1.04...])
     """
     return _jpeg_kilobytes(images)
+
+
+REWARDS.add(jpeg_incompressibility, "jpeg_incompressibility", info=RewardInfo("the JPEG size in kB, DDPO"))

@@ -67,7 +67,6 @@ def transformer_sizes(transformer: torch.nn.Module, class_name: str, resolution:
                 image_pixels=resolution * resolution, lora_params_per_rank=lora_params_per_rank(transformer))
 
 
-@lru_cache(maxsize=16)
 def folder_sizes(folder: Path, resolution: int | None, weight_bytes: int, max_sequence_length: int | None = None):
     """ModelSizes of a diffusers SD3 / FLUX folder, from its configs and safetensors headers."""
     index = json.loads((folder / "model_index.json").read_text())
@@ -84,6 +83,9 @@ def folder_sizes(folder: Path, resolution: int | None, weight_bytes: int, max_se
                       vae_params=_safetensors_params(folder / "vae"), vae_decode_channels=decode_channels(vcfg))
 
 
+folder_sizes = lru_cache(maxsize=16)(folder_sizes)  # not a decorator: mutmut skips decorated functions
+
+
 def decode_channels(vae_config: dict) -> int:
     """Channels live at full resolution at the VAE decoder's peak: the upsampled input of its last up block (the
     second-smallest width) plus two tensors of its own width; 512 for the SD3 / FLUX VAE (128, 256, 512, 512)."""
@@ -91,7 +93,6 @@ def decode_channels(vae_config: dict) -> int:
     return (widths[1] if len(widths) > 1 else widths[0]) + 2 * widths[0]
 
 
-@lru_cache(maxsize=16)
 def architecture_sizes(name: str, resolution: int, max_sequence_length: int | None = None) -> ModelSizes:
     """ModelSizes of a published architecture (`models.architectures`) at a resolution, built on the meta device;
     max_sequence_length T5 tokens instead of the policy's default (SD3 128, FLUX 512)."""
@@ -103,6 +104,9 @@ def architecture_sizes(name: str, resolution: int, max_sequence_length: int | No
     sizes = transformer_sizes(build_on_meta(name), arch.transformer_class, resolution, arch.vae_factor, text)
     return ModelSizes(**sizes, text_encoder_bytes=arch.text_encoder_bytes, vae_params=arch.vae_params,
                       vae_decode_channels=512)
+
+
+architecture_sizes = lru_cache(maxsize=16)(architecture_sizes)  # not a decorator: mutmut skips decorated functions
 
 
 def embedded_sizes(folder: str | None) -> ModelSizes:

@@ -30,7 +30,6 @@ def preset(name: str, **overrides) -> TrainConfig:
     return replace(PRESETS.get(name)(), **overrides)
 
 
-@PRESETS.register("embedded_demo")
 def embedded_demo() -> TrainConfig:
     """The defaults: Chunk-GRPO [2,3,4,7] on the embedded model, 30 iterations of 4 x 8 samples (CPU minutes).
 
@@ -40,7 +39,9 @@ def embedded_demo() -> TrainConfig:
     return TrainConfig()
 
 
-@PRESETS.register("gcpo")
+PRESETS.add(embedded_demo, "embedded_demo")
+
+
 def gcpo() -> TrainConfig:
     """GCPO / Chunk-GRPO (arXiv 2510.21583) as its released FLUX script runs it (xingzhejun/GCPO
     `scripts/finetune/finetune_pickscore_chunk.sh`, `fastvideo/train_grpo_flux_pickscore.py`)."""
@@ -57,13 +58,17 @@ def gcpo() -> TrainConfig:
                        iterations=150)  # paper: 150 iterations
 
 
-@PRESETS.register("gcpo_weighted")
+PRESETS.add(gcpo, "gcpo")
+
+
 def gcpo_weighted() -> TrainConfig:
     """GCPO as the paper describes it: the two chunks per trajectory drawn by L1_rel, not uniformly."""
     return replace(gcpo(), chunk_weights="l1_rel")  # paper / --sample_weight --sample_weight_method normalized
 
 
-@PRESETS.register("flow_grpo")
+PRESETS.add(gcpo_weighted, "gcpo_weighted")
+
+
 def flow_grpo() -> TrainConfig:
     """Flow-GRPO (arXiv 2505.05470) SD3 recipe (its config/grpo.py, geneval_sd3): step ratios, LoRA, KL to the base."""
     return TrainConfig(objective="step_grpo",
@@ -78,7 +83,9 @@ def flow_grpo() -> TrainConfig:
                        kl_beta=0.04)  # GenEval and OCR beta 0.04 (PickScore 0.01), released code's KL form
 
 
-@PRESETS.register("dance_grpo")
+PRESETS.add(flow_grpo, "flow_grpo")
+
+
 def dance_grpo() -> TrainConfig:
     """DanceGRPO: step ratios with the constant-diffusion SDE (XueZeyue/DanceGRPO
     `scripts/finetune/finetune_flux_grpo.sh`, `fastvideo/train_grpo_flux.py`)."""
@@ -94,7 +101,9 @@ def dance_grpo() -> TrainConfig:
                        adv_unbiased_std=True, adv_eps=1e-8)  # group_rewards.std() + 1e-8 (l. 542)
 
 
-@PRESETS.register("mixgrpo")
+PRESETS.add(dance_grpo, "dance_grpo")
+
+
 def mixgrpo() -> TrainConfig:
     """MixGRPO (arXiv 2507.21802): SDE and training on a 4-step window sliding to lower noise every 25 iterations
     (Tencent-Hunyuan/MixGRPO `scripts/finetune/finetune_flux_grpo_MixGRPO.sh`)."""
@@ -107,7 +116,9 @@ def mixgrpo() -> TrainConfig:
                        chunks="4")  # 4 trained steps: one chunk should chunk_grpo be chosen
 
 
-@PRESETS.register("crosses")
+PRESETS.add(mixgrpo, "mixgrpo")
+
+
 def crosses() -> TrainConfig:
     """Teach the embedded model to draw crosses (it draws blobs and rings: 1 of 49 held-out crosses right).
 
@@ -139,6 +150,9 @@ def crosses() -> TrainConfig:
                        prompts_per_iteration=8,  # 4 was too noisy (see above); ~3.6 CPU-s per iteration
                        keep_checkpoints=8,  # every 10th iteration stays loadable: credit before, during and after
                        iterations=80)  # 268-274 training CPU-s on one thread without the KL term, ~1.2x with it
+
+
+PRESETS.add(crosses, "crosses")
 
 
 def gfpo_scores(group) -> torch.Tensor:
