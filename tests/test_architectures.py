@@ -93,3 +93,29 @@ def test_kl_reference_is_the_base_model_with_adapters_off(tmp_path):
     assert not torch.allclose(moved, before, atol=1e-4)
     torch.testing.assert_close(reference, before)
     torch.testing.assert_close(after, moved)
+
+
+def test_enable_checkpointing_asks_the_model_and_says_what_to_turn_off():
+    """diffusers' models say `_supports_gradient_checkpointing`; one that does not (or has no such flag) is refused."""
+    import re
+
+    from workbench.core.errors import WorkbenchError
+    from workbench.train.trainable import enable_checkpointing
+
+    class Checkpointable(torch.nn.Linear):
+        _supports_gradient_checkpointing = True
+        enabled = False
+
+        def enable_gradient_checkpointing(self):
+            self.enabled = True
+
+    model = Checkpointable(2, 2)
+    enable_checkpointing(model)
+    assert model.enabled
+    message = "this model does not support gradient checkpointing; turn gradient_checkpointing off"
+    class Unsupported(Checkpointable):
+        _supports_gradient_checkpointing = False
+
+    for bare in (torch.nn.Linear(2, 2), Unsupported(2, 2)):  # no flag, or the flag off
+        with pytest.raises(WorkbenchError, match="^" + re.escape(message) + "$"):
+            enable_checkpointing(bare)

@@ -261,6 +261,9 @@ def test_step_mask_from_chunks():
     assert mask.nonzero().flatten().tolist() == [2, 3, 4, 9, 10, 11, 12, 13, 14, 15]
     with pytest.raises(WorkbenchError, match="0..3"):
         step_mask_from_chunks([2, 3, 4, 7], [4])
+    assert step_mask_from_chunks([2, 3, 4, 7], [0]).nonzero().flatten().tolist() == [0, 1]  # the first chunk: index 0
+    with pytest.raises(WorkbenchError, match=r"^chosen chunks \[-1\] must be indices in 0\.\.3$"):
+        step_mask_from_chunks([2, 3, 4, 7], [-1])
 
 
 def exact_inclusion(probs: list[float], count: int) -> list[float]:

@@ -82,3 +82,12 @@ def test_the_plan_counts_the_processes_the_launcher_started(monkeypatch, env, wo
 def test_estimate_run_plans_for_the_device_it_is_given():
     verdict = estimate_run(TrainConfig(device="cuda"), "cpu")[1]  # not the config's device
     assert verdict.startswith("fits: needs about") and verdict.endswith("free on the cpu")
+
+
+def test_decode_channels_by_hand():
+    """The VAE decoder's peak channels at full resolution: the second-smallest width plus two of the smallest."""
+    from workbench.train.model_sizes import decode_channels
+
+    assert decode_channels({"block_out_channels": [128, 256, 512, 512]}) == 256 + 2 * 128  # SD3 / FLUX: 512
+    assert decode_channels({"block_out_channels": [64, 96]}) == 96 + 2 * 64
+    assert decode_channels({"block_out_channels": [32]}) == 3 * 32  # one block: its own width, three times

@@ -3,6 +3,8 @@ docs/methods.md "Gradient weights" closed forms, the chunk invariants, clipping,
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -203,3 +205,94 @@ def test_per_step_advantages_weights_match_finite_differences_and_the_closed_for
     expected = torch.where(mask & ~clipped, -adv * rho / (G * mask.sum(1, keepdim=True)), torch.zeros_like(adv))
     assert ex.weight[0] == pytest.approx(expected, abs=1e-12)
     assert torch.equal(ex.step_advantage[0], adv) and bool(ex.clipped[0].any()) == bool(spread)
+
+
+# ------------------------------------------------------------------------- the Objectives tab's rows (train.explained)
+def test_ordered_objectives_follow_the_registrations_order_then_the_name():
+    """The orders registered in rl/objectives.py: chunk_grpo 0, step_grpo 1, gspo 2, ppo 3, dense_grpo 4, dapo 5,
+    gpg 6, gfpo 7, dr_grpo 8 (alphabetical would start with chunk_grpo, dapo); one without a record comes last."""
+    from workbench.train.explained import ordered_objectives
+
+    assert ordered_objectives() == ["chunk_grpo", "step_grpo", "gspo", "ppo", "dense_grpo", "dapo", "gpg", "gfpo",
+                                    "dr_grpo"]
+    OBJECTIVES.register("a_bare", info=None)(OBJECTIVES.get("step_grpo"))
+    try:
+        assert ordered_objectives()[-1] == "a_bare"
+    finally:
+        OBJECTIVES.unregister("a_bare")
+
+
+def test_objective_advantages_join_the_paired_and_the_per_step_ones(random_policy, small_group, monkeypatch):
+    """Paired (G,) advantages of the rewards (gfpo's filtered by the sharpness score of the group's images), joined
+    with what `per_step_advantages` gives for the same group, names, reward and batched context."""
+    import workbench.train.explained as explained
+    from workbench.train.presets import gfpo_scores
+
+    calls, per_step = [], {"ppo": torch.ones(3, 4)}
+
+    def fake(*args, **kwargs):
+        calls.append((args, kwargs))
+        return per_step
+
+    monkeypatch.setattr(explained, "per_step_advantages", fake)
+    rewards, names, reward_fn, batched = torch.tensor([0.1, 0.9, 0.5]), ["step_grpo", "gfpo", "ppo"], object(), object()
+    adv = explained.objective_advantages(random_policy, small_group, rewards, names, reward_fn, batched=batched)
+    paired = paired_advantages(rewards, ["step_grpo", "gfpo"], metric=gfpo_scores(small_group))
+    assert adv.keys() == {"step_grpo", "gfpo", "ppo"} and adv["ppo"] is per_step["ppo"]
+    assert torch.equal(adv["step_grpo"], paired["step_grpo"]) and torch.equal(adv["gfpo"], paired["gfpo"])
+    assert calls == [((random_policy, small_group, rewards, names, reward_fn), {"batched": batched})]
+
+
+def explained_case():
+    """A stand-in group of G = 2, T = 3 whose last step is untrained, log-probs -1 before the updates and log-ratios
+    [[0.2, 0.3, 0.5], [0, -0.2, 0.3]] after them, and advantages A = (1, -1)."""
+    from types import SimpleNamespace
+
+    from workbench.flow.trajectory import SamplingConfig
+
+    old = -torch.ones(2, 3, dtype=torch.float64)
+    group = SimpleNamespace(log_probs=old, config=SamplingConfig(group=2, steps=3, window=(0, 2)))
+    moved = old + torch.tensor([[0.2, 0.3, 0.5], [0.0, -0.2, 0.3]], dtype=torch.float64)
+    return group, moved, torch.tensor([1.0, -1.0], dtype=torch.float64)
+
+
+def test_explain_rows_explain_the_group_at_ratio_1_and_after_the_updates():
+    from workbench.train.explained import explain_rows, ordered_objectives
+
+    group, moved, a = explained_case()
+    names = ["step_grpo", "chunk_grpo"]
+    rows = explain_rows(group, {n: a for n in names}, moved, [1, 2], clip=0.12, updates=1, names=names)
+    assert [(key, title) for key, title, _ in rows] == [("ratio1", "at ratio 1"), ("moved", "after 1 update")]
+    mask = torch.tensor([[True, True, False]] * 2)
+    settings = ObjectiveSettings(clip_low=0.12, chunks=[1, 2])
+    for (_, _, ex), new in zip(rows, (group.log_probs, moved)):
+        expected = explain(new, group.log_probs, a, settings, names, mask)
+        assert ex.names == names and ex.settings == settings and torch.equal(ex.step_mask, mask)
+        assert torch.equal(ex.weight, expected.weight) and torch.equal(ex.clipped, expected.clipped)
+    assert rows[1][2].log_ratio == pytest.approx(torch.tensor([[0.2, 0.3, 0.0], [0.0, -0.2, 0.0]], dtype=torch.float64))
+    everything = explain_rows(group, {n: a for n in OBJECTIVES.names()}, moved, [3], clip=0.12, updates=2)
+    assert everything[1][1] == "after 2 updates" and everything[0][2].names == ordered_objectives()
+
+
+def test_objective_numbers_by_hand():
+    """clip 0.12. step_grpo clips (0, 0), (0, 1) (rho > 1.12, A > 0) and (1, 1) (rho = e^-0.2 < 0.88, A < 0): 3 of
+    the 4 trained steps; gspo clips trajectory 0 (e^0.25 > 1.12), not trajectory 1 (e^-0.1 = 0.905): 2 of 4.
+    Credit [1, 0; 0, -1] on the trained steps. At ratio 1 both push A_i / 4 on every step, (1, 1, -1, -1):
+    correlation 2 / (2 sqrt 2) = 0.7071. After the updates step_grpo pushes only (1, 0), -0.25: centred
+    (1, 1, -3, 1) / 16, orthogonal to the credit (0); gspo pushes trajectory 1 alone, again 0.7071."""
+    from workbench.train.explained import correlation_text, explain_rows, objective_numbers
+
+    group, moved, a = explained_case()
+    names = ["step_grpo", "gspo"]
+    rows = explain_rows(group, {n: a for n in names}, moved, [3], clip=0.12, updates=3, names=names)
+    credit = torch.tensor([[1.0, 0.0, 9.0], [0.0, -1.0, 9.0]])  # 9 on the untrained steps: left out
+    step, gspo = objective_numbers(rows, credit)
+    assert (step.name, gspo.name) == ("step_grpo", "gspo")
+    assert (step.clipped, gspo.clipped) == (0.75, 0.5)
+    assert step.corr_at_one == pytest.approx(0.5 ** 0.5) and step.corr_moved == pytest.approx(0.0, abs=1e-6)
+    assert gspo.corr_at_one == pytest.approx(0.5 ** 0.5) and gspo.corr_moved == pytest.approx(0.5 ** 0.5)
+    bare = objective_numbers(rows, None)
+    assert [(n.name, n.clipped, n.corr_at_one, n.corr_moved) for n in bare] == [("step_grpo", 0.75, None, None),
+                                                                                ("gspo", 0.5, None, None)]
+    assert [correlation_text(v) for v in (0.2249, -0.5, 0.0, None, math.nan)] == ["+0.22", "-0.50", "+0.00", "n/a",
+                                                                                    "n/a"]

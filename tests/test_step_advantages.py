@@ -213,3 +213,41 @@ def test_dense_grpo_with_the_x0_look_ahead_needs_no_extra_sampling(tmp_path):
     Trainer(config, tmp_path / "run", fresh_policy()).run()
     row = RunStore(tmp_path / "run").metrics()[-1]
     assert row["lookahead/nfe"] == 0 and row["loss/policy"] == row["loss/policy"]  # x0 predictions are stored
+
+
+def test_the_explainers_per_step_advantages(random_policy, monkeypatch):
+    """step_compare.per_step_advantages: (G, T) advantages for the objectives registered with a step credit only;
+    ppo's from `critic_advantages` (its 200 critic passes stubbed here), dense_grpo's the trainer's look-ahead gains
+    under the given config (x0: the stored predictions), computed in the `batched()` context, 0 on the untrained
+    last step."""
+    from contextlib import contextmanager
+
+    import workbench.train.step_compare as step_compare
+    from workbench.flow.sampler import sample_group
+    from workbench.flow.trajectory import SamplingConfig
+    from workbench.rewards import build_reward
+    from workbench.train.step_credit import LookaheadCredit
+
+    group = sample_group(random_policy, "a red circle", SamplingConfig(group=3, steps=4, seed=0, window=(0, 3)))
+    reward_fn, rewards = build_reward("adherence"), torch.tensor([0.1, 0.9, 0.5], dtype=torch.float64)
+    config, critic, calls, entered = TrainConfig(lookahead="x0"), torch.full((3, 4), 2.0), [], []
+    monkeypatch.setattr(step_compare, "critic_advantages", lambda *args: calls.append(args) or (critic, "stub"))
+
+    @contextmanager
+    def batched():
+        entered.append(True)
+        yield
+
+    OBJECTIVES.register("a_bare", info=None)(OBJECTIVES.get("step_grpo"))  # no record: no step credit
+    try:
+        out = step_compare.per_step_advantages(random_policy, group, rewards, ["step_grpo", "ppo", "dense_grpo",
+                                                                               "gspo", "a_bare"], reward_fn, config,
+                                               batched=batched)
+    finally:
+        OBJECTIVES.unregister("a_bare")
+    assert out.keys() == {"ppo", "dense_grpo"} and out["ppo"] is critic and entered == [True]
+    assert len(calls) == 1 and calls[0][:2] == (random_policy, group) and calls[0][3] is config
+    assert calls[0][2].dtype == torch.float32 and torch.equal(calls[0][2], rewards.float())
+    values, _ = LookaheadCredit(config, random_policy, reward_fn).values(group, rewards.float())  # (G, T + 1)
+    assert torch.equal(out["dense_grpo"][:, :3], lookahead_advantages(values)[:, :3])
+    assert out["dense_grpo"][:, 3].tolist() == [0.0] * 3 and bool((out["dense_grpo"][:, :3] != 0).all())

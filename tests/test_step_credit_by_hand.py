@@ -4,6 +4,7 @@ within the group, not all steps together."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -83,3 +84,72 @@ def test_dense_grpo_advantages_in_the_trainer_are_normalised_per_step():
     assert float(spread.max() / spread.min()) > 1.5  # steps on different scales: a pooled normalisation differs
     assert torch.allclose(adv.mean(dim=0), torch.zeros(3), atol=1e-5)
     assert torch.allclose(adv.std(dim=0, unbiased=False), spread / (spread + 1e-4), atol=1e-4)
+
+
+def test_ppo_reports_its_critic_and_regresses_it_on_the_iterations_stream(random_policy, monkeypatch):
+    """The critic of the first test (every state valued 0.3) after one call at iteration 1: the metrics are the
+    values' mean 0.3, their explained variance of the returns 1 - Var(A) / Var(A + 0.3) = 0, the regression's mean
+    loss and its wall and CPU seconds. The regression shuffles its minibatches (4 states here) with the stream
+    (seed, iteration, 7), whatever ran before: the same as a twin critic fitted by hand on it, not as at iteration 2."""
+    import workbench.train.step_credit as step_credit
+
+    monkeypatch.setattr(step_credit, "CRITIC_BATCH", 4)  # 8 states in 2 minibatches: their order matters
+    config, policy = replace(preset("ppo"), **SMALL, seed=3), random_policy
+
+    def flat_critic() -> step_credit.CriticCredit:
+        credit = step_credit.CriticCredit(config, policy)
+        head = credit.critic.head[-1]
+        with torch.no_grad():
+            head.weight.zero_()
+            head.bias.fill_(0.3)
+        return credit
+
+    group = sample_group(policy, "a red circle", config.sampling_config(1))
+    rewards = torch.tensor([[1.0, 0.0]])  # (L = 1, G = 2)
+    credit, twin, later = flat_critic(), flat_critic(), flat_critic()
+    wall, cpu = time.perf_counter(), time.process_time()
+    _, metrics = credit(1, [group], rewards, torch.tensor([0, 1, 2]))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert metrics.keys() == {"critic/loss", "critic/explained_var", "critic/value_mean", "time/critic_s",
+                              "time/critic_cpu_s"}
+    assert metrics["critic/value_mean"] == pytest.approx(0.3)
+    assert metrics["critic/explained_var"] == pytest.approx(0.0, abs=1e-5)
+    assert 0 < metrics["time/critic_s"] <= wall and 0 < metrics["time/critic_cpu_s"] <= cpu  # within the call
+    _, returns, _, inputs = twin.gae([group], rewards)
+    assert metrics["critic/loss"] == twin.fit(inputs, returns, config.critic_epochs, step_credit._seed(3, 1, 7))
+    assert all(torch.equal(a, b) for a, b in zip(credit.critic.parameters(), twin.critic.parameters()))
+    later(2, [group], rewards, torch.tensor([0, 1, 2]))
+    assert not all(torch.equal(a, b) for a, b in zip(credit.critic.parameters(), later.critic.parameters()))
+
+
+def test_the_explainers_critic_advantages_by_hand(random_policy):
+    """step_compare.critic_advantages on a group of G = 2, T = 4 whose last step is untrained, gamma 0.5, lambda
+    0.8, rewards (1, 0). A run's critic (every state 0.3) gives the first test's GAE advantages, normalised over the
+    3 trained steps and 0 on the last. Without one, the seed's critic is regressed on the Monte-Carlo returns
+    gamma^(T-1-t) r_i, (0.125, 0.25, 0.5, 1) and (0, 0, 0, 0) (lambda 1: not the GAE returns of its own values)."""
+    from workbench.rl.step_advantages import normalise
+    from workbench.train.step_compare import critic_advantages
+    from workbench.train.step_credit import CriticCredit
+
+    config = replace(preset("ppo"), **SMALL, gae_gamma=0.5, gae_lambda=0.8)
+    group = sample_group(random_policy, "a red circle", config.sampling_config(1))
+    rewards = torch.tensor([1.0, 0.0])
+    run = CriticCredit(config, random_policy)
+    head = run.critic.head[-1]
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(0.3)
+    adv, source = critic_advantages(random_policy, group, rewards, config, critic_state=run.state_dict())
+    hand = torch.tensor([[-0.1892, -0.098, 0.13], [-0.2532, -0.258, -0.27]])
+    assert source == "the run's trained critic"
+    assert torch.allclose(adv[:, :3], (hand - hand.mean()) / hand.std(unbiased=False), atol=1e-4)
+    assert adv[:, 3].tolist() == [0.0, 0.0]
+
+    adv, source = critic_advantages(random_policy, group, rewards, config, fit_epochs=5)
+    assert source == "a critic fitted on this group's returns (5 passes)"
+    twin = CriticCredit(config, random_policy)
+    inputs = twin.gae([group], rewards)[3]
+    twin.fit(inputs, torch.tensor([[0.125, 0.25, 0.5, 1.0], [0.0, 0.0, 0.0, 0.0]]), 5, config.seed)
+    mask = torch.tensor([[True, True, True, False]] * 2)
+    expected = torch.where(mask, normalise(twin.gae([group], rewards)[0], mask), torch.zeros(2, 4))
+    assert torch.allclose(adv, expected, atol=1e-6) and adv[:, 3].tolist() == [0.0, 0.0]
