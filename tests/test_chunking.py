@@ -122,7 +122,7 @@ def test_uniform_and_fixed():
     assert CHUNKERS.get("fixed")(16, sizes="8,8") == [8, 8]
     with pytest.raises(WorkbenchError, match="sum to 12"):
         CHUNKERS.get("fixed")(16, sizes=[4, 8])
-    with pytest.raises(WorkbenchError, match="needs sizes"):
+    with pytest.raises(WorkbenchError, match=r"^the 'fixed' chunker needs sizes, e\.g\. sizes='2,3,4,7'$"):
         CHUNKERS.get("fixed")(16)
 
 
@@ -185,12 +185,20 @@ def test_adaptive_on_monotone_curve_halves():
 
 
 def test_adaptive_bad_input():
-    with pytest.raises(WorkbenchError, match="needs l1_rel"):
+    with pytest.raises(WorkbenchError, match="^the 'adaptive' chunker needs l1_rel"):
         CHUNKERS.get("adaptive")(8)
     with pytest.raises(WorkbenchError, match=r"shape \(8,\).*average"):
         CHUNKERS.get("adaptive")(8, torch.rand(3, 8))
-    with pytest.raises(WorkbenchError, match="max_size must be an integer >= 2"):
-        CHUNKERS.get("adaptive")(8, torch.rand(8), max_size=1)
+    for max_size in (1, 2.5, True):  # too small, not an integer, a bool
+        with pytest.raises(WorkbenchError, match="max_size must be an integer >= 2, got .*; for one-step chunks "
+                                                 "use the 'uniform' chunker with size=1$"):
+            CHUNKERS.get("adaptive")(8, torch.rand(8), max_size=max_size)
+
+
+def test_the_curve_chunkers_name_themselves_when_the_curve_is_missing():
+    for name in ("adaptive", "equal_mass"):
+        with pytest.raises(WorkbenchError, match=f"^the '{name}' chunker needs l1_rel, the \\(T,\\) relative"):
+            CHUNKERS.get(name)(8)
 
 
 def test_equal_mass_hand_cases():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import json
+import math
 
 import numpy as np
 import pytest
@@ -113,6 +114,31 @@ def test_composition_penalises_a_noisy_background_and_extra_blobs():
     two = image.clone()
     two[:, :, 20:28, 20:28] = torch.tensor([1.0, 0.0, 0.0])[:, None, None]  # a second 64-pixel blob
     assert 0.3 < score("composition", two, ["a ring"]) < 0.7
+
+
+def test_composition_by_hand():
+    """clean = exp(-m / 2s^2), s = 0.05, m the mean squared distance to the background over the pixels away from
+    every blob (not within one pixel of one); times the largest blob's share of the blob pixels."""
+    def haze(delta):  # white, a red 4x4 blob in the middle, rows 2-5 x cols 2-29 of the blue channel at 1 - delta
+        x = torch.ones(3, 32, 32)
+        x[:, 14:18, 14:18] = torch.tensor([1.0, 0.0, 0.0])[:, None, None]
+        x[2, 2:6, 2:30] = 1 - delta
+        return x
+    # Red border (the background), a white inside (one blob) but for the corner's 2x2: pixel (0, 0) is the only
+    # one away from the blob, at distance 0.1 from red.
+    inside = torch.tensor([1.0, 0.0, 0.0])[:, None, None].repeat(1, 32, 32)
+    inside[:, 1:31, 1:31] = 1.0
+    inside[:, 1, 1] = torch.tensor([1.0, 0.0, 0.0])
+    inside[1, 0, 0] = 0.1
+    # A pixel at exactly the blob threshold (0.3 from white, as float32) is background, not a second blob.
+    edge = haze(0.0)
+    edge[0, 2, 2] = 0.7
+    images = torch.stack([haze(0.05), haze(0.125), inside, edge])
+    away = 32 * 32 - 6 * 6  # the blob's 4x4 and the ring of pixels next to it are not away
+    mean_square = torch.tensor([0.05**2 * 112 / away, 0.125**2 * 112 / away, 0.1**2 / 1, 0.3**2 / away])
+    expected = torch.exp(-mean_square / (2 * 0.05**2))  # every image has a single blob
+    assert torch.allclose(pixels.composition(images, [""] * 4), expected.float(), rtol=1e-5)
+    assert expected[2] == pytest.approx(math.exp(-2))
 
 
 def test_jpeg_size_grows_with_noise_as_in_ddpo():
