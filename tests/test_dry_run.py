@@ -91,3 +91,17 @@ def test_decode_channels_by_hand():
     assert decode_channels({"block_out_channels": [128, 256, 512, 512]}) == 256 + 2 * 128  # SD3 / FLUX: 512
     assert decode_channels({"block_out_channels": [64, 96]}) == 96 + 2 * 64
     assert decode_channels({"block_out_channels": [32]}) == 3 * 32  # one block: its own width, three times
+
+
+def test_architecture_sizes_by_hand():
+    """A published architecture's sizes at 512 px: (512 / 8 / 2)^2 = 1024 image tokens beside the text's, SD3's 77
+    CLIP tokens before the T5 ones, the latent's 16 channels (FLUX packs them in fours: 64 / 4), and the pipeline
+    around the transformer from the architecture's record."""
+    from workbench.models.architectures import ARCHITECTURES
+    from workbench.train.model_sizes import architecture_sizes
+
+    for name, tokens in (("sd3.5-medium", 1024 + 77 + 256), ("flux.1-dev", 1024 + 256)):
+        arch, sizes = ARCHITECTURES[name], architecture_sizes(name, 512, max_sequence_length=256)
+        assert (sizes.tokens, sizes.latent_elements) == (tokens, 16 * 64 * 64)
+        assert (sizes.text_encoder_bytes, sizes.vae_params) == (arch.text_encoder_bytes, arch.vae_params)
+        assert sizes.text_encoder_bytes > 0 and sizes.vae_decode_channels == 512

@@ -26,9 +26,8 @@ TASKS = Registry("task")
 
 @dataclass(frozen=True)
 class Task:
-    """A fine-tuning task on the embedded model's world."""
+    """A fine-tuning task on the embedded model's world (its name is the one it is registered under in TASKS)."""
 
-    name: str
     train_prompts: list[str]
     eval_prompts: list[str]
     metrics: Callable[[torch.Tensor, list[str]], dict[str, float]]  # images (B, 3, H, W), prompts -> metrics
@@ -46,8 +45,8 @@ def shape_accuracy(shape: str) -> Callable[[torch.Tensor, list[str]], dict[str, 
 def crosses() -> Task:
     """Draw crosses: train on the training scenes' crosses, measure on the held-out scenes' crosses."""
     train, heldout = split_scenes()
-    return Task("crosses", [s.prompt() for s in train if s.shape == "cross"],
-                [s.prompt() for s in heldout if s.shape == "cross"], shape_accuracy("cross"))
+    return Task([s.prompt() for s in train if s.shape == "cross"], [s.prompt() for s in heldout if s.shape == "cross"],
+                shape_accuracy("cross"))
 
 
 TASKS.add(crosses, "crosses")
