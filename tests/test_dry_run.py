@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 
 from workbench.cli.main import build_parser
 from workbench.cli.train import config_overrides
@@ -105,3 +106,14 @@ def test_architecture_sizes_by_hand():
         assert (sizes.tokens, sizes.latent_elements) == (tokens, 16 * 64 * 64)
         assert (sizes.text_encoder_bytes, sizes.vae_params) == (arch.text_encoder_bytes, arch.vae_params)
         assert sizes.text_encoder_bytes > 0 and sizes.vae_decode_channels == 512
+
+
+def test_safetensors_params_count_every_tensor_of_every_file(tmp_path):
+    from safetensors.torch import save_file
+
+    from workbench.train.model_sizes import _safetensors_params
+
+    save_file({"a": torch.zeros(2, 3), "b": torch.zeros(4)}, str(tmp_path / "one.safetensors"))
+    save_file({"c": torch.zeros(5, 1, 2)}, str(tmp_path / "two.safetensors"))
+    assert _safetensors_params(tmp_path) == 6 + 4 + 10
+    assert _safetensors_params(tmp_path / "empty") == 0

@@ -153,3 +153,22 @@ def test_the_explainers_critic_advantages_by_hand(random_policy):
     mask = torch.tensor([[True, True, True, False]] * 2)
     expected = torch.where(mask, normalise(twin.gae([group], rewards)[0], mask), torch.zeros(2, 4))
     assert torch.allclose(adv, expected, atol=1e-6) and adv[:, 3].tolist() == [0.0, 0.0]
+
+
+def test_dense_grpo_adds_up_the_look_ahead_evaluations_of_every_group(monkeypatch):
+    """One call over L = 2 groups (their look-ahead values stubbed): each group's advantages in turn, the transformer
+    evaluations both look-aheads spent (5 + 7), and the call's wall and CPU seconds."""
+    from types import SimpleNamespace
+
+    from workbench.train.step_credit import LookaheadCredit
+
+    credit = LookaheadCredit(preset("dense_grpo"), SimpleNamespace(device=torch.device("cpu")), reward_fn=None)
+    values = {"first": (torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]), 5),
+              "second": (torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, -1.0]]), 7)}  # (G, T + 1), evaluations
+    monkeypatch.setattr(credit, "values", lambda group, rewards: values[group])
+    wall, cpu = time.perf_counter(), time.process_time()
+    adv, metrics = credit(1, ["first", "second"], torch.zeros(2, 2), torch.tensor([0, 1]))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert torch.equal(adv, torch.cat([lookahead_advantages(values[g][0]) for g in ("first", "second")]))
+    assert metrics["lookahead/nfe"] == 12.0
+    assert 0 < metrics["time/lookahead_s"] <= wall and 0 <= metrics["time/lookahead_cpu_s"] <= cpu
