@@ -117,3 +117,49 @@ def test_safetensors_params_count_every_tensor_of_every_file(tmp_path):
     save_file({"c": torch.zeros(5, 1, 2)}, str(tmp_path / "two.safetensors"))
     assert _safetensors_params(tmp_path) == 6 + 4 + 10
     assert _safetensors_params(tmp_path / "empty") == 0
+
+
+def write_folder(folder, transformer: dict, text_encoders: dict[str, int]):
+    """A pipeline folder as folder_sizes reads it: model_index.json, the transformer's and a two-block VAE's
+    configs (factor 2), each text encoder's weights (its parameter count, [null, null] for none) and 7 VAE ones."""
+    import json
+
+    from safetensors.torch import save_file
+
+    index = {"_class_name": "Pipeline", "_diffusers_version": "0.37.0", "vae": ["diffusers", "AutoencoderKL"],
+             "transformer": ["diffusers", transformer["_class_name"]]}
+    for name, params in {**text_encoders, "vae": 7}.items():
+        index.setdefault(name, ["transformers", "TextModel"] if params else [None, None])
+        (folder / name).mkdir(parents=True)
+        save_file({"weight": torch.zeros(params, 1)}, str(folder / name / "model.safetensors"))
+    (folder / "transformer").mkdir()
+    (folder / "transformer" / "config.json").write_text(json.dumps(transformer))
+    (folder / "vae" / "config.json").write_text(json.dumps({"block_out_channels": [4, 8]}))
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_folder_sizes_by_hand(tmp_path):
+    """SD3 at its native 16 x 2 = 32 px: (32 / 2 / 2)^2 = 64 image tokens, 77 CLIP + 128 T5 text tokens (77 + 256
+    asked for 256), 4 x 16 x 16 latent values. FLUX at 64 px asked: (64 / 2 / 2)^2 = 256 image tokens + 256 T5, its
+    16 packed channels 4 latent ones. Text encoders at 2 bytes a parameter (the one written [null, null] not
+    counted), the VAE's parameters and its decoder's peak channels, 8 + 2 x 4."""
+    from workbench.train.model_sizes import folder_sizes
+
+    sd3 = write_folder(tmp_path / "sd3", {"_class_name": "SD3Transformer2DModel", "sample_size": 16, "patch_size": 2,
+                                          "in_channels": 4, "out_channels": 4, "num_layers": 1, "attention_head_dim": 8,
+                                          "num_attention_heads": 4, "caption_projection_dim": 32,
+                                          "joint_attention_dim": 32, "pooled_projection_dim": 64},
+                       {"text_encoder": 10, "text_encoder_2": 20, "text_encoder_3": 0})
+    flux = write_folder(tmp_path / "flux", {"_class_name": "FluxTransformer2DModel", "patch_size": 1,
+                                            "in_channels": 16, "num_layers": 1, "num_single_layers": 1,
+                                            "attention_head_dim": 16, "num_attention_heads": 2,
+                                            "joint_attention_dim": 32, "pooled_projection_dim": 32,
+                                            "axes_dims_rope": [4, 4, 8]}, {"text_encoder": 3, "text_encoder_2": 5})
+    sizes = folder_sizes(sd3, None, 2)
+    assert (sizes.image_pixels, sizes.tokens, sizes.latent_elements) == (32 * 32, 64 + 77 + 128, 4 * 16 * 16)
+    assert (sizes.text_encoder_bytes, sizes.vae_params, sizes.vae_decode_channels) == (2 * 30, 7, 16)
+    assert folder_sizes(sd3, None, 2, max_sequence_length=256).tokens == 64 + 77 + 256
+    sizes = folder_sizes(flux, 64, 4, max_sequence_length=256)
+    assert (sizes.image_pixels, sizes.tokens, sizes.latent_elements) == (64 * 64, 256 + 256, 4 * 32 * 32)
+    assert (sizes.text_encoder_bytes, sizes.vae_params, sizes.vae_decode_channels) == (4 * 8, 7, 16)
