@@ -221,6 +221,19 @@ def test_moved_log_probs_are_plain_adam_steps_on_the_whole_group(random_policy):
     assert calls == [(1, 2), (2, 2)]
 
 
+def test_moved_log_probs_train_only_the_sde_window(random_policy):
+    """With the SDE window (0, 1) of T = 3 each trajectory trains one step, so GSPO's sequence ratio (the geometric
+    mean over the trained steps) is that step's ratio and GSPO moves the copy exactly as step GRPO does. Were the
+    two ODE steps trained too (log-prob 0, ratio 1), GSPO would clip and weight r^(1/3) instead of r."""
+    group, adv, settings = tiny_group(random_policy, window=(0, 1)), torch.tensor([1.0, -1.0]), ObjectiveSettings(
+        clip_low=0.02)
+    step = moved_log_probs(random_policy, group, adv, "step_grpo", settings, updates=3, lr=3e-3)
+    gspo = moved_log_probs(random_policy, group, adv, "gspo", settings, updates=3, lr=3e-3)
+    assert gspo == pytest.approx(step, abs=1e-6)
+    assert bool(((step - group.log_probs)[:, 0].abs() > 0.02).all())  # moved past the clip range: clipping was met
+    assert torch.equal(step[:, 1:], torch.zeros(2, 2))  # the ODE steps carry log-prob 0, ratio 1
+
+
 def test_with_transformer_swaps_only_the_copy(random_policy):
     import copy
 
