@@ -234,6 +234,20 @@ def test_moved_log_probs_train_only_the_sde_window(random_policy):
     assert torch.equal(step[:, 1:], torch.zeros(2, 2))  # the ODE steps carry log-prob 0, ratio 1
 
 
+def test_moved_log_probs_guide_as_the_group_was_sampled(random_policy):
+    """A group sampled at guidance scale 2 is re-scored with the guided velocity (the conditioning carries the
+    empty prompt's half): before the copy moves, every ratio is 1. Unguided, the log-probs would differ."""
+    from dataclasses import replace
+
+    from workbench.flow.sampler import rescore
+
+    group = tiny_group(random_policy, guidance_scale=2.0)
+    same = moved_log_probs(random_policy, group, torch.tensor([1.0, -1.0]), updates=1, lr=1e-30)  # no move
+    assert same == pytest.approx(group.log_probs, abs=1e-5)
+    unguided = rescore(random_policy, replace(group, config=replace(group.config, guidance_scale=1.0)))
+    assert float((unguided - group.log_probs).abs().max()) > 0.1
+
+
 def test_with_transformer_swaps_only_the_copy(random_policy):
     import copy
 
