@@ -246,9 +246,9 @@ def test_gaussian_kl_by_hand():
     mean = torch.zeros(2, 1, 2, 2)
     ref = torch.zeros(2, 1, 2, 2)
     ref[0, 0, 0, 0] = 2.0  # squared diffs 4, 0, 0, 0 -> mean 1
-    ref[1] = 1.0  # mean squared diff 1
+    ref[1] = 2.0  # mean squared diff 4: each row its own mean, not the batch's (2.5)
     std = torch.tensor([0.5, 2.0])
-    assert torch.allclose(gaussian_kl(mean, ref, std), torch.tensor([1 / (2 * 0.25), 1 / (2 * 4.0)]))
+    assert torch.allclose(gaussian_kl(mean, ref, std), torch.tensor([1 / (2 * 0.25), 4 / (2 * 4.0)]))
     p, q = torch.distributions.Normal(0.3, 0.5), torch.distributions.Normal(-0.2, 0.5)
     one = gaussian_kl(torch.full((1, 1, 1, 1), 0.3), torch.full((1, 1, 1, 1), -0.2), torch.tensor([0.5]))
     assert one.item() == pytest.approx(torch.distributions.kl_divergence(p, q).item(), rel=1e-6)
@@ -267,7 +267,8 @@ def test_transition_kl_forms_on_a_fixed_case():
     assert released.item() == pytest.approx(1e-4 / (2 * 0.49), rel=1e-4)
     assert exact.item() == pytest.approx(1e-4 / (2 * 0.49 * 0.1), rel=1e-4)
     assert exact.item() == pytest.approx(released.item() / 0.1, rel=1e-4)  # the exact KL is larger by 1 / -dt
-    with pytest.raises(WorkbenchError, match="unknown KL form"):
+    assert torch.equal(transition_kl(out.mean, ref_mean, out.std, out.noise_scale), released)  # the default form
+    with pytest.raises(WorkbenchError, match=r"^unknown KL form 'k3'; valid forms: flow_grpo, exact$"):
         transition_kl(out.mean, ref_mean, out.std, out.noise_scale, "k3")
 
 
