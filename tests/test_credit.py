@@ -1,6 +1,7 @@
 """Monte-Carlo credit, common random numbers, refinement and the cheap estimators (docs/methods.md
 "Monte-Carlo credit", "Credit uncertainty", "Credit estimators")."""
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -304,3 +305,41 @@ def test_rescoring_values_the_image_by_the_mean_of_its_scores(random_policy, gro
     assert once.final_scores is None
     with pytest.raises(WorkbenchError, match="rescore"):
         measure_credit(random_policy, group, mean_red, continuations=2, rescore=-1)
+
+
+def test_refinement_pairs_with_its_credits_noise_and_reports_continuations_spent(random_policy, group):
+    """Without common random numbers too, a refined cell's M = 4 continuations are those that measuring with
+    M = 4 draws; progress counts continuations against the budget, as whole numbers, up to the budget."""
+    credit = measure_credit(random_policy, group, mean_red, continuations=2, chunks="5", crn=False, precision="float32")
+    calls = []
+    refined = refine(credit, random_policy, group, mean_red, budget=32, z=50.0,
+                     progress=lambda done, total: calls.append((done, total)))
+    four = measure_credit(random_policy, group, mean_red, continuations=4, chunks="5", crn=False, precision="float32")
+    grown = refined.counts >= 4  # (G, T - 1)
+    assert int(grown.sum()) >= 8
+    assert torch.allclose(refined.continuation_rewards[..., :4][grown], four.continuation_rewards[grown], atol=1e-5)
+    assert calls[-1] == (32, 32) and all(type(done) is int and total == 32 for done, total in calls)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls) and len(calls) >= 2
+    with pytest.raises(WorkbenchError, match=r"^refine needs the group the credit was measured on \(G and T differ\)$"):
+        refine(credit, random_policy, replace(group, states=group.states[:2]), mean_red, 4)
+
+
+@torch.no_grad()
+def test_x0_estimator_decodes_in_slices_of_256_into_float32_and_times_itself(random_policy, group):
+    from workbench.rl.credit_estimators import denoised_prediction
+
+    big = replace(group, states=group.states.repeat(15, 1, 1, 1, 1), x0_preds=group.x0_preds.repeat(15, 1, 1, 1, 1))
+    sizes = []
+
+    def double_reward(images, prompts):  # a reward in float64, as numpy-based rewards give
+        sizes.append(len(prompts))
+        return mean_red(images, prompts).double()
+
+    before = time.perf_counter()
+    estimate = ESTIMATORS.get("x0")(random_policy, big, double_reward)
+    elapsed = time.perf_counter() - before
+    assert sizes == [256, 300 - 256]  # G T = 60 x 5 states
+    assert estimate.continuation_rewards.dtype == estimate.start.dtype == torch.float32
+    small = denoised_prediction(random_policy, group, mean_red)
+    assert torch.allclose(estimate.continuation_rewards, small.continuation_rewards.repeat(15, 1, 1))
+    assert 0 < estimate.seconds <= elapsed
