@@ -118,3 +118,16 @@ def test_an_objective_preset_is_the_default_config_with_that_objective_and_its_r
     dapo = _objective_preset("dapo")()  # its companions: dynamic sampling, clip-higher at 0.28 / 0.2 of clip_low
     assert (dapo.objective, dapo.dynamic_sampling, dapo.clip_high) == ("dapo", True, pytest.approx(1e-3 * 1.4))
     assert _objective_preset("dr_grpo")().advantage == "dr_grpo"  # its own advantage estimator
+
+
+def test_the_step_presets_train_step_ratios_with_their_chunks():
+    from workbench.rl.chunking import sample_chunks, schedule, step_mask_from_chunks
+
+    dance = preset("dance_grpo")
+    sizes = schedule(dance.chunks, len(dance.trained_steps(1)))
+    assert dance.objective == "step_grpo" and sizes == [1] * 16  # each of the 16 SDE steps a chunk of its own
+    drawn = sample_chunks(sizes, torch.ones(16), dance.chunk_fraction, torch.Generator().manual_seed(0))
+    assert int(step_mask_from_chunks(sizes, drawn).sum()) == 9  # int(16 x 0.6) steps per trajectory
+    mix = preset("mixgrpo")
+    assert mix.objective == "step_grpo" and len(mix.trained_steps(1)) == 4
+    assert replace(mix, objective="chunk_grpo").objective_settings().chunks == [4]  # the window is one chunk
