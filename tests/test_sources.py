@@ -11,8 +11,9 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.files import write_json
 from workbench.models.embedded import EmbeddedPolicy, build_embedded
 from workbench.train import TrainConfig
+from workbench.train.checkpoints import CheckpointGone
 from workbench.train.sources import PolicySource, load_policy, resolve_source
-from workbench.train.store import CONFIG
+from workbench.train.store import CONFIG, STATUS, RunStore
 
 
 def test_each_kind_of_source_loads(model_dir, tmp_path):
@@ -134,3 +135,56 @@ def test_the_command_line_takes_a_run_or_a_checkpoint_as_model(model_dir, tmp_pa
     assert main(["sample", "--prompt", prompt, "--out", str(tmp_path / "h.png"), "--model", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: run {run} has no complete checkpoint") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("state", ["running", "interrupted", "finished"])
+def test_a_run_without_a_readable_checkpoint_says_why(model_dir, tmp_path, state):
+    run = make_run(tmp_path, model_dir, checkpoint_every=7)
+    store = RunStore(run)
+    store.write_status("finished" if state == "finished" else "running", 20)
+    if state == "interrupted":  # its status says running, but its process is gone
+        write_json(store.path / STATUS, {**store.status(), "pid_start": -1.0})
+    assert store.info().state == state
+    for name in ("iter_0020", "iter_0010"):
+        (run / "checkpoints" / name / "weights.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(WorkbenchError) as newest:
+        resolve_source(run / "checkpoints" / "iter_0020")
+    with pytest.raises(WorkbenchError) as err:  # the newest checkpoint's problem, whatever the state
+        resolve_source(run)
+    assert str(err.value) == f"run {run} has no checkpoint whose weights can be read: {newest.value}"
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(WorkbenchError) as err:
+        resolve_source(run)
+    if state == "finished":
+        assert str(err.value) == (f"run {run} has no complete checkpoint (finished, and its checkpoints folder holds "
+                                  "none); load the base model")
+    else:  # a checkpoint may yet come
+        assert str(err.value) == (f"run {run} has no checkpoint yet (one is saved every 7 iterations and at the end); "
+                                  "wait for one, or load the base model")
+
+
+def test_a_run_is_listed_again_only_when_a_checkpoint_went_while_it_was_read(model_dir, tmp_path, monkeypatch):
+    import workbench.train.sources as sources
+
+    run = make_run(tmp_path, model_dir)
+    listings, read, gone = [], sources.checkpoint_iteration, {"left": 0}
+    listed = RunStore.checkpoints
+    monkeypatch.setattr(RunStore, "checkpoints", lambda store: listings.append(1) or listed(store))
+
+    def reading(folder):  # the run replaces the next `left` checkpoints as they are read
+        if gone["left"]:
+            gone["left"] -= 1
+            raise CheckpointGone(f"{folder} went")
+        return read(folder)
+
+    monkeypatch.setattr(sources, "checkpoint_iteration", reading)
+    assert resolve_source(run).iteration == 20 and len(listings) == 1  # a current listing: read once
+    listings.clear()
+    gone["left"] = 2  # both checkpoints of the first listing went: list again, read the newest
+    assert resolve_source(run).iteration == 20 and len(listings) == 2
+    listings.clear()
+    (run / "checkpoints" / "iter_0020" / "weights.safetensors").write_bytes(b"not safetensors")
+    monkeypatch.setattr(RunStore, "checkpoints", lambda store: listings.append(1) or listed(store)[:1])  # only it
+    with pytest.raises(WorkbenchError, match="has no checkpoint whose weights can be read"):
+        resolve_source(run)
+    assert len(listings) == 1  # an unreadable checkpoint is not a reason to list again
