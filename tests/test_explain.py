@@ -150,6 +150,10 @@ def test_explain_rejects_a_kl_term_and_unknown_names():
         explain(new, old, adv, ObjectiveSettings(), ["trpo"])
     with pytest.raises(WorkbenchError, match="no advantages for objective 'gspo'"):
         explain(new, old, {"step_grpo": adv}, ObjectiveSettings(), ["step_grpo", "gspo"])
+    ex = explain(new, old, adv, ObjectiveSettings(), ["step_grpo", "gspo"])
+    assert (ex.index("step_grpo"), ex.index("gspo")) == (0, 1)
+    with pytest.raises(WorkbenchError, match=r"^objective 'gpg' was not explained; explained: step_grpo, gspo$"):
+        ex.index("gpg")
 
 
 # --------------------------------------------------------------------------- moving a copy of the policy
