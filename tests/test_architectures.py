@@ -72,6 +72,15 @@ def test_kl_reference_of_lora_shares_the_weights(meta_model):
     assert {id(p) for p in reference.transformer.parameters()} == {id(p) for p in model.parameters()}
 
 
+def test_the_full_fine_tuning_kl_reference_is_a_frozen_copy(random_policy):
+    """Without LoRA the reference is a deep copy of the transformer that no optimizer step can move."""
+    reference = reference_policy(random_policy, lora=False)
+    weights = dict(reference.transformer.named_parameters())
+    assert weights and not any(p.requires_grad for p in weights.values()) and not reference.transformer.training
+    originals = dict(random_policy.transformer.named_parameters())
+    assert all(torch.equal(p, originals[n]) and p is not originals[n] for n, p in weights.items())
+
+
 def test_kl_reference_is_the_base_model_with_adapters_off(tmp_path):
     """On a tiny SD3: after the LoRA moved, the reference still predicts what the model predicted before LoRA."""
     from tiny_pipelines import save_tiny_sd3
