@@ -19,18 +19,19 @@ test:
 	bash scripts/setup.sh --dev
 	bash scripts/test.sh
 
-# mutmut keeps its verdicts in mutants/ (git ignores it) and reruns only the functions that changed since. The whole
-# run takes longer than one sitting on a small machine, so mutation/cache.tar.gz carries the verdicts (mutmut's own
-# mutmut-stats.json and one .meta per module) from one machine or clone to the next. A stopped run loses nothing:
-# each verdict is written as it comes; `make mutation-save` packs them.
+# mutmut keeps its verdicts in mutants/ (git ignores it) and reruns only the mutants of functions that changed since.
+# The whole run takes longer than one sitting on a small machine, so mutation/cache.tar.gz carries the verdicts (one
+# .meta per module) from one clone to the next. mutmut learns again which tests call which function at the start of
+# each sitting (a few minutes), so a test changed since counts. A stopped run loses nothing: each verdict is written
+# as it comes; `make mutation-save` packs them.
 mutation:
 	bash scripts/setup.sh --dev
 	test -d mutants || test ! -f mutation/cache.tar.gz || { mkdir mutants && tar -xzf mutation/cache.tar.gz -C mutants; }
-	rm -f mutants/None
+	rm -f mutants/None mutants/mutmut-stats.json
 	-.venv/bin/mutmut run --max-children $$(nproc)
 	$(MAKE) mutation-save
 
 mutation-save:
 	cd mutants && find workbench -name '*.meta' | sort | tar --create --owner=0 --group=0 --mtime=@0 \
-	    --files-from=- mutmut-stats.json | gzip -n > ../mutation/cache.tar.gz
+	    --files-from=- | gzip -n > ../mutation/cache.tar.gz
 	.venv/bin/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json
