@@ -128,3 +128,19 @@ def test_enable_checkpointing_asks_the_model_and_says_what_to_turn_off():
     for bare in (torch.nn.Linear(2, 2), Unsupported(2, 2)):  # no flag, or the flag off
         with pytest.raises(WorkbenchError, match="^" + re.escape(message) + "$"):
             enable_checkpointing(bare)
+
+
+def test_a_run_refuses_an_architecture_and_loads_its_model_on_the_cpu_whatever_its_rank():
+    """`load_base_policy`: an architecture's shapes plan a run but cannot train one; a CPU process of a two-process
+    run keeps the CPU (only a CUDA device becomes the process's own GPU)."""
+    from workbench.core.errors import WorkbenchError
+    from workbench.train.config import TrainConfig
+    from workbench.train.distributed import DistInfo
+    from workbench.train.trainable import load_base_policy
+
+    with pytest.raises(WorkbenchError) as refused:
+        load_base_policy(TrainConfig(model="meta:sd3.5-medium", device="cpu"), DistInfo())
+    assert str(refused.value) == ("--model meta:sd3.5-medium is an architecture's shapes without weights: it plans a "
+                                  "run (workbench train --dry-run); give a model folder to train")
+    policy = load_base_policy(TrainConfig(device="cpu"), DistInfo(rank=1, world=2, local_rank=1))
+    assert policy.device.type == "cpu" and {p.device.type for p in policy.transformer.parameters()} == {"cpu"}
