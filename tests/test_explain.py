@@ -134,12 +134,19 @@ def test_paired_advantages_follow_the_presets():
     assert adv["dr_grpo"] == pytest.approx(rewards - rewards.mean()) and adv["gpg"] == pytest.approx(adv["dr_grpo"])
     assert adv["step_grpo"] == pytest.approx((rewards - rewards.mean()) / (rewards.std(unbiased=False) + 1e-4))
     assert adv["gfpo"][:2].tolist() == [0.0, 0.0]  # GFPO keeps the top half by the metric
-    with pytest.raises(WorkbenchError, match="pass metric"):
+    with pytest.raises(WorkbenchError) as missing:
         paired_advantages(rewards, ["gfpo"])
+    assert str(missing.value) == ("gfpo filters the group by a second score: pass metric (G,), e.g. the sharpness "
+                                  "reward its preset uses, or leave gfpo out of the objectives")
     presets = [name for name in OBJECTIVES.names() if name in PRESETS]
     assert len(presets) >= 3, presets  # the check below runs on real cases
     for name in presets:
         assert paired_estimator(name) == preset(name).advantage, name
+    OBJECTIVES.register("bare", info=None)(OBJECTIVES.get("step_grpo"))  # registered without an ObjectiveInfo
+    try:
+        assert paired_estimator("bare") == "grpo"
+    finally:
+        OBJECTIVES.unregister("bare")
 
 
 def test_explain_rejects_a_kl_term_and_unknown_names():

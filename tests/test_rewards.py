@@ -106,6 +106,15 @@ def test_sharpness_prefers_crisp_edges():
     assert score("sharpness", torch.full((1, 3, 32, 32), 0.5), ["a circle"]) == 0
 
 
+def test_sharpness_reads_an_overshooting_image_as_its_clamped_colours():
+    """A decoder's pixels can leave [0, 1]: the edges are measured on the image as shown, clamped."""
+    image = torch.ones(1, 3, 16, 16)  # white, with a red square past both ends of the range
+    image[:, :, 4:12, 4:12] = torch.tensor([1.4, -0.3, -0.3])[:, None, None]
+    image[:, :, 4:12, 4] = torch.tensor([1.2, 0.4, 0.4])[:, None]  # a one-pixel ramp on its left edge
+    sharp = score("sharpness", image, ["a square"])
+    assert 0.5 < sharp.item() < 1 and torch.equal(sharp, score("sharpness", image.clamp(0, 1), ["a square"]))
+
+
 def test_composition_penalises_a_noisy_background_and_extra_blobs():
     image = image_of(Scene("ring", "green", "small", "top left", "gray"))
     noise = 0.05 * torch.randn(image.shape, generator=torch.Generator().manual_seed(0))

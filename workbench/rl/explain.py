@@ -47,7 +47,8 @@ CLIP = 1e-4  # clip range eps of the explained objectives (ObjectiveSettings' de
 
 
 def paired_estimator(objective: str) -> str:
-    """The advantage estimator `objective` is trained with: its registration's (`ObjectiveInfo.advantage`)."""
+    """The advantage estimator `objective` is trained with: its registration's (`ObjectiveInfo.advantage`), "grpo" for
+    one registered without an ObjectiveInfo."""
     info = OBJECTIVES.info(objective)
     return info.advantage if info is not None else "grpo"
 
