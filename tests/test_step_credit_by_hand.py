@@ -172,3 +172,53 @@ def test_dense_grpo_adds_up_the_look_ahead_evaluations_of_every_group(monkeypatc
     assert torch.equal(adv, torch.cat([lookahead_advantages(values[g][0]) for g in ("first", "second")]))
     assert metrics["lookahead/nfe"] == 12.0
     assert 0 < metrics["time/lookahead_s"] <= wall and 0 <= metrics["time/lookahead_cpu_s"] <= cpu
+
+
+def test_the_critics_initial_weights_come_from_its_own_stream_of_the_seed(random_policy):
+    """CriticCredit draws its critic's weights from the stream (seed, 7), the tag its regressions' streams
+    (seed, iteration, 7) share, in a forked generator: the same weights for a seed whatever ran before, others for
+    another seed, and the global generator left as it was."""
+    from workbench.rl.critic import ValueNet, prompt_features
+    from workbench.train import step_credit
+
+    config = replace(preset("ppo"), seed=3)
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    credit = step_credit.CriticCredit(config, random_policy)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    text_dim = prompt_features(random_policy.encode([""])).shape[1]
+    torch.manual_seed(step_credit._seed(3, 7))
+    twin = ValueNet(random_policy.latent_shape[0], text_dim).state_dict()
+    assert all(torch.equal(v, twin[k]) for k, v in credit.critic.state_dict().items())
+    other = step_credit.CriticCredit(replace(config, seed=4), random_policy).critic.state_dict()
+    assert not all(torch.equal(v, other[k]) for k, v in credit.critic.state_dict().items())
+
+
+def test_the_critic_steps_at_the_configured_learning_rate(random_policy):
+    """Adam's first step moves each weight by lr x g / (|g| + 1e-8): the largest move is critic_lr (0.02 here, not
+    the default 1e-3), on one minibatch of 4 states regressed towards 5."""
+    from workbench.train.step_credit import CriticCredit
+
+    credit = CriticCredit(replace(preset("ppo"), critic_lr=0.02), random_policy)
+    gen = torch.Generator().manual_seed(0)
+    d = credit.critic.text.in_features
+    inputs = (torch.randn(4, *random_policy.latent_shape, generator=gen), torch.rand(4, generator=gen),
+              torch.randn(4, d, generator=gen))
+    before = [p.detach().clone() for p in credit.critic.parameters()]
+    credit.fit(inputs, torch.full((4,), 5.0), epochs=1, seed=0)
+    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(credit.critic.parameters(), before))
+    assert moved == pytest.approx(0.02, rel=1e-3)
+
+
+def test_ppo_advantages_are_float32_whatever_the_rewards_dtype(random_policy, group):
+    """A 0/1 reward given as integers, or rewards in float64, give the advantages and returns of the same rewards in
+    float32 (the critic's dtype): GAE's discount table is built in the rewards' dtype, where an integer
+    gamma x lambda = 0.95 would be 0."""
+    from workbench.train.step_credit import CriticCredit
+
+    credit = CriticCredit(preset("ppo"), random_policy)
+    adv, returns, _, _ = credit.gae([group], torch.tensor([[0.0, 1.0, 1.0, 0.0]]))  # (L = 1, G = 4)
+    for rewards in (torch.tensor([[0, 1, 1, 0]]), torch.tensor([[0.0, 1.0, 1.0, 0.0]], dtype=torch.float64)):
+        a, r, _, _ = credit.gae([group], rewards)
+        assert a.dtype == r.dtype == torch.float32
+        assert torch.allclose(a, adv, atol=1e-6) and torch.allclose(r, returns, atol=1e-6)

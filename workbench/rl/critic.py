@@ -30,11 +30,12 @@ def prompt_features(cond: Conditioning) -> torch.Tensor:
 
 
 def sigma_embedding(sigma: torch.Tensor, dim: int) -> torch.Tensor:
-    """(B, dim) sinusoidal embedding of noise levels sigma (B,) in [0, 1] (transformer positional style, x 1000)."""
+    """(B, dim) sinusoidal embedding of noise levels sigma (B,) in [0, 1] (transformer positional style, x 1000),
+    in float32; an odd dim ends with a zero column (as diffusers' `get_timestep_embedding`)."""
     half = dim // 2
     freqs = torch.exp(-math.log(10_000.0) * torch.arange(half, device=sigma.device, dtype=torch.float32) / half)
     angles = 1000.0 * sigma.float()[:, None] * freqs[None]  # (B, half)
-    return torch.cat([angles.sin(), angles.cos()], dim=1)
+    return nn.functional.pad(torch.cat([angles.sin(), angles.cos()], dim=1), (0, dim % 2))  # (B, dim)
 
 
 class ValueNet(nn.Module):
@@ -43,8 +44,8 @@ class ValueNet(nn.Module):
     def __init__(self, channels: int, text_dim: int, width: int = 32, time_dim: int = 32):
         super().__init__()
         if channels < 1 or text_dim < 1 or width < 1 or time_dim < 2:
-            raise WorkbenchError(f"ValueNet needs positive sizes, got channels={channels}, text_dim={text_dim}, "
-                                 f"width={width}, time_dim={time_dim}")
+            raise WorkbenchError(f"ValueNet needs channels, text_dim and width >= 1 and time_dim >= 2, got "
+                                 f"channels={channels}, text_dim={text_dim}, width={width}, time_dim={time_dim}")
         hidden = 2 * width
         self.time_dim = time_dim
         self.latent = nn.Sequential(
@@ -93,7 +94,7 @@ def fit(critic: ValueNet, optimizer: torch.optim.Optimizer, x: torch.Tensor, sig
         for idx in torch.randperm(x.shape[0], generator=generator).split(batch):
             idx = idx.to(x.device)
             loss = (critic(x[idx], sigma[idx], text[idx]) - target[idx].float()).pow(2).mean()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=True)  # pragma: no mutate (each backward reaches every weight)
             loss.backward()
             optimizer.step()
             losses.append(float(loss.detach()))

@@ -49,7 +49,7 @@ class CriticCredit:
     def __init__(self, config: TrainConfig, policy: FlowPolicy):
         self.config, self.policy = config, policy
         text_dim = critic_lib.prompt_features(policy.encode([""])).shape[1]
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]):  # pragma: no mutate (only the CPU generator draws here)
             torch.manual_seed(_seed(config.seed, 7))  # the critic's initial weights depend on the seed only
             self.critic = critic_lib.ValueNet(policy.latent_shape[0], text_dim).to(policy.device)
         self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
