@@ -20,7 +20,9 @@ from workbench.rl.chunking import (
     chunk_sum,
     merge_at,
     parse_chunk_spec,
+    parse_chunker,
     sample_chunks,
+    schedule,
     split_at,
     step_mask_from_chunks,
     toggle_boundary,
@@ -231,6 +233,53 @@ def test_unknown_chunker_lists_valid_names():
         assert name in str(info.value)
 
 
+def test_chunker_specs_read_their_options_around_spaces():
+    assert parse_chunker("temporal") == ("temporal", {})
+    assert parse_chunker(" uniform : size = 4 ") == ("uniform", {"size": 4})
+    assert schedule("uniform: size = 4", 10) == [4, 4, 2]
+
+
+def test_a_chunker_spec_sets_several_options_separated_by_commas():
+    """A chunker with two options (none built in has more than one): each `key=value` between commas sets one,
+    and a wrong key lists every option the chunker takes."""
+    def ends(num_steps, l1_rel=None, first=1, last=1):
+        return [first, num_steps - first - last, last]
+    CHUNKERS.add(ends, "ends", info=ChunkerInfo("a first and a last chunk", (
+        ChunkOption("first", "steps of the first chunk", 1), ChunkOption("last", "steps of the last chunk", 1)),
+        in_menu=False))
+    try:
+        assert parse_chunker("ends:first=2,last=3") == ("ends", {"first": 2, "last": 3})
+        assert schedule("ends:first=2, last=3", 10) == [2, 5, 3]
+        with pytest.raises(WorkbenchError, match="^" + re.escape("chunk spec 'ends:middle=4': the ends chunker takes "
+                                                                 "first=..., last=..., written like 'ends:first=4'")
+                           + "$"):
+            parse_chunker("ends:middle=4")
+    finally:
+        CHUNKERS.unregister("ends")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("zigzag:size=2", "chunk spec 'zigzag:size=2' is not a comma-separated list of integers like '2,3,4,7', nor a "
+                      "chunker; valid chunkers: temporal, uniform, adaptive, equal_mass, fixed"),
+    ("uniform:width=4", "chunk spec 'uniform:width=4': the uniform chunker takes size=..., written like "
+                        "'uniform:size=4'"),
+    ("uniform:size", "chunk spec 'uniform:size': the uniform chunker takes size=..., written like 'uniform:size=4'"),
+    ("temporal:size=4", "chunk spec 'temporal:size=4': the temporal chunker takes no options; write 'temporal'"),
+    ("uniform:size==4", "chunk spec 'uniform:size==4': size must be a whole number, got '=4'"),  # split at the first =
+    ("uniform:size=0", "chunk spec 'uniform:size=0': size must be at least 1, got 0"),
+])
+def test_bad_chunker_specs_say_what_the_chunker_takes(spec, message):
+    with pytest.raises(WorkbenchError, match="^" + re.escape(message) + "$"):
+        parse_chunker(spec)
+
+
+@pytest.mark.parametrize("size", [0, -1, True, 2.0])
+def test_uniform_refuses_a_size_that_is_not_a_positive_integer(size):
+    with pytest.raises(WorkbenchError, match="^" + re.escape(f"uniform chunk size must be a positive integer, got "
+                                                             f"{size!r}") + "$"):
+        CHUNKERS.get("uniform")(10, size=size)
+
+
 # Weighted chunk sampling
 
 def test_chunk_sampling_weights_hand_case():
@@ -239,6 +288,44 @@ def test_chunk_sampling_weights_hand_case():
     assert torch.allclose(chunk_sampling_weights([1, 3], torch.tensor([2.0, 1.0, 2.0, 3.0])), torch.tensor([0.5, 0.5]))
     flat = chunk_sampling_weights([1, 2, 3], torch.zeros(6, dtype=torch.float64))  # no l1_rel mass: uniform
     assert flat.dtype == torch.float64 and torch.allclose(flat, torch.full((3,), 1 / 3, dtype=torch.float64))
+
+
+def test_chunk_sampling_weights_of_a_curve_below_one():
+    """Measured L1_rel values are well below 1 (their sum too): still weighted by chunk mean, not uniform."""
+    weights = chunk_sampling_weights([2, 2], torch.tensor([0.1, 0.1, 0.3, 0.3]))
+    assert torch.allclose(weights, torch.tensor([0.25, 0.75]))
+
+
+@pytest.mark.parametrize("curve, message", [
+    (torch.ones(3), "chunk sampling needs l1_rel of shape (4,), got (3,); average per-trajectory curves over dim 0 "
+                    "first"),
+    (torch.tensor([1.0, -1.0, 1.0, 1.0]), "chunk sampling: l1_rel must be finite and >= 0 (a relative L1 norm), got "
+                                          "[1.0, -1.0, 1.0, 1.0]"),
+])
+def test_chunk_sampling_weights_name_chunk_sampling_in_their_messages(curve, message):
+    with pytest.raises(WorkbenchError, match="^" + re.escape(message) + "$"):
+        chunk_sampling_weights([2, 2], curve)
+
+
+def test_sample_chunks_cannot_draw_more_chunks_than_have_mass():
+    l1 = torch.tensor([1.0, 1.0, 0.0, 0.0, 2.0, 2.0])  # the middle chunk has no mass: 2 of 3 can be drawn
+    assert sample_chunks([2, 2, 2], l1, fraction=2 / 3).tolist() == [0, 2]
+    with pytest.raises(WorkbenchError, match="^" + re.escape("only 2 of 3 chunks have l1_rel mass > 0, cannot draw 3 "
+                                                             "without replacement; lower the fraction") + "$"):
+        sample_chunks([2, 2, 2], l1, fraction=1.0)
+
+
+def test_sample_chunks_draws_from_the_generator_given():
+    """The draw depends on the generator's seed alone, not on torch's global random state."""
+    l1 = torch.rand(16, generator=torch.Generator().manual_seed(0)) + 0.1
+    with torch.random.fork_rng():
+        draws = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            gen = torch.Generator().manual_seed(5)
+            draws.append([sample_chunks([1] * 16, l1, fraction=0.25, generator=gen).tolist() for _ in range(10)])
+    assert draws[0] == draws[1]
+    assert len({tuple(d) for d in draws[0]}) > 1  # ten draws from one generator differ among themselves
 
 
 def test_sample_chunks_count_and_no_replacement():
@@ -272,6 +359,16 @@ def test_step_mask_from_chunks():
     assert step_mask_from_chunks([2, 3, 4, 7], [0]).nonzero().flatten().tolist() == [0, 1]  # the first chunk: index 0
     with pytest.raises(WorkbenchError, match=r"^chosen chunks \[-1\] must be indices in 0\.\.3$"):
         step_mask_from_chunks([2, 3, 4, 7], [-1])
+
+
+def test_step_mask_from_chunks_takes_integer_indices_only():
+    """A chunk index is a whole number: 1.5 or True is refused, not read as chunk 1; no index chooses no step."""
+    assert step_mask_from_chunks([2, 2], []).tolist() == [False] * 4
+    assert step_mask_from_chunks([2, 2], np.array([1], dtype=np.int32)).tolist() == [False, False, True, True]
+    for bad, shown in (([1.5], "[1.5]"), ([True], "[True]"), (torch.tensor([1.0]), "[1.0]")):
+        with pytest.raises(WorkbenchError, match="^" + re.escape(f"chosen chunks must be integer indices, got {shown}")
+                           + "$"):
+            step_mask_from_chunks([2, 2], bad)
 
 
 def exact_inclusion(probs: list[float], count: int) -> list[float]:

@@ -5,6 +5,7 @@ class asks for its password, and the app outside class mode is as before."""
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import sys
 from dataclasses import replace
@@ -14,6 +15,7 @@ import pytest
 from app_support import FAKE_TRAIN, PROMPT, free_port, msg, wait_for
 
 from workbench.core.errors import WorkbenchError
+from workbench.train.allowed import AllowedFolders
 from workbench.ui import classroom_view as cv
 from workbench.ui import handlers as h
 from workbench.ui import objectives as ob
@@ -96,6 +98,18 @@ def test_a_student_loads_nothing_outside_the_allowed_folders(tmp_path, model_dir
 def test_a_model_in_an_allowed_folder_loads(tmp_path, model_dir, outside):
     wb = class_workbench(tmp_path, model_dir, models=(str(outside.parent),))
     assert msg(pol.pick_policy(wb, str(outside), Session())).startswith("✓")
+
+
+def test_the_refusal_quotes_the_path_up_to_200_characters_and_says_where_models_come_from(tmp_path):
+    allowed = AllowedFolders.of(tmp_path / "runs")
+    assert allowed.check(str(tmp_path / "runs" / "demo")) == str(tmp_path / "runs" / "demo")
+    why = (" is not a folder this app offers: pick a run or a model from the list (the app loads runs from its runs "
+           "folder, the shipped models and the folders named at its start with --models)")
+    with pytest.raises(WorkbenchError, match="^" + re.escape("'/etc'" + why) + "$"):
+        allowed.check("/etc")
+    long = "/" + "x" * 300
+    with pytest.raises(WorkbenchError, match="^" + re.escape("'/" + "x" * 193 + "...'" + why) + "$"):  # 199 characters
+        allowed.check(long)
 
 
 @pytest.fixture(scope="module")

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
+import pytest
 import torch
 
+from workbench.core.errors import WorkbenchError
+from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig
 from workbench.models.embedded import EmbeddedPolicy
+from workbench.rl.credit import measure_credit
 from workbench.rl.credit_compare import compare_credit, rate_difference
+from workbench.rl.credit_estimators import measured_precision
 from workbench.rl.credit_stats import Rates
 
 PROMPT = "a small blue ring in the center"
 CONFIG = SamplingConfig(group=4, steps=4, seed=3)
+SMALL = SamplingConfig(group=2, steps=3, seed=1)
 
 
 def reward(images, prompts):
@@ -85,3 +92,46 @@ def test_the_table_counts_the_determined_cells_and_says_when_a_difference_has_no
     misattributed = rows["step: misattributed among determined"]
     assert "| 0.0 % of 4 cells | 0.0 % of 1 cell |" in misattributed and NO_ERROR in misattributed
     assert NO_ERROR not in rows["step: determined share"] and "±" in rows["step: determined share"]
+
+
+def other_numerics(policy) -> str:
+    """The numerics "auto" does not resolve to on this machine (so that giving them is seen)."""
+    return "float32" if measured_precision(policy, "mc", "auto") == "bfloat16" else "bfloat16"
+
+
+def test_both_credits_are_measured_with_the_settings_given(random_policy):
+    numerics = other_numerics(random_policy)
+    c = compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, SMALL, reward, continuations=1,
+                       chunks="1,2", seed=5, crn=False, precision=numerics)
+    assert [(x.estimator, x.seed, x.crn, x.precision, x.sizes) for x in c.credits] == [("mc", 5, False, numerics,
+                                                                                         [1, 2])] * 2
+    c = compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, SMALL, reward, chunks="1,2", estimator="x0")
+    assert [x.estimator for x in c.credits] == ["x0", "x0"]
+
+
+def test_by_default_the_chunks_are_gcpo_s_and_the_continuation_seed_is_0(random_policy):
+    c = compare_credit((random_policy, random_policy), ("a", "b"), PROMPT, SamplingConfig(group=2, steps=16, seed=1),
+                       reward, estimator="x0")  # x0: one look-ahead per state, the cheapest of 16 steps
+    assert [(x.sizes, x.seed) for x in c.credits] == [([2, 3, 4, 7], 0)] * 2
+
+
+def test_a_measured_credit_is_reused_only_when_measured_the_same_way(random_policy):
+    """A credit measured with the comparison's numerics is re-chunked, not measured again; one measured with
+    another seed is refused, naming its side; a group of another prompt is refused before any work."""
+    numerics = other_numerics(random_policy)
+    group = sample_group(random_policy, PROMPT, SMALL)
+    credit = measure_credit(random_policy, group, reward, continuations=1, chunks="3", precision=numerics)
+    c = compare_credit((random_policy, random_policy), ("base", "tuned"), PROMPT, SMALL, reward, continuations=1,
+                       chunks="1,2", precision=numerics, sampled=(group, group), measured=(credit, credit))
+    assert c.groups == (group, group) and all(torch.equal(x.step_credit, credit.step_credit) for x in c.credits)
+    assert [x.sizes for x in c.credits] == [[1, 2], [1, 2]]
+    with pytest.raises(WorkbenchError, match="^" + re.escape("the base group's credit was measured with other "
+                                                             "settings than the comparison's: pass none to measure it "
+                                                             "again") + "$"):
+        compare_credit((random_policy, random_policy), ("base", "tuned"), PROMPT, SMALL, reward, continuations=1,
+                       chunks="1,2", seed=1, precision=numerics, sampled=(group, group), measured=(credit, credit))
+    refused = "the tuned group was sampled from another prompt or config than the one compared: pass the group " \
+              "sampled with them, or none"
+    with pytest.raises(WorkbenchError, match="^" + re.escape(refused) + "$"):
+        compare_credit((random_policy, random_policy), ("base", "tuned"), "a large red circle", SMALL, reward,
+                       sampled=(None, group))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from workbench.core.errors import WorkbenchError
 from workbench.flow.dynamics import DynamicsCurve, dynamics_curve, relative_change
+from workbench.flow.sampler import sample_group
 from workbench.flow.trajectory import SamplingConfig
 
 
@@ -48,3 +51,25 @@ def test_one_prompt_gives_its_group_and_the_schedule(random_policy):
     curve = dynamics_curve(random_policy, ["a red circle"], config)
     assert curve.per_trajectory.shape == (2, 3) and curve.sigmas.shape == (4,)
     assert curve.sigmas[0] == 1 and curve.sigmas[-1] == 0
+
+
+def test_the_curve_is_of_the_metric_asked_for(random_policy):
+    """The first prompt's trajectories are sample_group's (group seed config.seed): its rows are their cosine change."""
+    config = SamplingConfig(group=2, steps=3, seed=4)
+    curve = dynamics_curve(random_policy, ["a red circle", "a blue ring"], config, metric="cosine")
+    group = sample_group(random_policy, "a red circle", config)
+    assert curve.metric == "cosine"
+    assert torch.allclose(curve.per_trajectory[:2], relative_change(group.states, "cosine"), atol=1e-6)
+    assert not torch.allclose(curve.per_trajectory[:2], relative_change(group.states, "l1"), atol=1e-3)
+
+
+def test_prompts_are_sampled_16_at_a_time_by_default(random_policy):
+    calls = []
+    dynamics_curve(random_policy, ["a red circle"] * 17, SamplingConfig(group=1, steps=2),
+                   progress=lambda *done: calls.append(done))
+    assert calls == [(16, 17), (17, 17)]
+
+
+def test_no_prompt_is_refused():
+    with pytest.raises(WorkbenchError, match="^dynamics_curve needs at least one prompt$"):
+        dynamics_curve(None, [], SamplingConfig(group=2, steps=3))

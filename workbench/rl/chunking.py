@@ -321,13 +321,13 @@ def parse_chunker(spec: str) -> tuple[str, dict]:
         raise WorkbenchError(f"chunk spec {spec!r} is not a comma-separated list of integers like '2,3,4,7', nor a "
                              f"chunker; valid chunkers: {', '.join(chunker_names())}")
     known = {o.name: o for o in chunker_info(name).options}
-    takes = ", ".join(f"{k}=..." for k in known) or "no options"
+    takes = ", ".join(f"{k}=..." for k in known)  # read only when the chunker takes options
     options = {}
     for item in (i.strip() for i in rest.split(",") if rest):
         key, equals, text = (part.strip() for part in item.partition("="))
         if key not in known or not equals:
             raise WorkbenchError(f"chunk spec {spec!r}: the {name} chunker takes {takes}, written like "
-                                 f"'{name}:{next(iter(known), 'option')}=4'" if known else
+                                 f"'{name}:{next(iter(known))}=4'" if known else
                                  f"chunk spec {spec!r}: the {name} chunker takes no options; write '{name}'")
         option = known[key]
         if option.kind is int:
@@ -389,9 +389,11 @@ def sample_chunks(sizes: Sequence[int], l1_rel: torch.Tensor, fraction: float = 
 
 
 def step_mask_from_chunks(sizes: Sequence[int], chosen: torch.Tensor | Sequence[int]) -> torch.Tensor:
-    """BoolTensor (T,): True at the steps of the chosen chunks."""
+    """BoolTensor (T,): True at the steps of the chosen chunks (integer indices, e.g. `sample_chunks`' draw)."""
     ids = chunk_ids(sizes)  # (T,)
-    chosen = torch.as_tensor(chosen, dtype=torch.long).reshape(-1)
+    chosen = torch.as_tensor(chosen).reshape(-1)  # (n,); an empty list comes as float, and chooses no chunk
+    if chosen.numel() and (chosen.dtype == torch.bool or chosen.is_floating_point()):
+        raise WorkbenchError(f"chosen chunks must be integer indices, got {chosen.tolist()}")
     if ((chosen < 0) | (chosen >= len(sizes))).any():
         raise WorkbenchError(f"chosen chunks {chosen.tolist()} must be indices in 0..{len(sizes) - 1}")
     return torch.isin(ids, chosen)  # (T,)

@@ -86,12 +86,13 @@ def lock_run_folder(store, fresh: bool) -> RunLock:
     return lock
 
 
-def lock_holder(fd: int) -> int | None:
-    """The pid holding a flock on the file behind `fd` (from /proc/locks), None where it cannot be told."""
+def lock_holder(fd: int, locks: str | Path = "/proc/locks") -> int | None:
+    """The pid holding a flock on the file behind `fd` (from the kernel's table `locks`; a test gives a copy), None
+    where it cannot be told: no table, no holder listed, or a pid that is not a number (a remote lock's is negative)."""
     stat = os.fstat(fd)
     key = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
     try:
-        lines = Path("/proc/locks").read_text().splitlines()
+        lines = Path(locks).read_text().splitlines()
     except OSError:
         return None
     for line in lines:
