@@ -130,10 +130,11 @@ def test_enable_checkpointing_asks_the_model_and_says_what_to_turn_off():
             enable_checkpointing(bare)
 
 
-def test_a_run_refuses_an_architecture_and_loads_its_model_on_the_cpu_whatever_its_rank():
-    """`load_base_policy`: an architecture's shapes plan a run but cannot train one; a CPU process of a two-process
-    run keeps the CPU (only a CUDA device becomes the process's own GPU)."""
+def test_a_run_refuses_an_architecture_and_loads_its_model_on_the_cpu_whatever_its_rank(model_dir):
+    """`load_base_policy`: an architecture's shapes plan a run but cannot train one; a run loads the model folder it
+    names, and a CPU process of a two-process run keeps the CPU (only a CUDA device becomes the process's GPU)."""
     from workbench.core.errors import WorkbenchError
+    from workbench.models.adapters import load_model
     from workbench.train.config import TrainConfig
     from workbench.train.distributed import DistInfo
     from workbench.train.trainable import load_base_policy
@@ -142,5 +143,7 @@ def test_a_run_refuses_an_architecture_and_loads_its_model_on_the_cpu_whatever_i
         load_base_policy(TrainConfig(model="meta:sd3.5-medium", device="cpu"), DistInfo())
     assert str(refused.value) == ("--model meta:sd3.5-medium is an architecture's shapes without weights: it plans a "
                                   "run (workbench train --dry-run); give a model folder to train")
-    policy = load_base_policy(TrainConfig(device="cpu"), DistInfo(rank=1, world=2, local_rank=1))
+    policy = load_base_policy(TrainConfig(model=str(model_dir), device="cpu"), DistInfo(rank=1, world=2, local_rank=1))
     assert policy.device.type == "cpu" and {p.device.type for p in policy.transformer.parameters()} == {"cpu"}
+    saved = load_model(model_dir, device="cpu").transformer.state_dict()  # random weights, not the shipped model's
+    assert all(torch.equal(w, saved[k]) for k, w in policy.transformer.state_dict().items())
