@@ -115,6 +115,37 @@ def test_sharpness_reads_an_overshooting_image_as_its_clamped_colours():
     assert 0.5 < sharp.item() < 1 and torch.equal(sharp, score("sharpness", image.clamp(0, 1), ["a square"]))
 
 
+def test_a_faint_sharp_edge_is_as_sharp_as_a_strong_one():
+    """|g| / C does not depend on the colours: an edge of 0.01 jumps within one pixel and scores 1."""
+    image = torch.full((1, 3, 16, 16), 0.5)
+    image[:, :, 4:12, 4:12] += 0.01
+    assert score("sharpness", image, ["a square"]).item() == pytest.approx(1.0, abs=1e-4)
+
+
+def test_sharpness_is_at_most_one_when_neighbours_straddle_the_background():
+    """Black next to white on gray: one difference is twice the contrast, and the score is clamped to 1."""
+    image = torch.full((1, 3, 16, 16), 0.5)
+    image[:, :, 4:12, 4:8], image[:, :, 4:12, 8:12] = 0.0, 1.0
+    x = image.clamp(0, 1)
+    g = torch.cat([(x[..., :, 1:] - x[..., :, :-1]).norm(dim=1).flatten(1),
+                   (x[..., 1:, :] - x[..., :-1, :]).norm(dim=1).flatten(1)], dim=1)
+    unclamped = (g**2).sum() / (g.sum() * 0.5 * math.sqrt(3))  # contrast: gray to black or white
+    assert unclamped > 1.05 and score("sharpness", image, ["a square"]).item() == 1.0
+
+
+def test_the_background_is_the_median_of_the_border_pixels_of_the_clamped_image():
+    from workbench.rewards.pixels import _background_and_distance
+
+    image = torch.rand(2, 3, 7, 9, generator=torch.Generator().manual_seed(0)) * 2 - 0.5  # (B, 3, H, W) past [0, 1]
+    x = image.clamp(0, 1)
+    border = torch.zeros(7, 9, dtype=torch.bool)
+    border[0], border[-1], border[:, 0], border[:, -1] = True, True, True, True  # 28 pixels
+    expected = x[:, :, border].median(dim=2).values  # (B, 3)
+    background, distance = _background_and_distance(image)
+    assert torch.equal(background, expected)
+    assert torch.allclose(distance, (x - expected[:, :, None, None]).norm(dim=1))
+
+
 def test_composition_penalises_a_noisy_background_and_extra_blobs():
     image = image_of(Scene("ring", "green", "small", "top left", "gray"))
     noise = 0.05 * torch.randn(image.shape, generator=torch.Generator().manual_seed(0))

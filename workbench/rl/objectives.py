@@ -250,9 +250,11 @@ def _step_objective(inputs: PolicyInputs, settings: ObjectiveSettings, reduce: s
         policy_loss = _mean_over_units(per_step, mask)
     elif reduce == "token":
         policy_loss = per_step.sum() / mask.sum()
-    else:  # Dr. GRPO: a constant normaliser T, then the mean over the trajectories that train (rows left out by
-        # dynamic sampling are not in the batch, as in the other objectives; docs/methods.md "Dr. GRPO")
+    elif reduce == "constant":  # Dr. GRPO: a constant normaliser T, then the mean over the trajectories that train
+        # (rows left out by dynamic sampling are not in the batch, as in the other objectives; docs/methods.md)
         policy_loss = (per_step.sum(dim=1) / l.shape[1])[mask.any(dim=1)].mean()
+    else:
+        raise ValueError(f"unknown reduce {reduce!r}")  # pragma: no mutate (a programming error's message)
     return _finish(policy_loss, inputs, settings, mask, l, mask, clipped)
 
 
