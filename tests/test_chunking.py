@@ -100,6 +100,8 @@ def test_chunk_mean_invariants_and_gradient():
     assert torch.allclose(chunk_mean(x, [6])[:, 0], x.mean(dim=1))  # one chunk is the sequence mean
     chunk_mean(x, [2, 4]).sum().backward()
     assert torch.allclose(x.grad, torch.tensor([[0.5] * 2 + [0.25] * 4] * 2))
+    for dtype in (torch.float64, torch.bfloat16):  # the chunk means keep the log-ratios' precision
+        assert chunk_mean(x.detach().to(dtype), [2, 4]).dtype == dtype
 
 
 def test_chunk_reductions_check_length():
@@ -301,6 +303,14 @@ def test_chunk_sampling_weights_of_a_curve_below_one():
                     "first"),
     (torch.tensor([1.0, -1.0, 1.0, 1.0]), "chunk sampling: l1_rel must be finite and >= 0 (a relative L1 norm), got "
                                           "[1.0, -1.0, 1.0, 1.0]"),
+    (torch.tensor([1.0, float("nan"), 1.0, 1.0]), "chunk sampling: l1_rel must be finite and >= 0 (a relative L1 "
+                                                  "norm), got [1.0, nan, 1.0, 1.0]"),
+    (None, "chunk sampling needs l1_rel, the (T,) relative L1 change per step; compute it from sampled trajectories "
+           "or use the 'temporal' chunker"),
+    ([1.0, 1.0, 1.0, 1.0], "chunk sampling needs l1_rel of shape (4,), got list; average per-trajectory curves over "
+                           "dim 0 first"),
+    (torch.ones(4, 4), "chunk sampling needs l1_rel of shape (4,), got (4, 4); average per-trajectory curves over dim "
+                       "0 first"),
 ])
 def test_chunk_sampling_weights_name_chunk_sampling_in_their_messages(curve, message):
     with pytest.raises(WorkbenchError, match="^" + re.escape(message) + "$"):

@@ -135,7 +135,7 @@ def chunk_sum(x: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
 
 def chunk_mean(x: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     """Mean of x (B, T) over the steps of each chunk -> (B, K); of step log-ratios it is GCPO's chunk log-ratio."""
-    counts = torch.tensor(check_sizes(sizes), dtype=x.dtype, device=x.device)  # (K,)
+    counts = torch.tensor(check_sizes(sizes), device=x.device)  # (K,) integers: the quotient keeps x's dtype
     return chunk_sum(x, sizes) / counts  # (B, K)
 
 
