@@ -151,7 +151,8 @@ def test_paired_advantages_follow_the_presets():
 
 def test_explain_rejects_a_kl_term_and_unknown_names():
     new, old, adv = case()
-    with pytest.raises(WorkbenchError, match="kl_beta=0"):
+    with pytest.raises(WorkbenchError, match="^the explainer shows the policy term only: use settings with "
+                                             "kl_beta=0$"):
         explain(new, old, adv, ObjectiveSettings(kl_beta=0.1))
     with pytest.raises(WorkbenchError, match="valid objectives"):
         explain(new, old, adv, ObjectiveSettings(), ["trpo"])
@@ -161,6 +162,35 @@ def test_explain_rejects_a_kl_term_and_unknown_names():
     assert (ex.index("step_grpo"), ex.index("gspo")) == (0, 1)
     with pytest.raises(WorkbenchError, match=r"^objective 'gpg' was not explained; explained: step_grpo, gspo$"):
         ex.index("gpg")
+
+
+def test_an_objective_outside_the_shared_paths_is_explained_with_zero_weights_and_no_ratio_map():
+    """A registered objective whose loss does not reach log p (here through a parameter of its own) and that
+    returns no step ratios: zero weights and shares, a NaN ratio map, no clip flags; its loss and advantages are
+    still its own row's."""
+    from workbench.rl.objectives import ObjectiveOutput
+
+    own = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+
+    def baseline_only(inputs, settings):
+        loss = own * inputs.advantages.sum()  # reaches `own`, not log p
+        return ObjectiveOutput(loss=loss, policy_loss=float(loss.detach()), kl_loss=0.0, clip_frac=0.0, approx_kl=0.0,
+                               ratio_mean=1.0, ratio_std=0.0)
+
+    OBJECTIVES.register("baseline_only")(baseline_only)
+    try:
+        new, old, _ = case()
+        adv = torch.tensor([1.5, -0.5, 0.25, -1.0])  # float32, against float64 log-probs
+        ex = explain(new, old, adv, ObjectiveSettings(), ["step_grpo", "baseline_only"])
+    finally:
+        OBJECTIVES.unregister("baseline_only")
+    step = OBJECTIVES.get("step_grpo")(PolicyInputs(new, old, adv.double()), ObjectiveSettings()).loss
+    assert torch.equal(ex.weight[1], torch.zeros(G, T, dtype=torch.float64)) and not ex.share[1].any()
+    assert ex.ratio[1].isnan().all() and ex.clipped.dtype == torch.bool and not ex.clipped[1].any()
+    assert ex.loss.tolist() == pytest.approx([float(step), 0.5 * 0.25], rel=1e-12)
+    assert ex.advantage.dtype == torch.float64  # the advantages are read in the log-probs' precision
+    assert torch.equal(ex.advantage, adv.double().expand(2, G))
+    assert torch.equal(ex.step_advantage[1], adv.double()[:, None].expand(G, T))
 
 
 # --------------------------------------------------------------------------- moving a copy of the policy

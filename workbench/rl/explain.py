@@ -133,7 +133,7 @@ def explain(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
              for name in names]
     weight = torch.stack([p[3] for p in parts])  # (O, G, T)
     total = weight.abs().sum(dim=(1, 2), keepdim=True)  # (O, 1, 1)
-    share = torch.where(total > 0, weight.abs() / total.clamp_min(1e-300), torch.zeros_like(weight))
+    share = weight.abs() / total.clamp_min(1e-300)  # (O, G, T); 0 / 1e-300 = 0 where an objective moves nothing
     mask = step_mask if step_mask is not None else torch.ones_like(log_prob, dtype=torch.bool)
     log_ratio = torch.where(mask, log_prob.detach() - old_log_prob.detach(), torch.zeros_like(log_prob))
     return Explanation(names=names, log_ratio=log_ratio, ratio=torch.stack([p[0] for p in parts]),
