@@ -290,3 +290,44 @@ def test_download_gives_the_lora_file_on_its_own(sd3_run, sd3_dir):
     with safe_open(str(lora[0]), "pt") as f:
         assert all(k.startswith("transformer.") and ".lora_" in k for k in f.keys())
         assert json.loads(f.metadata()["lora_adapter_metadata"])["transformer.r"] == RUN["lora_rank"]
+
+
+def test_the_adapters_are_gaussian_float32_with_alpha_twice_the_rank_and_only_they_train():
+    """`add_lora` as the trainer calls it, on the embedded transformer in bfloat16: every attention projection gets
+    an adapter with scaling alpha / r = 2 (alpha defaults to 2 r), A drawn from N(0, 1/r) (peft's "gaussian", not
+    its default Kaiming-uniform: |A| <= 1/sqrt(96) here), B zero, the adapters in float32 and the base frozen."""
+    from peft.tuners.lora import LoraLayer
+
+    from workbench.models.embedded import build_embedded
+    from workbench.train.trainable import add_lora
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # diffusers' note on casting with to()
+        transformer = build_embedded(seed=0).transformer.to(torch.bfloat16)
+    add_lora(transformer, 4, None, seed=0)
+    layers = [m for m in transformer.modules() if isinstance(m, LoraLayer)]
+    assert len(layers) == 31 and {m.scaling["default"] for m in layers} == {2.0}
+    a = torch.cat([m.lora_A["default"].weight.detach().flatten() for m in layers])  # (31 * 4 * 96,)
+    assert a.std().item() == pytest.approx(1 / 4, rel=0.05)
+    assert all(not m.lora_B["default"].weight.any() for m in layers)
+    params = dict(transformer.named_parameters())
+    assert {n for n, p in params.items() if p.requires_grad} == {n for n in params if "lora_" in n}
+    assert {params[n].dtype for n in params if "lora_" in n} == {torch.float32}
+    add_lora(halved := build_embedded(seed=0).transformer, 4, 2.0)
+    assert {m.scaling["default"] for m in halved.modules() if isinstance(m, LoraLayer)} == {0.5}
+
+
+def test_a_model_without_attention_projections_cannot_take_adapters():
+    from diffusers.loaders.peft import PeftAdapterMixin
+
+    from workbench.train.trainable import add_lora
+
+    class Bare(torch.nn.Module, PeftAdapterMixin):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+    with pytest.raises(WorkbenchError, match=r"^cannot add LoRA adapters to this model \(Target modules \{.*\} not "
+                                             r"found in the base model\. Please check the target modules and try "
+                                             r"again\.\); use lora_rank 0 for full fine-tuning$"):
+        add_lora(Bare(), 4, None)

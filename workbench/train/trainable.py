@@ -52,8 +52,7 @@ def add_lora(transformer: torch.nn.Module, rank: int, alpha: float | None, seed:
     the gaussian initial weights are drawn from it (the same on every process and every run of the seed)."""
     from peft import LoraConfig
 
-    transformer.requires_grad_(False)
-    device = next(transformer.parameters()).device
+    device = next(transformer.parameters()).device  # peft's injection freezes every weight but the adapters'
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             if seed is not None:
