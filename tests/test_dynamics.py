@@ -20,6 +20,8 @@ def test_l1_and_l2_relative_change_differ_as_the_norms_do():
     assert torch.allclose(relative_change(states, "l1"), torch.tensor([[4 / 7]]))
     assert torch.allclose(relative_change(states, "l2"), torch.tensor([[0.8]]))
     assert torch.allclose(relative_change(states, "cosine"), torch.tensor([[0.4]]))
+    with pytest.raises(WorkbenchError, match="^unknown dynamics metric 'l3'; valid metrics: l1, l2, cosine$"):
+        relative_change(states, "l3")
 
 
 def test_a_zero_state_is_divided_by_a_tiny_floor_not_by_zero():

@@ -107,6 +107,12 @@ def test_truncating_keeps_the_rows_and_puts_only_the_damaged_lines_aside(tmp_pat
     assert (store.path / DAMAGED_METRICS).read_bytes() == b'{"iteration": 4, "lo\n'
 
 
+def test_truncating_a_run_without_metrics_writes_an_empty_file_and_nothing_aside(tmp_path):
+    store = RunStore.create(tmp_path, "run")  # a run stopped before its first row
+    store.truncate_metrics(0)
+    assert (store.path / METRICS).read_bytes() == b"" and not (store.path / DAMAGED_METRICS).exists()
+
+
 def test_a_checkpoint_at_iteration_0_loads_and_a_negative_one_does_not(tmp_path):
     store = RunStore.create(tmp_path, "run")
     folder = store.save_checkpoint(0, {"w": torch.ones(2)}, {"step": 0})
