@@ -142,6 +142,9 @@ def test_a_trainer_without_a_run_folder_takes_no_lock(random_policy):
         assert trainer.store is None and trainer._lock is None
     finally:
         trainer.release()
+    with pytest.raises(WorkbenchError, match=r"^the run has no complete checkpoint to resume from; start a fresh "
+                                             r"run with a new --out \(its metrics stay where they are\)$"):
+        Trainer(config, None, random_policy, resume=True)  # nothing to resume without a run folder
 
 
 def test_a_checkpoint_that_lost_its_optimizer_state_still_samples_and_says_so(tmp_path):
