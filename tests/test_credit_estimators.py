@@ -43,6 +43,16 @@ def test_the_ode_continued_by_the_ode_is_its_own_trajectory(random_policy):
         assert 0 < ode.seconds <= time.perf_counter() - before  # the wall time it took, not a target
 
 
+def test_the_ode_estimator_reports_its_steps_and_evaluates_in_the_precision_asked(random_policy):
+    group = sample_group(random_policy, PROMPT, SamplingConfig(group=2, steps=3, noise_level=0.0))
+    calls = []
+    ode = ESTIMATORS.get("ode")(random_policy, group, brightness, progress=lambda *c: calls.append(c))
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    rounded = ESTIMATORS.get("ode")(random_policy, group, brightness, precision="bfloat16").continuation_rewards
+    assert not torch.equal(rounded, ode.continuation_rewards)  # bfloat16 weights and activations round differently
+    assert torch.allclose(rounded, ode.continuation_rewards, atol=1e-3)
+
+
 def test_continuation_cost_by_hand():
     rows = grid_rows(2, range(1, 4), range(2))  # G = 2, states 1..3, K = 2: 12 rows
     assert rows.shape == (12, 3) and rows[:3].tolist() == [[0, 1, 0], [0, 1, 1], [0, 2, 0]]

@@ -97,20 +97,37 @@ def test_a_new_status_keeps_the_start_time(tmp_path):
 
 def test_truncating_keeps_the_rows_and_puts_only_the_damaged_lines_aside(tmp_path):
     store = RunStore.create(tmp_path, "run")
-    for it in (1, 2, 3):
+    for it in (1, 2):
         store.append_metrics({"iteration": it, "loss": 0.5})
+    kept = (store.path / METRICS).read_bytes()
+    with open(store.path / METRICS, "ab") as f:
+        f.write(b"\x00\xff\n")  # damaged bytes
+    store.append_metrics({"iteration": 3, "loss": 0.5})
     with open(store.path / METRICS, "ab") as f:
         f.write(b'{"iteration": 4, "lo')  # a crash's torn tail
     store.append_metrics({"iteration": 4, "loss": 0.25})  # closes the torn line first, never glued to it
     store.truncate_metrics(2)
     assert [r["iteration"] for r in store.metrics()] == [1, 2]
-    assert (store.path / DAMAGED_METRICS).read_bytes() == b'{"iteration": 4, "lo\n'
+    assert (store.path / METRICS).read_bytes() == kept  # the rows kept are the bytes appended, compact JSON
+    assert (store.path / DAMAGED_METRICS).read_bytes() == b'\x00\xff\n{"iteration": 4, "lo\n'
 
 
 def test_truncating_a_run_without_metrics_writes_an_empty_file_and_nothing_aside(tmp_path):
     store = RunStore.create(tmp_path, "run")  # a run stopped before its first row
     store.truncate_metrics(0)
     assert (store.path / METRICS).read_bytes() == b"" and not (store.path / DAMAGED_METRICS).exists()
+
+
+def test_truncating_the_metrics_of_a_training_run_whose_folder_was_removed_does_not_make_it_again(tmp_path):
+    import shutil
+
+    store = RunStore.create(tmp_path, "run")
+    store.append_metrics({"iteration": 1, "loss": 0.5})
+    store.training = True  # the trainer's first event: from then on no write makes the folder
+    shutil.rmtree(store.path)
+    with pytest.raises(WorkbenchError, match=f"^cannot write {store.path / METRICS}: No such file or directory"):
+        store.truncate_metrics(0)
+    assert not store.path.exists()
 
 
 def test_a_checkpoint_at_iteration_0_loads_and_a_negative_one_does_not(tmp_path):
