@@ -176,3 +176,19 @@ def test_a_checkpoint_that_lost_its_optimizer_state_still_samples_and_says_so(tm
     (folder / "weights.safetensors").unlink()
     problem = store.newest_checkpoint()[1]
     assert "weights.safetensors" in problem and "still sample" not in problem
+
+
+def test_a_resume_without_a_complete_checkpoint_names_the_run_once_and_the_incomplete_ones(random_policy, tmp_path):
+    from workbench.train import TrainConfig, Trainer
+
+    store = RunStore.create(tmp_path, "run")
+    folder = store.save_checkpoint(1, {"w": torch.ones(2)}, {"state": {}, "param_groups": []})
+    (folder / "optimizer.pt").write_bytes(b"damaged")
+    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)
+    with pytest.raises(WorkbenchError) as refused:
+        Trainer(config, store, random_policy, resume=True)
+    assert str(refused.value) == (
+        f"{store.path} has no complete checkpoint to resume from (iter_0001 are incomplete: checkpoint "
+        "checkpoints/iter_0001 is incomplete or corrupted: optimizer.pt cannot be read (File is not a zip file); its "
+        "weights still sample (the app's picker, --model with the run), but a resume needs all); start a fresh run "
+        "with a new --out (its metrics stay where they are)")
