@@ -192,3 +192,26 @@ def test_a_resume_without_a_complete_checkpoint_names_the_run_once_and_the_incom
         "checkpoints/iter_0001 is incomplete or corrupted: optimizer.pt cannot be read (File is not a zip file); its "
         "weights still sample (the app's picker, --model with the run), but a resume needs all); start a fresh run "
         "with a new --out (its metrics stay where they are)")
+
+
+def test_a_resume_refuses_a_checkpoint_whose_weights_do_not_fit_by_name_or_by_shape(tmp_path):
+    """A (1,) tensor would broadcast into any weight: a shape that differs is refused as a missing name is."""
+    from workbench.models.embedded import EmbeddedPolicy, build_embedded
+    from workbench.train import TrainConfig, Trainer
+
+    policy = EmbeddedPolicy(build_embedded(seed=0))  # its own: the trainer readies the weights it would restore
+    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)
+    weights = {n: p.detach().clone() for n, p in policy.transformer.named_parameters()}
+    first = next(iter(weights))
+    for name, damaged, why in [
+        ("shape", {**weights, first: torch.zeros(1)},
+         f"the checkpoint's {first} is (1,), the model's {tuple(weights[first].shape)}"),
+        ("names", {k: w for k, w in weights.items() if k != first},
+         "the checkpoint's weights do not match the model's trainable parameters"),
+    ]:
+        store = RunStore.create(tmp_path, name)
+        folder = store.save_checkpoint(1, damaged, {"state": {}, "param_groups": []})
+        with pytest.raises(WorkbenchError) as refused:
+            Trainer(config, store, policy, resume=True)
+        assert str(refused.value) == (f"checkpoint {folder} does not fit this model ({why}; was it made with another "
+                                      "model or lora_rank?)")

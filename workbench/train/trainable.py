@@ -127,11 +127,16 @@ def trainable_weights(transformer: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def copy_weights(transformer: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
-    """Load checkpoint `weights` into the transformer's trainable parameters (names must match exactly)."""
+    """Load checkpoint `weights` into the transformer's trainable parameters (names and shapes must match exactly:
+    `copy_` would broadcast a (1,) tensor into any weight)."""
     params = trainable_weights(transformer)
     if set(params) != set(weights):
         raise WorkbenchError("the checkpoint's weights do not match the model's trainable parameters; "
                              "was it made with another model or lora_rank?")
+    for name, p in params.items():
+        if weights[name].shape != p.shape:
+            raise WorkbenchError(f"the checkpoint's {name} is {tuple(weights[name].shape)}, the model's "
+                                 f"{tuple(p.shape)}; was it made with another model or lora_rank?")
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(weights[name].to(p))

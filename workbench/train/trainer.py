@@ -206,9 +206,8 @@ class Trainer:
     def _restore_weights(self, checkpoint: Checkpoint) -> None:
         try:
             copy_weights(self.policy.transformer, checkpoint.weights)
-        except (ValueError, KeyError, RuntimeError, TypeError, IndexError, AttributeError) as err:
-            raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model "
-                                 f"({str(err).splitlines()[0][:160]})") from None
+        except WorkbenchError as err:  # the run's folder said once, with the first name that does not fit
+            raise WorkbenchError(f"checkpoint {checkpoint.folder} does not fit this model ({err})") from None
 
     def _restore(self, checkpoint: Checkpoint) -> None:
         """Optimizer state, critic and the metrics history up to the checkpoint's iteration (weights: above)."""
