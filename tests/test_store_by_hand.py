@@ -215,3 +215,9 @@ def test_a_resume_refuses_a_checkpoint_whose_weights_do_not_fit_by_name_or_by_sh
             Trainer(config, store, policy, resume=True)
         assert str(refused.value) == (f"checkpoint {folder} does not fit this model ({why}; was it made with another "
                                       "model or lora_rank?)")
+    store = RunStore.create(tmp_path, "optimizer")  # the weights fit, the optimizer state holds no group
+    folder = store.save_checkpoint(1, weights, {"state": {}, "param_groups": []})
+    with pytest.raises(WorkbenchError) as refused:
+        Trainer(config, store, policy, resume=True)
+    assert str(refused.value) == (f"checkpoint {folder} does not fit this model and optimizer (loaded state dict has "
+                                  "a different number of parameter groups)")
