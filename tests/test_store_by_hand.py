@@ -221,3 +221,18 @@ def test_a_resume_refuses_a_checkpoint_whose_weights_do_not_fit_by_name_or_by_sh
         Trainer(config, store, policy, resume=True)
     assert str(refused.value) == (f"checkpoint {folder} does not fit this model and optimizer (loaded state dict has "
                                   "a different number of parameter groups)")
+
+
+def test_a_resume_refuses_a_run_whose_config_is_not_a_training_config(tmp_path):
+    import json
+
+    from workbench.train import Trainer
+    from workbench.train.store import CONFIG
+
+    store = RunStore.create(tmp_path, "run")
+    (store.path / CONFIG).write_text(json.dumps({"grup": 2}))
+    with pytest.raises(WorkbenchError) as refused:
+        Trainer.resume(store)
+    cause = str(refused.value).split(" (", 1)[1]
+    assert str(refused.value) == f"cannot resume {store.path}: its config.json is not a valid training config ({cause}"
+    assert cause.startswith("unknown training settings ['grup']; valid: adv_eps, ") and len(cause) == 200 + 1

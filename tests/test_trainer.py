@@ -92,16 +92,16 @@ def test_resume_past_a_damaged_newest_checkpoint_cuts_metrics_back_to_the_older_
     assert kept is not None and kept.iteration == 1
     assert any(not torch.equal(p, kept.weights[k]) for k, p in policy.transformer.named_parameters())
     seen = {}
-    trainer = Trainer.resume(tmp_path / "run", policy=policy)
-    assert trainer.resumed_from == 1 and trainer.iteration == 1 and [r["iteration"] for r in trainer.history] == [1]
-    restored = dict(policy.transformer.named_parameters())
-    assert all(torch.equal(restored[k], v) for k, v in kept.weights.items())  # iter_0001's weights, not iter_0002's
 
     def on_event(event):
         if event.kind == "started":  # the store has handled it: row 2 belongs to the damaged checkpoint
             seen["rows"] = [r["iteration"] for r in RunStore(tmp_path / "run").metrics()]
 
-    trainer.run(callback=on_event)
+    trainer = Trainer.resume(store, policy=policy, subscribers=[on_event])  # a store or its folder
+    assert trainer.resumed_from == 1 and trainer.iteration == 1 and [r["iteration"] for r in trainer.history] == [1]
+    restored = dict(policy.transformer.named_parameters())
+    assert all(torch.equal(restored[k], v) for k, v in kept.weights.items())  # iter_0001's weights, not iter_0002's
+    trainer.run()
     assert seen["rows"] == [1]
     assert [r["iteration"] for r in store.metrics()] == [1, 2] and store.latest_checkpoint().iteration == 2
 
