@@ -154,6 +154,15 @@ def test_exact_p_values_equal_counting_every_pattern(seed):
     assert permutation_p(np.array(a), np.array(b)) == pytest.approx(_brute_permutation(a, b), abs=1e-12)
 
 
+def test_a_support_of_hundreds_of_sums_is_still_exact():
+    """12 distinct values, 6 against 6: the sums of b's part take up to C(12, 6) = 924 values, well under 2^16,
+    so the p-value is the exact share of splits, not a sampled one ((1 + hits) / 10000)."""
+    a = [0.0, 0.1, 0.3, 0.7, 1.5, 3.1]
+    b = [0.2, 0.4, 0.9, 1.9, 2.5, 4.0]
+    exact = _brute_permutation(a, b)
+    assert permutation_p(np.array(a), np.array(b)) == pytest.approx(exact, abs=1e-12) and 0.05 < exact < 1
+
+
 def test_large_supports_are_sampled_with_a_valid_p_value():
     gen = np.random.default_rng(0)
     d = np.arange(1, 18) / 10 * np.where(gen.random(17) < 0.75, 1, -1)  # 17 distinct |d|: 2^17 patterns > 2^16
