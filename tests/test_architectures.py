@@ -147,3 +147,16 @@ def test_a_run_refuses_an_architecture_and_loads_its_model_on_the_cpu_whatever_i
     assert policy.device.type == "cpu" and {p.device.type for p in policy.transformer.parameters()} == {"cpu"}
     saved = load_model(model_dir, device="cpu").transformer.state_dict()  # random weights, not the shipped model's
     assert all(torch.equal(w, saved[k]) for k, w in policy.transformer.state_dict().items())
+
+
+def test_a_run_loads_a_pipeline_folder_in_its_dtype_with_the_text_encoders_where_it_asks(sd3_dir):
+    from workbench.models.offload import PromptCache
+    from workbench.train.config import TrainConfig
+    from workbench.train.distributed import DistInfo
+    from workbench.train.trainable import load_base_policy
+
+    for offload in (True, False):
+        config = TrainConfig(model=str(sd3_dir), device="cpu", dtype="bfloat16", offload_text_encoders=offload)
+        policy = load_base_policy(config, DistInfo())
+        assert next(policy.transformer.parameters()).dtype == torch.bfloat16
+        assert isinstance(policy.encode, PromptCache) is offload
