@@ -375,3 +375,14 @@ def test_ppo_refuses_to_resume_from_a_checkpoint_without_its_critic():
             credit.load_state_dict(state)
         assert str(err.value) == ("this checkpoint holds no critic (critic.pt): it was not written by a ppo run; "
                                   "resume it with its own objective")
+
+
+def test_held_out_evaluation_uses_the_runs_shift_and_guidance_only_unless_eval_cfg(tmp_path, monkeypatch):
+    import workbench.train.trainer as trainer_module
+
+    calls, real = [], trainer_module.evaluate
+    monkeypatch.setattr(trainer_module, "evaluate", lambda *args: calls.append(args) or real(*args))
+    config = replace(TINY, iterations=1, eval_every=1, shift=2.5, guidance_scale=1.5)
+    Trainer(config, tmp_path / "run", fresh_policy()).run()
+    assert calls and all(args[4] == {"eval": 1.5} and args[5:7] == (config.sampling_steps, 2.5) for args in calls)
+    assert not any(k.startswith("eval_cfg/") for r in RunStore(tmp_path / "run").metrics() for k in r)
