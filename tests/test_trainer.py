@@ -383,6 +383,11 @@ def test_held_out_evaluation_uses_the_runs_shift_and_guidance_only_unless_eval_c
     calls, real = [], trainer_module.evaluate
     monkeypatch.setattr(trainer_module, "evaluate", lambda *args: calls.append(args) or real(*args))
     config = replace(TINY, iterations=1, eval_every=1, shift=2.5, guidance_scale=1.5)
-    Trainer(config, tmp_path / "run", fresh_policy()).run()
+    events = []
+    Trainer(config, tmp_path / "run", fresh_policy(), subscribers=[events.append]).run()
     assert calls and all(args[4] == {"eval": 1.5} and args[5:7] == (config.sampling_steps, 2.5) for args in calls)
+    grids = [e.data for e in events if e.kind == "eval_samples"]
+    assert len(grids) == len(calls) and all(set(g) == {"prompts", "guidance", "grid"} for g in grids)
+    held_out = config.held_out_prompts()
+    assert all(g["guidance"] == [1.5] and g["prompts"] and g["prompts"] == held_out[:len(g["prompts"])] for g in grids)
     assert not any(k.startswith("eval_cfg/") for r in RunStore(tmp_path / "run").metrics() for k in r)
