@@ -814,6 +814,14 @@ def _flip_optimizer_bytes(run: Path):
     path.write_bytes(bytes(raw))
 
 
+def _weight_of_another_shape(run: Path):
+    """One weight replaced by a (1,) tensor, which `copy_` would have broadcast into the model's weight."""
+    path = run / "checkpoints" / "iter_0002" / "weights.safetensors"
+    weights = load_file(path)
+    weights[sorted(weights)[0]] = torch.zeros(1)
+    save_file(weights, path)
+
+
 CORRUPT_CHECKPOINTS = {  # damage -> words of the one resume error line
     "optimizer.pt garbage": (_optimizer(b"\x00garbage"), "no complete checkpoint"),
     "optimizer.pt a list": (_optimizer([1, 2]), "no complete checkpoint"),
@@ -822,6 +830,7 @@ CORRUPT_CHECKPOINTS = {  # damage -> words of the one resume error line
     "optimizer.pt zeroed inside": (_flip_optimizer_bytes, "no complete checkpoint"),
     "optimizer state of another model": (_optimizer({"state": {}, "param_groups": [{"params": [0, 1, 2]}]}),
                                          "does not fit this model and optimizer"),
+    "a weight of another shape": (_weight_of_another_shape, "does not fit this model (the checkpoint's "),
     "STOP is a folder": (lambda run: (run / STOP).mkdir(), "STOP is a folder; remove it"),
 }
 
