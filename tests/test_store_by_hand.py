@@ -21,6 +21,8 @@ from workbench.train.store import (
     process_start,
 )
 
+SMALL = dict(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)  # a trainer
+
 
 @pytest.mark.parametrize("pid", [None, "1", 1.0, True, 0, -5, 2**31, 2**40])
 def test_a_pid_that_cannot_be_a_process_is_not_alive(pid):
@@ -153,7 +155,7 @@ def test_an_optimizer_state_holding_other_objects_is_refused(tmp_path):
 def test_a_trainer_without_a_run_folder_takes_no_lock(random_policy):
     from workbench.train import TrainConfig, Trainer
 
-    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)
+    config = TrainConfig(**SMALL)
     trainer = Trainer(config, None, random_policy)
     try:
         assert trainer.store is None and trainer._lock is None
@@ -184,7 +186,7 @@ def test_a_resume_without_a_complete_checkpoint_names_the_run_once_and_the_incom
     store = RunStore.create(tmp_path, "run")
     folder = store.save_checkpoint(1, {"w": torch.ones(2)}, {"state": {}, "param_groups": []})
     (folder / "optimizer.pt").write_bytes(b"damaged")
-    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)
+    config = TrainConfig(**SMALL)
     with pytest.raises(WorkbenchError) as refused:
         Trainer(config, store, random_policy, resume=True)
     assert str(refused.value) == (
@@ -200,7 +202,7 @@ def test_a_resume_refuses_a_checkpoint_whose_weights_do_not_fit_by_name_or_by_sh
     from workbench.train import TrainConfig, Trainer
 
     policy = EmbeddedPolicy(build_embedded(seed=0))  # its own: the trainer readies the weights it would restore
-    config = TrainConfig(group=2, steps=3, chunks="1,2", prompts_per_iteration=2, eval_prompts=1, iterations=1)
+    config = TrainConfig(**SMALL)
     weights = {n: p.detach().clone() for n, p in policy.transformer.named_parameters()}
     first = next(iter(weights))
     for name, damaged, why in [
